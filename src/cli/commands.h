@@ -1,0 +1,23 @@
+/*
+ * Each subcommand lives in src/cli/<name>.cpp: an options struct, setup_<name>() registering the
+ * subcommand and its options, run_<name>() doing the work through the library.
+ */
+#pragma once
+
+#include <functional>
+
+namespace CLI {
+class App;
+}
+
+namespace swavg {
+
+struct command {
+  CLI::App* app;
+  std::function<void()> run;
+};
+
+command setup_inspect(CLI::App& parent);
+command setup_convert(CLI::App& parent);
+
+}  // namespace swavg

@@ -1,0 +1,46 @@
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "cli/commands.h"
+#include "io/load.h"
+#include "io/save.h"
+#include "util/atomic_file.h"
+
+namespace swavg {
+namespace {
+
+struct convert_options {
+  std::string input;
+  std::string output;
+  std::string format;
+  load_options load;
+  bool force = false;
+};
+
+void run_convert(const convert_options& o) {
+  check_output_path(o.output, {o.input}, o.force);
+  const output_format format = choose_output_format(o.output, o.format);
+  state_dict sd = load_state_dict(o.input, o.load);
+  uint64_t bytes = save_state_dict(o.output, sd.tensors, format);
+  spdlog::info("wrote {} tensors ({} bytes) to {}", sd.tensors.size(), bytes, o.output);
+}
+
+}  // namespace
+
+command setup_convert(CLI::App& parent) {
+  auto o = std::make_shared<convert_options>();
+  CLI::App* app = parent.add_subcommand("convert", "Write a checkpoint's state dict as torch.save or safetensors");
+  app->add_option("input", o->input, "Checkpoint to read (torch.save, TorchScript or safetensors)")->required();
+  app->add_option("-o,--output", o->output, "File to write")->required();
+  app->add_option("--format", o->format, "torch or safetensors (default: from the output's extension)");
+  app->add_option("--key", o->load.key, "Dotted path of the state dict inside a torch.save object, e.g. model or ema.module");
+  app->add_option("--strip-prefix", o->load.strip_prefixes, "Remove this prefix from tensor names (repeatable), e.g. module.");
+  app->add_flag("--force", o->force, "Replace an existing output");
+  app->footer(
+      "Examples:\n"
+      "  swavg convert ckpt.pt -o model.safetensors\n"
+      "  swavg convert train_state.pt --key model --strip-prefix module. --strip-prefix _orig_mod. -o weights.pt");
+  return {app, [o] { run_convert(*o); }};
+}
+
+}  // namespace swavg

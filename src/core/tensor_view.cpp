@@ -1,0 +1,78 @@
+#include "core/tensor_view.h"
+
+#include <algorithm>
+
+#include "util/checked.h"
+
+namespace swavg {
+
+int64_t tensor_view::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+uint64_t tensor_view::nbytes() const { return static_cast<uint64_t>(numel()) * itemsize(type); }
+
+bool tensor_view::is_contiguous() const {
+  int64_t expected = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] == 1) continue;
+    if (strides[i] != expected) return numel() == 0;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+const uint8_t* tensor_view::data() const {
+  return storage + static_cast<uint64_t>(offset) * itemsize(type);
+}
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> strides(shape.size());
+  int64_t s = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= std::max<int64_t>(shape[i], 1);
+  }
+  return strides;
+}
+
+std::string check_view_bounds(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
+                              int64_t offset, uint64_t storage_numel) {
+  if (shape.size() != strides.size())
+    return "has " + std::to_string(shape.size()) + " sizes but " + std::to_string(strides.size()) +
+           " strides";
+  if (offset < 0) return "has negative storage offset " + std::to_string(offset);
+  uint64_t numel = 1;
+  uint64_t last = static_cast<uint64_t>(offset);  // highest element index reached
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0) return "has negative size " + std::to_string(shape[i]) + " in " + shape_string(shape);
+    if (strides[i] < 0) return "has negative stride " + std::to_string(strides[i]);
+    auto n = checked_mul(numel, static_cast<uint64_t>(shape[i]));
+    if (!n || *n > (uint64_t{1} << 62)) return "has an element count that overflows: " + shape_string(shape);
+    numel = *n;
+  }
+  if (numel == 0) return {};
+  for (size_t i = 0; i < shape.size(); ++i) {
+    auto reach = checked_mul(static_cast<uint64_t>(shape[i] - 1), static_cast<uint64_t>(strides[i]));
+    auto sum = reach ? checked_add(last, *reach) : std::nullopt;
+    if (!sum) return "has sizes and strides whose extent overflows";
+    last = *sum;
+  }
+  if (last >= storage_numel)
+    return "needs storage elements up to " + std::to_string(last + 1) + " but the storage has " +
+           std::to_string(storage_numel);
+  return {};
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace swavg

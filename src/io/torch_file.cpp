@@ -1,0 +1,254 @@
+#include "io/torch_file.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "io/pickle.h"
+#include "io/zip.h"
+#include "util/checked.h"
+#include "util/error.h"
+#include "util/mapped_file.h"
+
+namespace swavg {
+
+const std::vector<std::string> kStateDictKeys = {"state_dict_ema", "model_ema", "ema",
+                                                 "state_dict",     "model",     "module"};
+
+namespace {
+
+constexpr int kMaxWalkDepth = 64;
+constexpr size_t kMaxListedOpaque = 1000;
+
+bool is_tensor(const pickle_node* n) { return n && n->kind == pickle_kind::tensor; }
+bool is_dict(const pickle_node* n) { return n && n->kind == pickle_kind::dict; }
+bool is_string(const pickle_node* n) { return n && n->kind == pickle_kind::string; }
+
+// The text a path component shows for a dict key or list index.
+std::string key_text(const pickle_node* k) {
+  if (!k) return "?";
+  switch (k->kind) {
+    case pickle_kind::string: return k->text;
+    case pickle_kind::integer: return std::to_string(k->int_value);
+    default: return "<" + pickle_type_name(*k) + ">";
+  }
+}
+
+std::string join(const std::string& path, const std::string& part) { return path.empty() ? part : path + "." + part; }
+
+bool maps_names_to_tensors(const pickle_node* n) {
+  if (!is_dict(n) || n->entries.empty()) return false;
+  for (const auto& [k, v] : n->entries)
+    if (!is_string(k) || !is_tensor(v)) return false;
+  return true;
+}
+
+bool has_tensors(const pickle_node* n) {
+  if (!is_dict(n)) return false;
+  for (const auto& [k, v] : n->entries)
+    if (is_tensor(v)) return true;
+  return false;
+}
+
+const pickle_node* dict_get(const pickle_node* d, const std::string& key) {
+  if (!is_dict(d)) return nullptr;
+  for (const auto& [k, v] : d->entries)
+    if (is_string(k) && k->text == key) return v;
+  return nullptr;
+}
+
+std::vector<std::string> string_keys(const pickle_node* d) {
+  std::vector<std::string> keys;
+  if (is_dict(d))
+    for (const auto& [k, v] : d->entries) keys.push_back(key_text(k));
+  return keys;
+}
+
+std::string list_text(const std::vector<std::string>& items, size_t max_items = 20) {
+  std::string s;
+  for (size_t i = 0; i < items.size() && i < max_items; ++i) s += (i ? ", '" : "'") + items[i] + "'";
+  if (items.size() > max_items) s += ", ... (" + std::to_string(items.size()) + " in all)";
+  return s.empty() ? "none" : s;
+}
+
+// Follows a dotted path; a key that itself contains dots is matched whole first.
+const pickle_node* resolve_path(const pickle_node* node, const std::string& path, const std::string& file) {
+  std::string rest = path;
+  std::string walked;
+  while (!rest.empty()) {
+    if (!is_dict(node))
+      throw usage_error(file + ": --key '" + path + "': '" + (walked.empty() ? "<top level>" : walked) + "' is a " +
+                        pickle_type_name(*node) + ", not a dict");
+    const pickle_node* next = nullptr;
+    size_t used = 0;
+    for (size_t end = rest.size(); end != std::string::npos && end > 0; end = rest.rfind('.', end - 1)) {
+      if ((next = dict_get(node, rest.substr(0, end)))) {
+        used = end;
+        break;
+      }
+      if (end == 0) break;
+    }
+    if (!next)
+      throw usage_error(file + ": --key '" + path + "': no key '" + rest.substr(0, rest.find('.')) + "' in " +
+                        (walked.empty() ? "the top level" : "'" + walked + "'") + "; keys there: " +
+                        list_text(string_keys(node)));
+    walked = join(walked, rest.substr(0, used));
+    rest = used < rest.size() ? rest.substr(used + 1) : "";
+    node = next;
+  }
+  return node;
+}
+
+std::string scalar_text(const pickle_node& n) {
+  switch (n.kind) {
+    case pickle_kind::none: return "None";
+    case pickle_kind::boolean: return n.bool_value ? "True" : "False";
+    case pickle_kind::integer: return std::to_string(n.int_value);
+    case pickle_kind::floating: {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.17g", n.float_value);
+      return buf;
+    }
+    case pickle_kind::string: return n.text.size() <= 200 ? n.text : n.text.substr(0, 200) + "...";
+    default: return {};
+  }
+}
+
+// Lists every opaque object with its dotted path, without recursion past kMaxWalkDepth and without
+// visiting a node twice (memo sharing and cycles).
+void collect_opaque(const pickle_node* n, const std::string& path, int depth, std::unordered_set<const pickle_node*>& seen,
+                    std::vector<other_entry>& out) {
+  if (!n || depth > kMaxWalkDepth || out.size() >= kMaxListedOpaque || !seen.insert(n).second) return;
+  if (n->kind == pickle_kind::opaque) {
+    out.push_back(other_entry{path.empty() ? "<top level>" : path, n->text, {}});
+    return;
+  }
+  if (n->kind == pickle_kind::dict) {
+    for (const auto& [k, v] : n->entries) collect_opaque(v, join(path, key_text(k)), depth + 1, seen, out);
+  } else if (n->kind == pickle_kind::list || n->kind == pickle_kind::tuple || n->kind == pickle_kind::set) {
+    for (size_t i = 0; i < n->items.size(); ++i) collect_opaque(n->items[i], join(path, std::to_string(i)), depth + 1, seen, out);
+  }
+}
+
+struct storage_check {
+  dtype type;
+  const zip_entry* entry;
+};
+
+class archive_reader {
+ public:
+  archive_reader(const std::shared_ptr<const mapped_file>& file, const zip_reader& zip)
+      : file_(file), zip_(zip), prefix_(zip.root() + "/") {}
+
+  tensor_view view_of(const std::string& name, const pickle_tensor_ref& t) {
+    const pickle_storage_ref& s = t.storage;
+    const std::string record = prefix_ + "data/" + s.key;
+    auto it = storages_.find(s.key);
+    if (it == storages_.end()) {
+      const zip_entry& e = zip_.stored(record);
+      auto expected = checked_mul(s.numel, itemsize(s.type));
+      if (!expected || *expected != e.size)
+        throw input_error(file_->path() + ": tensor '" + name + "': storage record '" + record + "' holds " +
+                          std::to_string(e.size) + " bytes but its " + storage_class_name(s.type) + " of " +
+                          std::to_string(s.numel) + " elements needs " +
+                          (expected ? std::to_string(*expected) : std::string("more than 2^64")));
+      it = storages_.emplace(s.key, storage_check{s.type, &e}).first;
+    } else if (it->second.type != s.type) {
+      throw input_error(file_->path() + ": tensor '" + name + "': storage '" + s.key + "' is used as " +
+                        dtype_name(s.type) + " here but as " + dtype_name(it->second.type) + " elsewhere");
+    }
+    std::string bounds = check_view_bounds(t.shape, t.strides, t.offset, s.numel);
+    if (!bounds.empty()) throw input_error(file_->path() + ": tensor '" + name + "' " + bounds);
+    tensor_view v;
+    v.type = s.type;
+    v.shape = t.shape;
+    v.strides = t.strides;
+    v.offset = t.offset;
+    v.storage = zip_.bytes(*it->second.entry);
+    v.storage_bytes = it->second.entry->size;
+    v.storage_key = s.key;
+    v.owner = file_;
+    return v;
+  }
+
+ private:
+  std::shared_ptr<const mapped_file> file_;
+  const zip_reader& zip_;
+  std::string prefix_;
+  std::unordered_map<std::string, storage_check> storages_;
+};
+
+}  // namespace
+
+bool is_torchscript_archive(const zip_reader& zip) {
+  const std::string prefix = zip.root() + "/";
+  if (zip.find(prefix + "constants.pkl")) return true;
+  for (const auto& e : zip.entries())
+    if (e.name.compare(0, prefix.size() + 5, prefix + "code/") == 0) return true;
+  return false;
+}
+
+state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const std::string& key) {
+  const std::string& path = file->path();
+  zip_reader zip(file->data(), file->size(), path);
+  if (is_torchscript_archive(zip))
+    throw input_error(path + ": is a TorchScript archive (torch.jit.save), expected a torch.save checkpoint here");
+  const std::string prefix = zip.root() + "/";
+  if (const zip_entry* order = zip.find(prefix + "byteorder")) {
+    const zip_entry& e = zip.stored(order->name);
+    std::string value(reinterpret_cast<const char*>(zip.bytes(e)), e.size);
+    if (value != "little")
+      throw input_error(path + ": byteorder record says '" + value + "'; swavg reads little-endian archives only");
+  }
+  const zip_entry& pkl = zip.stored(prefix + "data.pkl");
+  auto doc = unpickle(zip.bytes(pkl), pkl.size, path + ": " + pkl.name);
+
+  state_dict sd;
+  sd.path = path;
+  sd.format = file_format::torch;
+  std::unordered_set<const pickle_node*> seen;
+  collect_opaque(doc->root(), "", 0, seen, sd.opaque);
+
+  const pickle_node* root = doc->root();
+  const pickle_node* chosen = nullptr;
+  if (!key.empty()) {
+    chosen = resolve_path(root, key, path);
+    if (!is_dict(chosen))
+      throw usage_error(path + ": --key '" + key + "' is a " + pickle_type_name(*chosen) + ", expected a dict of tensors");
+    sd.key = key;
+  } else if (maps_names_to_tensors(root)) {
+    chosen = root;
+  } else {
+    for (const auto& k : kStateDictKeys) {
+      const pickle_node* v = dict_get(root, k);
+      if (has_tensors(v)) {
+        chosen = v;
+        sd.key = k;
+        break;
+      }
+    }
+    if (!chosen && has_tensors(root)) chosen = root;
+    if (!chosen) {
+      std::string what = is_dict(root) ? "top-level keys: " + list_text(string_keys(root))
+                                       : "the top level is a " + pickle_type_name(*root);
+      throw input_error(path + ": no state dict found (expected a dict of tensors at the top level or under one of " +
+                        list_text(kStateDictKeys) + "); " + what + "; choose one with --key");
+    }
+  }
+
+  archive_reader reader(file, zip);
+  std::unordered_set<std::string> names;
+  for (const auto& [k, v] : chosen->entries) {
+    std::string name = join(sd.key, key_text(k));
+    if (is_tensor(v) && is_string(k)) {
+      if (!names.insert(k->text).second)
+        throw input_error(path + ": tensor name '" + k->text + "' appears twice");
+      tensor_kind kind = v->tensor->is_parameter ? tensor_kind::parameter : tensor_kind::unknown;
+      sd.tensors.push_back(named_tensor{k->text, reader.view_of(k->text, *v->tensor), kind});
+    } else {
+      sd.others.push_back(other_entry{key_text(k), v ? pickle_type_name(*v) : "None", v ? scalar_text(*v) : ""});
+    }
+  }
+  return sd;
+}
+
+}  // namespace swavg

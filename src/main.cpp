@@ -1,0 +1,50 @@
+#include <torch/version.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <spdlog/spdlog.h>
+
+#include "cli/commands.h"
+#include "util/error.h"
+#include "util/log.h"
+
+int main(int argc, char** argv) {
+  using namespace swavg;
+  CLI::App app{"swavg: average PyTorch checkpoints (SWA, EMA) and recompute BatchNorm statistics"};
+  app.set_version_flag("--version", std::string("swavg ") + SWAVG_VERSION + " (LibTorch " + TORCH_VERSION + ")");
+  app.footer(
+      "Examples:\n"
+      "  swavg inspect ckpt.pt\n"
+      "  swavg convert ckpt.pt --key model --strip-prefix module. -o weights.safetensors\n"
+      "\nExit codes: 0 ok, 1 internal error, 2 bad usage, 3 bad input file, 4 inputs disagree, 5 I/O failure.");
+  app.require_subcommand(1);
+  app.fallthrough();
+  int verbose = 0;
+  bool quiet = false;
+  app.add_flag("-v,--verbose", verbose, "More log output on stderr (-vv for trace)");
+  app.add_flag("-q,--quiet", quiet, "Only errors on stderr");
+
+  std::vector<command> commands = {setup_inspect(app), setup_convert(app)};
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return static_cast<int>(exit_code::usage);
+  }
+
+  setup_logging(quiet ? -1 : verbose);
+  try {
+    for (const auto& c : commands)
+      if (c.app->parsed()) c.run();
+  } catch (const error& e) {
+    spdlog::error("{}", e.what());
+    return static_cast<int>(e.code());
+  } catch (const std::exception& e) {
+    spdlog::error("internal error: {}", e.what());
+    return static_cast<int>(exit_code::internal);
+  }
+  return 0;
+}

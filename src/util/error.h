@@ -1,0 +1,52 @@
+/*
+ * Errors carry the process exit code with them. They are thrown anywhere in the library and caught
+ * only in main(), which prints the message and exits with the code. The codes are documented in the
+ * README and are part of the CLI contract.
+ */
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace swavg {
+
+enum class exit_code : int {
+  ok = 0,
+  internal = 1,   // a bug or an unexpected failure
+  usage = 2,      // bad command line
+  bad_input = 3,  // an input file is malformed, unsupported or unsafe
+  mismatch = 4,   // inputs disagree with each other (names, shapes, dtypes)
+  io = 5,         // cannot read or write a file (missing, permissions, disk full)
+};
+
+class error : public std::runtime_error {
+ public:
+  error(exit_code code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  exit_code code() const { return code_; }
+
+ private:
+  exit_code code_;
+};
+
+struct usage_error : error {
+  explicit usage_error(const std::string& m) : error(exit_code::usage, m) {}
+};
+struct input_error : error {
+  explicit input_error(const std::string& m) : error(exit_code::bad_input, m) {}
+};
+struct mismatch_error : error {
+  explicit mismatch_error(const std::string& m) : error(exit_code::mismatch, m) {}
+};
+struct io_error : error {
+  explicit io_error(const std::string& m) : error(exit_code::io, m) {}
+};
+
+// Throws input_error(message) unless cond holds.
+inline void check_input(bool cond, const std::string& message) {
+  if (!cond) throw input_error(message);
+}
+
+// The text of errno for messages ("No such file or directory").
+std::string errno_text(int err);
+
+}  // namespace swavg

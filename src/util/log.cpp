@@ -1,0 +1,20 @@
+#include "util/log.h"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+namespace swavg {
+
+void setup_logging(int verbosity) {
+  spdlog::drop("swavg");
+  auto logger = spdlog::stderr_color_mt("swavg");
+  logger->set_pattern("swavg: %^%l%$: %v");
+  spdlog::level::level_enum level = spdlog::level::info;
+  if (verbosity < 0) level = spdlog::level::err;
+  if (verbosity == 1) level = spdlog::level::debug;
+  if (verbosity >= 2) level = spdlog::level::trace;
+  logger->set_level(level);
+  spdlog::set_default_logger(logger);
+}
+
+}  // namespace swavg

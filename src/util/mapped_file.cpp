@@ -1,0 +1,82 @@
+#include "util/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "util/error.h"
+
+namespace swavg {
+namespace {
+
+struct fd_guard {
+  int fd;
+  ~fd_guard() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+std::string file_type_name(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  return "not a regular file";
+}
+
+}  // namespace
+
+std::shared_ptr<const mapped_file> mapped_file::open(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    int err = errno;
+    struct stat lst {};
+    if (err == ENOENT && ::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
+      throw io_error(path + ": dangling symbolic link");
+    if (err == ELOOP) throw io_error(path + ": too many levels of symbolic links");
+    throw io_error(path + ": cannot open: " + errno_text(err));
+  }
+  if (!S_ISREG(st.st_mode)) throw input_error(path + ": expected a regular file but it is " + file_type_name(st.st_mode));
+  // O_NONBLOCK: a path swapped for a FIFO between stat and open must not hang us.
+  fd_guard fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
+  if (fd.fd < 0) throw io_error(path + ": cannot open: " + errno_text(errno));
+  if (::fstat(fd.fd, &st) != 0) throw io_error(path + ": cannot stat: " + errno_text(errno));
+  if (!S_ISREG(st.st_mode)) throw input_error(path + ": expected a regular file but it is " + file_type_name(st.st_mode));
+
+  std::shared_ptr<mapped_file> m(new mapped_file());
+  m->path_ = path;
+  m->size_ = static_cast<size_t>(st.st_size);
+  if (m->size_ == 0) return m;
+  void* p = ::mmap(nullptr, m->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd.fd, 0);
+  if (p == MAP_FAILED) throw io_error(path + ": cannot map " + std::to_string(m->size_) + " bytes: " + errno_text(errno));
+  m->data_ = static_cast<const uint8_t*>(p);
+  m->mapped_ = true;
+  return m;
+}
+
+std::shared_ptr<const mapped_file> mapped_file::from_memory(std::string bytes, const std::string& path) {
+  std::shared_ptr<mapped_file> m(new mapped_file());
+  m->owned_ = std::move(bytes);
+  m->path_ = path;
+  m->size_ = m->owned_.size();
+  m->data_ = reinterpret_cast<const uint8_t*>(m->owned_.data());
+  return m;
+}
+
+mapped_file::~mapped_file() {
+  if (mapped_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+void mapped_file::will_need(uint64_t offset, uint64_t length) const {
+  if (!mapped_ || offset >= size_) return;
+  long page = ::sysconf(_SC_PAGESIZE);
+  uint64_t start = offset / page * page;
+  uint64_t end = std::min<uint64_t>(size_, offset + length);
+  ::madvise(const_cast<uint8_t*>(data_) + start, end - start, MADV_WILLNEED);
+}
+
+}  // namespace swavg

@@ -1,0 +1,514 @@
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/pickle.h"
+#include "util/error.h"
+
+using namespace swavg;
+using namespace std::string_literals;
+using json = nlohmann::json;
+
+namespace {
+
+const std::string kPickles = std::string(SWAVG_FIXTURES_DIR) + "/pickles/";
+const std::string kContext = "test.pt: archive/data.pkl";
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path + " (run scripts/make_fixtures.py first)");
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::unique_ptr<pickle_document> parse(const std::string& data, const unpickle_limits& limits = {}) {
+  return unpickle(reinterpret_cast<const uint8_t*>(data.data()), data.size(), kContext, limits);
+}
+
+// The message of the input_error that parsing `data` throws ("" when it parses).
+std::string parse_error(const std::string& data, const unpickle_limits& limits = {}) {
+  try {
+    parse(data, limits);
+  } catch (const input_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string escape(const std::string& s) {
+  std::string out;
+  char buf[8];
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+// Decimal text of a little-endian two's complement integer.
+std::string big_decimal(std::string le) {
+  const bool negative = !le.empty() && (static_cast<unsigned char>(le.back()) & 0x80);
+  if (negative) {
+    unsigned carry = 1;
+    for (char& c : le) {
+      const unsigned t = static_cast<unsigned char>(~static_cast<unsigned char>(c)) + carry;
+      c = static_cast<char>(t & 0xff);
+      carry = t >> 8;
+    }
+  }
+  std::vector<uint32_t> mag;  // base 1e9 would need a conversion; divide the bytes instead
+  std::vector<uint8_t> bytes(le.rbegin(), le.rend());  // most significant first
+  std::string digits;
+  while (std::any_of(bytes.begin(), bytes.end(), [](uint8_t b) { return b != 0; })) {
+    unsigned rem = 0;
+    for (uint8_t& b : bytes) {
+      const unsigned cur = rem * 256 + b;
+      b = static_cast<uint8_t>(cur / 10);
+      rem = cur % 10;
+    }
+    digits += static_cast<char>('0' + rem);
+  }
+  if (digits.empty()) digits = "0";
+  if (negative) digits += '-';
+  return std::string(digits.rbegin(), digits.rend());
+}
+
+std::string join_ints(const std::vector<int64_t>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + std::to_string(v[i]);
+  return out;
+}
+
+// The canonical rendering that scripts/fixtures/pickles.py describes.
+struct renderer {
+  std::set<const pickle_node*> active;
+
+  std::string seq(const std::vector<pickle_node*>& items) {
+    std::string out;
+    for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + render(items[i]);
+    return out;
+  }
+
+  std::string entries(const pickle_node* d) {
+    std::string out = "{";
+    for (size_t i = 0; i < d->entries.size(); ++i)
+      out += (i ? ", " : "") + render(d->entries[i].first) + ": " + render(d->entries[i].second);
+    return out + "}";
+  }
+
+  std::string render(const pickle_node* n) {
+    char buf[64];
+    switch (n->kind) {
+      case pickle_kind::none: return "None";
+      case pickle_kind::boolean: return n->bool_value ? "True" : "False";
+      case pickle_kind::integer: return std::to_string(n->int_value);
+      case pickle_kind::big_integer: return big_decimal(n->text);
+      case pickle_kind::floating: std::snprintf(buf, sizeof buf, "float:%.17g", n->float_value); return buf;
+      case pickle_kind::string: return "\"" + escape(n->text) + "\"";
+      case pickle_kind::bytes: return "b\"" + escape(n->text) + "\"";
+      case pickle_kind::global: return "global:" + n->text;
+      case pickle_kind::opaque: return "opaque:" + n->text;
+      case pickle_kind::storage: return "storage:" + n->storage->key;
+      case pickle_kind::tensor: {
+        const pickle_tensor_ref& t = *n->tensor;
+        return "tensor:"s + dtype_name(t.storage.type) + ":[" + join_ints(t.shape) + "]:[" + join_ints(t.strides) +
+               "]:" + std::to_string(t.offset) + ":\"" + t.storage.key + "\":" + t.storage.location + ":" +
+               std::to_string(t.storage.numel) + ":" + (t.requires_grad ? "1" : "0") + ":" +
+               (t.is_parameter ? "1" : "0");
+      }
+      default: break;
+    }
+    if (!active.insert(n).second) return "<cycle>";
+    std::string out;
+    switch (n->kind) {
+      case pickle_kind::list: out = "[" + seq(n->items) + "]"; break;
+      case pickle_kind::tuple: out = "(" + seq(n->items) + ")"; break;
+      case pickle_kind::set: {
+        std::vector<std::string> parts;
+        for (const pickle_node* x : n->items) parts.push_back(render(x));
+        std::sort(parts.begin(), parts.end());
+        out = "set{";
+        for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
+        out += "}";
+        break;
+      }
+      case pickle_kind::dict:
+        out = (n->ordered ? "OrderedDict" : "") + entries(n);
+        if (n->attributes) out += "@" + entries(n->attributes);
+        break;
+      default: out = "?";
+    }
+    active.erase(n);
+    return out;
+  }
+};
+
+std::string render(const pickle_node* n) { return renderer().render(n); }
+
+const pickle_node* entry(const pickle_node* dict, const std::string& key) {
+  for (const auto& [k, v] : dict->entries)
+    if (k->kind == pickle_kind::string && k->text == key) return v;
+  return nullptr;
+}
+
+std::string binunicode(const std::string& s) {
+  std::string out = "X";
+  const uint32_t n = static_cast<uint32_t>(s.size());
+  for (int i = 0; i < 4; ++i) out += static_cast<char>((n >> (8 * i)) & 0xff);
+  return out + s;
+}
+
+// A torch.save-style tensor: _rebuild_tensor_v2(storage("0", float), offset, size, stride, False, OrderedDict()).
+std::string storage_pid(const std::string& cls = "FloatStorage") {
+  return "(" + binunicode("storage") + "ctorch\n" + cls + "\n" + binunicode("0") + binunicode("cpu") + "K\x06tQ";
+}
+
+}  // namespace
+
+TEST_CASE("Python's own pickles parse to the values Python wrote", "[pickle]") {
+  const json expected = json::parse(read_file(kPickles + "expected.json"));
+  REQUIRE(expected.size() > 50);
+  for (const auto& e : expected) {
+    const std::string file = e.at("file");
+    INFO(file);
+    auto doc = parse(read_file(kPickles + file));
+    REQUIRE(doc->root());
+    CHECK(render(doc->root()) == e.at("render").get<std::string>());
+    const std::set<std::string> opaque(doc->opaque_globals().begin(), doc->opaque_globals().end());
+    CHECK(opaque == e.at("opaque").get<std::set<std::string>>());
+    CHECK(opaque.size() == doc->opaque_globals().size());
+  }
+}
+
+TEST_CASE("memo sharing keeps one node per shared object", "[pickle]") {
+  for (int proto : {0, 2, 4, 5}) {
+    INFO("protocol " << proto);
+    auto doc = parse(read_file(kPickles + "memo.p" + std::to_string(proto) + ".pkl"));
+    const pickle_node* root = doc->root();
+    REQUIRE(root->kind == pickle_kind::dict);
+    const pickle_node* a = entry(root, "a");
+    const pickle_node* t = entry(root, "t");
+    REQUIRE(a);
+    CHECK(a == entry(root, "b"));
+    REQUIRE(t->items.size() == 2);
+    CHECK(t->items[0] == a);
+    CHECK(t->items[1] == a);
+    const pickle_node* list = entry(root, "list");
+    CHECK(list->items.at(1) == list);
+    const pickle_node* d = entry(root, "dict");
+    CHECK(entry(d, "self") == d);
+    const pickle_node* tuple = entry(root, "tuple");
+    CHECK(tuple->items.at(0)->items.at(0) == tuple);
+  }
+}
+
+TEST_CASE("torch.save's data.pkl gives tensors, storages and _metadata", "[pickle]") {
+  auto doc = parse(read_file(kPickles + "torch_state.pkl"));
+  const pickle_node* root = doc->root();
+  REQUIRE(root->kind == pickle_kind::dict);
+  CHECK(root->ordered);
+  CHECK(pickle_type_name(*root) == "OrderedDict");
+  CHECK(doc->opaque_globals().empty());
+  REQUIRE(root->attributes);
+  const pickle_node* metadata = entry(root->attributes, "_metadata");
+  REQUIRE(metadata);
+  CHECK(metadata->ordered);
+  const pickle_node* version = entry(entry(metadata, "lin"), "version");
+  REQUIRE(version);
+  CHECK(version->int_value == 1);
+
+  const pickle_node* w = entry(root, "lin.weight");
+  REQUIRE(w->kind == pickle_kind::tensor);
+  CHECK(pickle_type_name(*w) == "tensor");
+  CHECK(w->tensor->storage.type == dtype::float32);
+  CHECK(w->tensor->shape == std::vector<int64_t>{2, 3});
+  CHECK(w->tensor->strides == std::vector<int64_t>{3, 1});
+  CHECK(entry(root, "bf16")->tensor->storage.type == dtype::bfloat16);
+  CHECK(entry(root, "flag")->tensor->storage.type == dtype::bool_);
+  CHECK(entry(root, "c64")->tensor->storage.type == dtype::complex64);
+  CHECK(entry(root, "tied.a")->tensor->storage.key == entry(root, "tied.b")->tensor->storage.key);
+  CHECK(entry(root, "row")->tensor->offset == 3);
+  CHECK(entry(root, "param")->tensor->is_parameter);
+  CHECK(entry(root, "param")->tensor->requires_grad);
+  CHECK(entry(root, "grad")->tensor->requires_grad);
+  CHECK_FALSE(entry(root, "grad")->tensor->is_parameter);
+}
+
+TEST_CASE("pickle_type_name names every kind", "[pickle]") {
+  auto doc = parse("\x80\x02(NI01\nK\x01\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00\x01G?\xf0\x00\x00\x00\x00\x00\x00"s +
+                   binunicode("s") + "C\x01x])\x8f}cargparse\nNamespace\n)\x81" + "cos\nsep\nl."s);
+  const std::vector<std::string> want = {"None", "bool", "int",  "int",   "float", "str", "bytes", "list",
+                                         "tuple", "set", "dict", "argparse.Namespace", "global"};
+  const pickle_node* root = doc->root();
+  REQUIRE(root->kind == pickle_kind::list);
+  REQUIRE(root->items.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) CHECK(pickle_type_name(*root->items[i]) == want[i]);
+  CHECK(root->items[3]->kind == pickle_kind::big_integer);
+}
+
+TEST_CASE("dangerous callables become opaque and are never run", "[pickle][hostile]") {
+  const std::string marker = "/tmp/swavg_pickle_pwned_" + std::to_string(getpid());
+  std::remove(marker.c_str());
+  const std::string cmd = "touch " + marker;
+  struct named {
+    const char* name;
+    std::string data;
+  };
+  const std::vector<named> cases = {
+      {"os.system", "cos\nsystem\n(S'" + cmd + "'\ntR."},
+      {"posix.system", "cposix\nsystem\n(S'" + cmd + "'\ntR."},
+      {"builtins.eval", "cbuiltins\neval\n(S'__import__(\"os\").system(\"" + cmd + "\")'\ntR."},
+      {"os.system", "\x80\x04\x8c\x02os\x8c\x06system\x93" + binunicode(cmd) + "\x85R."},
+      {"subprocess.Popen", "\x80\x02" "csubprocess\nPopen\n" + binunicode(cmd) + "\x85\x81."},
+      {"os.system", "(cos\nsystem\n" + binunicode(cmd) + "o."},
+      {"os.system", "(" + binunicode(cmd) + "ios\nsystem\n."},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    auto doc = parse(c.data);
+    REQUIRE(doc->root()->kind == pickle_kind::opaque);
+    CHECK(doc->root()->text == c.name);
+    CHECK(pickle_type_name(*doc->root()) == c.name);
+    CHECK(doc->opaque_globals() == std::vector<std::string>{c.name});
+  }
+  CHECK(access(marker.c_str(), F_OK) != 0);
+
+  // Items, state and calls on opaque objects are dropped.
+  auto doc = parse("\x80\x02" "cos\nsystem\n)R(K\x01" "eK\x02" "a}" "b(K\x01K\x02u)R."s);
+  CHECK(doc->root()->kind == pickle_kind::opaque);
+  CHECK(doc->opaque_globals() == std::vector<std::string>{"os.system"});
+}
+
+TEST_CASE("malformed pickles are input errors with the offset and opcode", "[pickle][hostile]") {
+  CHECK(parse_error("\x80\x02R.") == kContext + ": at byte 2: opcode REDUCE (0x52): stack underflow");
+  CHECK(parse_error("\x80\x02h\x05.") == kContext + ": at byte 2: opcode BINGET (0x68): memo key 5 not found");
+  CHECK(parse_error("\x80\x02N\xff.") == kContext + ": at byte 3: unknown opcode 0xff");
+  CHECK(parse_error("\x80\x02" + "X\x10\x00\x00\x00"s + "ab") ==
+        kContext + ": at byte 2: opcode BINUNICODE (0x58): unexpected end of data");
+  CHECK(parse_error("\x80\x02N") == kContext + ": at byte 3: data ends without STOP");
+  CHECK(parse_error("") == kContext + ": at byte 0: data ends without STOP");
+  CHECK(parse_error("\x80\x02]N" "e.") == kContext + ": at byte 4: opcode APPENDS (0x65): MARK missing");
+
+  const std::vector<std::string> bad = {
+      "\x80\x04\x8d\xff\xff\xff\xff\xff\xff\xff\xff.",  // BINUNICODE8 of 2^64 - 1 bytes
+      "\x80\x04\x8d\x00\x00\x00\x00\x00\x00\x00\x80."s,  // BINUNICODE8 of 2^63 bytes
+      "\x80\x04\x8e\xf0\xff\xff\xff\xff\xff\xff\x7f.",  // BINBYTES8
+      "\x80\x05\x96\xff\xff\xff\xff\xff\xff\xff\xff.",  // BYTEARRAY8
+      "\x80\x02X\xff\xff\xff\xff.",                     // BINUNICODE
+      "\x80\x02\x8b\xff\xff\xff\xff.",                  // LONG4 with a negative length
+      "\x80\x02\x8b\xff\xff\xff\x7f.",                  // LONG4 past the end
+      "\x80\x02T\xff\xff\xff\xff.",                     // BINSTRING with a negative length
+      "\x80\x02j\xff\xff\xff\xff.",                     // LONG_BINGET of a missing key
+      "\x80\x02q\x00."s,                                 // BINPUT with an empty stack
+      "\x80\x06N.",                                     // protocol 6
+      "\x80\x02\x82\x01.",                              // EXT1
+      "\x80\x05\x97.",                                  // NEXT_BUFFER
+      "\x80\x05N\x98.",                                 // READONLY_BUFFER
+      "\x80\x02}N" "a.",                                // APPEND to a dict
+      "\x80\x02]NN" "s.",                               // SETITEM on a list
+      "\x80\x02(N" "d.",                                // DICT with an odd count
+      "\x80\x02)(N\x90.",                                // ADDITEMS to a tuple
+      "\x80\x02NN\x52.",                                // REDUCE with args that are not a tuple
+      "\x80\x02K\x01)\x52.",                            // calling an int
+      "\x80\x02(\x85.",                                 // TUPLE1 across a MARK
+      "\x80\x02(" ".",                                  // STOP with only a MARK
+      "I12x\n.",                                        // bad INT
+      "I" + std::string(5000, '9') + "\n.",             // INT too long
+      "F1.5x\n.",                                       // bad FLOAT
+      "S'abc\n.",                                       // unquoted STRING
+      "S'ab\\x4'\n.",                                   // bad \x escape
+      "V\\u12\n.",                                      // truncated \u escape
+      "V\\U00110000\n.",                                // \U out of range
+      "Vabc",                                           // unterminated line
+      "g-1\n.",                                         // negative memo index
+      "c\nsystem\n.",                                   // empty module
+      "cos\nsys\x01tem\n.",                             // control character in a name
+      "\x80\x02X\x02\x00\x00\x00\xc3\x28."s,             // invalid UTF-8
+      "\x80\x04\x8c\x02osK\x01\x93.",                   // STACK_GLOBAL with an int
+      "\x80\x02" "ctorch._utils\n_rebuild_tensor_v2\n(NK\x00)))\x89)tR."s,  // storage is None
+  };
+  for (const auto& data : bad) {
+    INFO(escape(data));
+    const std::string m = parse_error(data);
+    CHECK(m.rfind(kContext + ": at byte ", 0) == 0);
+  }
+}
+
+TEST_CASE("persistent ids other than storages are rejected", "[pickle][hostile]") {
+  CHECK(parse_error("\x80\x02" + binunicode("abc") + "Q.") ==
+        kContext + ": at byte 10: opcode BINPERSID (0x51): persistent id is not a storage: str 'abc'");
+  CHECK(parse_error("Pxyz\n.") == kContext + ": at byte 0: opcode PERSID (0x50): persistent id is not a storage: str 'xyz'");
+  CHECK(parse_error("\x80\x02)Q.").find("persistent id is not a storage: tuple") != std::string::npos);
+  // Wrong tag, a storage class that is not torch's, an unknown storage type, bad fields.
+  const std::vector<std::string> bad = {
+      "\x80\x02(" + binunicode("storagE") + "ctorch\nFloatStorage\n" + binunicode("0") + binunicode("cpu") + "K\x06tQ.",
+      "\x80\x02(" + binunicode("storage") + "cos\nFloatStorage\n" + binunicode("0") + binunicode("cpu") + "K\x06tQ.",
+      "\x80\x02" + storage_pid("FooStorage") + ".",
+      "\x80\x02(" + binunicode("storage") + "ctorch\nFloatStorage\nK\x00"s + binunicode("cpu") + "K\x06tQ.",
+      "\x80\x02(" + binunicode("storage") + "ctorch\nFloatStorage\n" + binunicode("0") + binunicode("cpu") + "J\xff\xff\xff\xfftQ.",
+      "\x80\x02(" + binunicode("storage") + "ctorch\nFloatStorage\n" + binunicode("0") + binunicode("cpu") + "tQ.",
+  };
+  for (const auto& data : bad) {
+    INFO(escape(data));
+    CHECK(parse_error(data).find("BINPERSID (0x51)") != std::string::npos);
+  }
+}
+
+TEST_CASE("tensor rebuilds check their arguments", "[pickle]") {
+  const std::string v2 = "\x80\x02" "ctorch._utils\n_rebuild_tensor_v2\n(" + storage_pid();
+  auto doc = parse(v2 + "K\x02K\x02K\x02\x86K\x01K\x02\x86\x88" "ccollections\nOrderedDict\n)RtR.");
+  const pickle_node* t = doc->root();
+  REQUIRE(t->kind == pickle_kind::tensor);
+  CHECK(t->tensor->offset == 2);
+  CHECK(t->tensor->shape == std::vector<int64_t>{2, 2});
+  CHECK(t->tensor->strides == std::vector<int64_t>{1, 2});
+  CHECK(t->tensor->requires_grad);
+  CHECK(t->tensor->storage.numel == 6);
+  CHECK(t->tensor->storage.location == "cpu");
+  CHECK(t->tensor->storage.type == dtype::float32);
+
+  // The legacy four-argument form, and a parameter with state.
+  doc = parse("\x80\x02" "ctorch._utils\n_rebuild_tensor\n(" + storage_pid("HalfStorage") + "K\x00K\x06\x85K\x01\x85tR."s);
+  REQUIRE(doc->root()->kind == pickle_kind::tensor);
+  CHECK(doc->root()->tensor->storage.type == dtype::float16);
+  doc = parse("\x80\x02" "ctorch._utils\n_rebuild_parameter_with_state\n(" "ctorch._utils\n_rebuild_tensor\n(" +
+              storage_pid("LongStorage") + "K\x00))tR\x89}}tR."s);
+  REQUIRE(doc->root()->kind == pickle_kind::tensor);
+  CHECK(doc->root()->tensor->is_parameter);
+  CHECK_FALSE(doc->root()->tensor->requires_grad);
+  CHECK(doc->root()->tensor->shape.empty());
+  CHECK(doc->root()->tensor->storage.type == dtype::int64);
+
+  const std::vector<std::string> bad = {
+      v2 + "K\x00NK\x01\x85\x89NtR."s,                      // size is None
+      v2 + "K\x00K\x02\x85NN\x89NtR."s,                     // stride is None
+      v2 + "K\x00K\x02\x85K\x01K\x01\x86\x89NtR."s,         // size and stride differ in length
+      v2 + "J\xff\xff\xff\xffK\x02\x85K\x01\x85\x89NtR.",  // negative offset
+      v2 + "K\x00J\xff\xff\xff\xff\x85K\x01\x85\x89NtR."s,  // negative size
+      v2 + "K\x00X\x01\x00\x00\x00"s "a\x85K\x01\x85\x89NtR.",  // size of str
+      v2 + "K\x00K\x02\x85K\x01\x85NNtR."s,                  // requires_grad is None
+      v2 + "K\x00K\x02\x85K\x01\x85tR."s,                    // too few arguments
+      "\x80\x02" "ctorch._utils\n_rebuild_parameter\n(N\x88NtR.",  // data is not a tensor
+  };
+  for (const auto& data : bad) {
+    INFO(escape(data));
+    CHECK(parse_error(data).find("opcode REDUCE (0x52)") != std::string::npos);
+  }
+}
+
+TEST_CASE("containers follow Python's semantics", "[pickle]") {
+  // Duplicate keys keep the first position and the last value; True == 1 == 1.0.
+  auto doc = parse("\x80\x02}(" + binunicode("a") + "K\x01" + binunicode("b") + "K\x02" + binunicode("a") +
+                   "K\x03\x88K\x04K\x01K\x05G?\xf0\x00\x00\x00\x00\x00\x00K\x06u."s);
+  CHECK(render(doc->root()) == "{\"a\": 3, \"b\": 2, True: 6}");
+
+  // The same with more keys than the linear scan handles.
+  std::string many = "\x80\x02}(";
+  for (int round = 0; round < 2; ++round)
+    for (int i = 0; i < 40; ++i) many += binunicode("k" + std::to_string(i)) + "K" + static_cast<char>(round * 50 + i);
+  doc = parse(many + "u.");
+  REQUIRE(doc->root()->entries.size() == 40);
+  CHECK(doc->root()->entries[7].second->int_value == 57);
+
+  // Sets drop duplicates too.
+  doc = parse("\x80\x04\x8f(K\x01K\x02K\x01\x88\x90.");
+  CHECK(render(doc->root()) == "set{1, 2}");
+
+  // POP with nothing above the MARK pops the MARK; POP_MARK drops everything above it.
+  doc = parse("\x80\x02K\x07(0.");
+  CHECK(doc->root()->int_value == 7);
+  doc = parse("\x80\x02K\x07(K\x01K\x02" "1.");
+  CHECK(doc->root()->int_value == 7);
+
+  // BUILD with (None, slots) and (dict, dict) state; BUILD on other kinds drops the state.
+  doc = parse("\x80\x02" "ccollections\nOrderedDict\n)R(N}(" + binunicode("x") + "K\x01utb.");
+  CHECK(render(doc->root()) == "OrderedDict{}@{\"x\": 1}");
+  doc = parse("\x80\x02}(}(" + binunicode("x") + "K\x01u}(" + binunicode("y") + "K\x02utb.");
+  CHECK(render(doc->root()) == "{}@{\"x\": 1, \"y\": 2}");
+  doc = parse("\x80\x02]K\x01" "b.");
+  CHECK(render(doc->root()) == "[]");
+
+  // OrderedDict, dict and list from arguments.
+  doc = parse("\x80\x02" "ccollections\nOrderedDict\n]((K\x01K\x02t(K\x03K\x04te\x85R.");
+  CHECK(render(doc->root()) == "OrderedDict{1: 2, 3: 4}");
+  doc = parse("\x80\x02" "c__builtin__\ndict\n](K\x01K\x02\x86" "e\x85R.");
+  CHECK(render(doc->root()) == "{1: 2}");
+  doc = parse("\x80\x02" "c" "builtins\nlist\n(K\x01K\x02t\x85R.");
+  CHECK(render(doc->root()) == "[1, 2]");
+  doc = parse("\x80\x02" "c" "collections\ndefaultdict\n" "c" "builtins\nlist\n\x85R.");
+  CHECK(render(doc->root()) == "{}");
+
+  // Protocol 0 text forms.
+  doc = parse("(I01\nI00\nI-12\nL123456789012345678901234567890L\nF-1.25\nS'a\\x41\\n\\101\\\\'\nV\\u00e9\\\\x\np0\ng0\nl.");
+  CHECK(render(doc->root()) ==
+        "[True, False, -12, 123456789012345678901234567890, float:-1.25, \"aA\\x0a" "A\\x5c\", \"\\xc3\\xa9\\x5c\\x5cx\", "
+        "\"\\xc3\\xa9\\x5c\\x5cx\"]");
+}
+
+TEST_CASE("deep nesting needs no recursion", "[pickle][hostile]") {
+  constexpr int kDepth = 1'000'000;
+  // Lists nested through the memo, with a stack of constant height.
+  std::string data = "\x80\x02]q\x00"s;
+  const std::string step = "]r\x01\x00\x00\x00"s "a" "0j\x01\x00\x00\x00"s;
+  data.reserve(data.size() + step.size() * kDepth + 8);
+  for (int i = 0; i < kDepth; ++i) data += step;
+  data += "0h\x00."s;
+  auto doc = parse(data);
+  int depth = 0;
+  for (const pickle_node* n = doc->root(); !n->items.empty(); n = n->items[0]) ++depth;
+  CHECK(depth == kDepth);
+  doc.reset();
+
+  // Lists nested on the stack.
+  data = "\x80\x02" + std::string(kDepth, ']') + std::string(kDepth - 1, 'a') + ".";
+  doc = parse(data);
+  depth = 0;
+  for (const pickle_node* n = doc->root(); !n->items.empty(); n = n->items[0]) ++depth;
+  CHECK(depth == kDepth - 1);
+
+  // Limits.
+  unpickle_limits small;
+  small.max_stack = 1000;
+  CHECK(parse_error(data, small).find("stack too deep") != std::string::npos);
+  small = {};
+  small.max_nodes = 1000;
+  CHECK(parse_error(data, small).find("too many objects") != std::string::npos);
+  small = {};
+  small.max_memo = 2;
+  CHECK(parse_error("\x80\x02Nq\x00q\x01q\x02."s, small).find("too many memo entries") != std::string::npos);
+  CHECK(parse_error("\x80\x02Nq\x00q\x01q\x00q\x01."s, small) == "");
+}
+
+TEST_CASE("truncated and corrupted data.pkl never crashes", "[pickle][hostile]") {
+  const std::string good = read_file(kPickles + "torch_state.pkl");
+  for (size_t n = 0; n < good.size(); ++n) {
+    const std::string m = parse_error(good.substr(0, n));
+    INFO("prefix " << n);
+    CHECK(m.rfind(kContext + ": at byte ", 0) == 0);
+  }
+  std::mt19937 rng(12345);
+  int parsed = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string bad = good;
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < flips; ++f) bad[rng() % bad.size()] = static_cast<char>(rng() & 0xff);
+    if (parse_error(bad).empty()) ++parsed;
+  }
+  CHECK(parsed < 3000);
+}

@@ -1,0 +1,459 @@
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/safetensors.h"
+#include "util/atomic_file.h"
+#include "util/checked.h"
+#include "util/error.h"
+#include "util/mapped_file.h"
+
+using namespace swavg;
+using json = nlohmann::json;
+
+namespace {
+
+#ifndef SWAVG_PYTHON
+#define SWAVG_PYTHON "/usr/bin/python3"
+#endif
+
+const std::string kFixtures = SWAVG_FIXTURES_DIR;
+const std::string kBadPath = "bad.safetensors";
+
+std::string source_dir() {
+#ifdef SWAVG_SOURCE_DIR
+  return SWAVG_SOURCE_DIR;
+#else
+  std::string file = __FILE__;  // <source>/tests/test_safetensors.cpp
+  auto tests = file.rfind("tests/");
+  return tests == std::string::npos || tests == 0 ? "." : file.substr(0, tests - 1);
+#endif
+}
+
+// SHA-256 (FIPS 180-4), to compare bytes with the digests the fixture manifests record.
+std::string sha256_hex(const uint8_t* data, size_t size) {
+  static const uint32_t k[64] = {
+      0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+      0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+      0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+      0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+      0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+      0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+      0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+      0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+  uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  std::vector<uint8_t> msg(data, data + size);
+  msg.push_back(0x80);
+  while (msg.size() % 64 != 56) msg.push_back(0);
+  const uint64_t bits = static_cast<uint64_t>(size) * 8;
+  for (int i = 7; i >= 0; --i) msg.push_back(static_cast<uint8_t>(bits >> (8 * i)));
+  auto rotr = [](uint32_t x, int n) { return (x >> n) | (x << (32 - n)); };
+  for (size_t chunk = 0; chunk < msg.size(); chunk += 64) {
+    uint32_t w[64];
+    for (int i = 0; i < 16; ++i)
+      w[i] = uint32_t{msg[chunk + 4 * i]} << 24 | uint32_t{msg[chunk + 4 * i + 1]} << 16 |
+             uint32_t{msg[chunk + 4 * i + 2]} << 8 | uint32_t{msg[chunk + 4 * i + 3]};
+    for (int i = 16; i < 64; ++i) {
+      uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+      uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
+    for (int i = 0; i < 64; ++i) {
+      uint32_t t1 = hh + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + k[i] + w[i];
+      uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+      hh = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
+    }
+    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += hh;
+  }
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (uint32_t v : h)
+    for (int i = 28; i >= 0; i -= 4) out += kHex[(v >> i) & 15];
+  return out;
+}
+
+std::string le64(uint64_t v) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>(v >> (8 * i));
+  return s;
+}
+
+// A file with this header text (unpadded) and `data_len` data bytes.
+std::string st_bytes(const std::string& header, size_t data_len) {
+  return le64(header.size()) + header + std::string(data_len, '\x5a');
+}
+
+std::string entry(const std::string& dtype, const std::string& shape, uint64_t begin, uint64_t end) {
+  return R"({"dtype":")" + dtype + R"(","shape":)" + shape + R"(,"data_offsets":[)" +
+         std::to_string(begin) + "," + std::to_string(end) + "]}";
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  return json::parse(in);
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct temp_dir {
+  std::string path;
+  temp_dir() {
+    char tmpl[] = "/tmp/swavg_st_XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    path = tmpl;
+  }
+  ~temp_dir() { std::system(("rm -rf '" + path + "'").c_str()); }
+};
+
+int run_python_check(const std::string& file, const std::string& manifest, bool quiet = false) {
+  const std::string cmd = std::string(SWAVG_PYTHON) + " '" + source_dir() + "/tests/cli/safetensors_ref.py' check '" +
+                          file + "' '" + manifest + "'" + (quiet ? " 2>/dev/null" : "");
+  int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void compare_with_manifest(const safetensors_content& c, const json& manifest) {
+  const auto& want = manifest["tensors"];
+  REQUIRE(c.tensors.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const auto& t = c.tensors[i];
+    INFO(t.name);
+    CHECK(t.name == want[i]["name"].get<std::string>());
+    CHECK(dtype_name(t.view.type) == want[i]["dtype"].get<std::string>());
+    CHECK(t.view.shape == want[i]["shape"].get<std::vector<int64_t>>());
+    CHECK(t.view.strides == contiguous_strides(t.view.shape));
+    CHECK(t.view.offset == 0);
+    CHECK(t.view.storage_key == t.name);
+    CHECK(t.view.storage_bytes == t.view.nbytes());
+    CHECK(t.view.is_contiguous());
+    CHECK(sha256_hex(t.view.data(), t.view.nbytes()) == want[i]["sha256"].get<std::string>());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("sha256 helper matches known digests", "[safetensors]") {
+  CHECK(sha256_hex(nullptr, 0) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  const std::string abc = "abc";
+  CHECK(sha256_hex(reinterpret_cast<const uint8_t*>(abc.data()), 3) ==
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST_CASE("reads a file written by the spec-following Python writer", "[safetensors]") {
+  auto file = mapped_file::open(kFixtures + "/st_mixed.safetensors");
+  auto content = read_safetensors(file);
+  auto manifest = read_json(kFixtures + "/st_mixed.json");
+  compare_with_manifest(content, manifest);
+  CHECK(content.metadata == manifest["metadata"].get<std::map<std::string, std::string>>());
+  for (const auto& t : content.tensors) {
+    CHECK(t.view.owner.get() == static_cast<const void*>(file.get()));
+    CHECK(t.view.storage >= file->data());
+    CHECK(t.view.storage + t.view.storage_bytes <= file->data() + file->size());
+  }
+  const auto& scalar = content.tensors[10];
+  CHECK(scalar.name == "scalar");
+  CHECK(scalar.view.shape.empty());
+  CHECK(scalar.view.numel() == 1);
+  float value;
+  std::memcpy(&value, scalar.view.data(), 4);
+  CHECK(value == 3.5f);
+}
+
+TEST_CASE("returns tensors in order of data offset, not header order", "[safetensors]") {
+  auto content = read_safetensors(mapped_file::open(kFixtures + "/st_shuffled.safetensors"));
+  compare_with_manifest(content, read_json(kFixtures + "/st_shuffled.json"));
+  CHECK(content.metadata.empty());
+}
+
+TEST_CASE("reads a file without tensors", "[safetensors]") {
+  auto content = read_safetensors(mapped_file::open(kFixtures + "/st_empty.safetensors"));
+  CHECK(content.tensors.empty());
+  CHECK(content.metadata.empty());
+}
+
+TEST_CASE("accepts what the reference accepts", "[safetensors]") {
+  SECTION("null metadata, padding, several empty tensors at one offset") {
+    const std::string header = R"({"__metadata__":null,"a":)" + entry("F32", "[0]", 0, 0) +
+                               R"(,"b":)" + entry("I8", "[2]", 0, 2) + R"(,"c":)" +
+                               entry("BOOL", "[3,0]", 2, 2) + "}    ";
+    auto c = read_safetensors(mapped_file::from_memory(st_bytes(header, 2), "ok.safetensors"));
+    REQUIRE(c.tensors.size() == 3);
+    CHECK(c.tensors[0].name == "a");
+    CHECK(c.tensors[1].name == "b");
+    CHECK(c.tensors[2].name == "c");
+    CHECK(c.tensors[2].view.shape == std::vector<int64_t>{3, 0});
+  }
+  SECTION("unicode names and escapes") {
+    const std::string header = R"({"caf\u00e9.w":)" + entry("U8", "[1]", 0, 1) + R"(,"中":)" +
+                               entry("U8", "[1]", 1, 2) + "}";
+    auto c = read_safetensors(mapped_file::from_memory(st_bytes(header, 2), "ok.safetensors"));
+    REQUIRE(c.tensors.size() == 2);
+    CHECK(c.tensors[0].name == "caf\xc3\xa9.w");
+    CHECK(c.tensors[1].name == "\xe4\xb8\xad");
+  }
+}
+
+TEST_CASE("rejects malformed files with a specific message", "[safetensors]") {
+  struct bad_case {
+    const char* label;
+    std::string bytes;
+    const char* substring;
+  };
+  const std::string f32_4 = entry("F32", "[1]", 0, 4);
+  const std::vector<bad_case> cases = {
+      {"header length 2^64-1", le64(UINT64_MAX) + "{}", "header length 18446744073709551615 exceeds the limit"},
+      {"header length over the limit", le64(kMaxSafetensorsHeader + 1) + "{}", "exceeds the limit of 100000000"},
+      {"header longer than the file", le64(100) + "{}", "header length 100 but the file has only 2 bytes"},
+      {"file shorter than 8 bytes", "abc", "file is 3 bytes, too short"},
+      {"empty file", "", "file is 0 bytes"},
+      {"invalid UTF-8 byte", st_bytes("{\"a\xff\":{}}", 0), "header is not valid UTF-8 (byte 11"},
+      {"overlong UTF-8", st_bytes("{\"\xc0\xaf\":{}}", 0), "not valid UTF-8"},
+      {"UTF-8 surrogate", st_bytes("{\"\xed\xa0\x80\":{}}", 0), "not valid UTF-8"},
+      {"truncated UTF-8", st_bytes("{\"a\":{}}\xe4\xb8", 0), "not valid UTF-8"},
+      {"invalid JSON", st_bytes(R"({"a": )", 0), "header is not valid JSON"},
+      {"text after the JSON", st_bytes("{} x", 0), "header is not valid JSON"},
+      {"empty header", st_bytes("", 0), "header is not valid JSON"},
+      {"NUL after the JSON", st_bytes(std::string("{}\0 x", 5), 0), "NUL byte at byte 10"},
+      {"NUL inside a string", st_bytes(std::string("{\"a\0\":{}}", 9), 0), "NUL byte at byte 11"},
+      {"byte order mark", st_bytes("\xef\xbb\xbf{}", 0), "byte order mark"},
+      {"nesting too deep", st_bytes(R"({"__metadata__":)" + std::string(200, '[') + std::string(200, ']') + "}", 0),
+       "deeper than 128 levels"},
+      {"JSON not an object", st_bytes("[1, 2]", 0), "header is an array, expected a JSON object"},
+      {"duplicate names", st_bytes(R"({"a":)" + f32_4 + R"(,"a":)" + entry("F32", "[1]", 4, 8) + "}", 8),
+       "duplicate tensor name 'a'"},
+      {"duplicate key in an entry",
+       st_bytes(R"({"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4),
+       "duplicate key 'dtype' in the entry of 'a'"},
+      {"duplicate __metadata__", st_bytes(R"({"__metadata__":{},"__metadata__":{}})", 0),
+       "duplicate key '__metadata__'"},
+      {"NUL in a name", st_bytes(R"({"a\u0000b":)" + f32_4 + "}", 4), "tensor 'a\\x00b': name contains a NUL byte"},
+      {"empty name", st_bytes(R"({"":)" + f32_4 + "}", 4), "empty name"},
+      {"unknown dtype", st_bytes(R"({"w":)" + entry("F128", "[1]", 0, 4) + "}", 4), "tensor 'w': unknown dtype 'F128'"},
+      {"known but unsupported dtype", st_bytes(R"({"w":)" + entry("U16", "[2]", 0, 4) + "}", 4),
+       "tensor 'w': dtype U16 is not supported by swavg"},
+      {"unsupported F8", st_bytes(R"({"w":)" + entry("F8_E4M3", "[2]", 0, 2) + "}", 2),
+       "dtype F8_E4M3 is not supported by swavg"},
+      {"shape and offsets disagree", st_bytes(R"({"fc.weight":)" + entry("F32", "[10,16]", 0, 600) + "}", 600),
+       "tensor 'fc.weight': shape [10, 16] x 4 bytes = 640 bytes but data_offsets span 600 bytes"},
+      {"overlapping ranges", st_bytes(R"({"a":)" + entry("F32", "[2]", 0, 8) + R"(,"b":)" + entry("F32", "[2]", 4, 12) + "}", 12),
+       "tensor 'b': data_offsets [4, 12] overlap tensor 'a' at [0, 8]"},
+      {"a gap", st_bytes(R"({"a":)" + f32_4 + R"(,"b":)" + entry("F32", "[1]", 8, 12) + "}", 12),
+       "tensor 'b': data_offsets [8, 12] leave a gap of 4 bytes after tensor 'a'"},
+      {"a gap at the start", st_bytes(R"({"a":)" + entry("F32", "[1]", 4, 8) + "}", 8),
+       "leave a gap of 4 bytes at the start"},
+      {"offsets out of range", st_bytes(R"({"a":)" + entry("F32", "[4]", 0, 16) + "}", 8),
+       "tensor 'a': data_offsets [0, 16] are out of range: the data section has 8 bytes"},
+      {"trailing bytes", st_bytes(R"({"a":)" + f32_4 + "}", 8),
+       "the data section has 8 bytes but the tensors end at 4: 4 trailing bytes"},
+      {"data without tensors", st_bytes("{}", 3), "3 trailing bytes"},
+      {"end before begin", st_bytes(R"({"a":)" + entry("U8", "[0]", 4, 0) + "}", 4), "data_offsets [4, 0] end before"},
+      {"negative shape", st_bytes(R"({"a":)" + entry("F32", "[-1]", 0, 4) + "}", 4),
+       "tensor 'a': shape element 0 is -1: negative"},
+      {"negative offset", st_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", 4),
+       "tensor 'a': data_offsets [-4,0] holds a negative number"},
+      {"fractional shape", st_bytes(R"({"a":)" + entry("F32", "[1.5]", 0, 4) + "}", 4),
+       "shape element 0 is 1.5, expected a non-negative integer"},
+      {"shape too large", st_bytes(R"({"a":)" + entry("U8", "[4611686018427387904,2,0]", 0, 0) + "}", 0),
+       "is too large"},
+      {"size overflow", st_bytes(R"({"a":)" + entry("F64", "[4611686018427387904]", 0, 0) + "}", 0),
+       "x 8 bytes overflows"},
+      {"one offset", st_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", 4),
+       "expected [begin, end]"},
+      {"missing key", st_bytes(R"({"a":{"dtype":"F32","shape":[1]}})", 4), "tensor 'a': missing 'data_offsets'"},
+      {"extra key", st_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4),
+       "tensor 'a': unexpected key 'x'"},
+      {"entry not an object", st_bytes(R"({"a":[1]})", 0), "tensor 'a': entry is an array"},
+      {"dtype not a string", st_bytes(R"({"a":{"dtype":4,"shape":[1],"data_offsets":[0,4]}})", 4),
+       "tensor 'a': dtype is a number 4, expected a string"},
+      {"metadata with a non-string value", st_bytes(R"({"__metadata__":{"k":1}})", 0),
+       "__metadata__ value for key 'k' is a number 1, expected a string"},
+      {"metadata not an object", st_bytes(R"({"__metadata__":"x"})", 0), "__metadata__ is a string"},
+  };
+  for (const auto& c : cases) {
+    SECTION(c.label) {
+      auto file = mapped_file::from_memory(c.bytes, kBadPath);
+      try {
+        read_safetensors(file);
+        FAIL("no error for " << c.label);
+      } catch (const input_error& e) {
+        const std::string what = e.what();
+        INFO(what);
+        CHECK(what.rfind(kBadPath + ": ", 0) == 0);
+        CHECK(what.find(c.substring) != std::string::npos);
+        CHECK(e.code() == exit_code::bad_input);
+      }
+    }
+  }
+}
+
+TEST_CASE("looks_like_safetensors", "[safetensors]") {
+  auto looks = [](const std::string& b) {
+    return looks_like_safetensors(reinterpret_cast<const uint8_t*>(b.data()), b.size());
+  };
+  CHECK(looks(st_bytes("{}", 0)));
+  CHECK(looks(st_bytes(R"({"a":)" + entry("F32", "[1]", 0, 4) + "}", 4)));
+  CHECK_FALSE(looks(le64(0)));
+  CHECK_FALSE(looks(le64(1)));
+  CHECK_FALSE(looks(st_bytes("[]", 0)));
+  CHECK_FALSE(looks(le64(UINT64_MAX) + "{}"));
+  CHECK_FALSE(looks(le64(3) + "{}"));
+  CHECK_FALSE(looks("PK\x03\x04\x00\x00\x00\x00\x00\x00"));
+}
+
+TEST_CASE("writer produces the reference implementation's bytes", "[safetensors]") {
+  temp_dir dir;
+  const std::string path = dir.path + "/out.safetensors";
+  auto write_file = [&](const std::vector<safetensors_writer::spec>& specs,
+                        const std::map<std::string, std::string>& metadata, const std::string& data) {
+    atomic_file out(path);
+    safetensors_writer w(out, specs, metadata);
+    w.write(data.data(), data.size());
+    w.finish();
+    out.commit();
+    return read_all(path);
+  };
+  SECTION("one tensor") {
+    std::string data;
+    for (float f : {0.f, 1.f, 2.f, 3.f, 4.f, 5.f}) data.append(reinterpret_cast<const char*>(&f), 4);
+    const std::string header = R"({"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}})";
+    CHECK(header.size() == 64);
+    CHECK(write_file({{"attn.0", dtype::float32, {1, 2, 3}}}, {}, data) == le64(64) + header + data);
+  }
+  SECTION("padding") {
+    std::string data(24, '\x01');
+    const std::string header = R"({"attn0":{"dtype":"F32","shape":[1,1,2,3],"data_offsets":[0,24]}})";
+    CHECK(write_file({{"attn0", dtype::float32, {1, 1, 2, 3}}}, {}, data) ==
+          le64(72) + header + std::string(72 - header.size(), ' ') + data);
+  }
+  SECTION("no tensors") { CHECK(write_file({}, {}, "") == le64(8) + "{}      "); }
+  SECTION("metadata only") {
+    CHECK(write_file({}, {{"framework", "pt"}}, "") == le64(40) + R"({"__metadata__":{"framework":"pt"}})" + "     ");
+  }
+}
+
+TEST_CASE("round trip through the writer, checked by both readers", "[safetensors]") {
+  temp_dir dir;
+  for (const std::string stem : {"st_mixed", "st_shuffled", "st_empty"}) {
+    SECTION(stem) {
+      auto in = read_safetensors(mapped_file::open(kFixtures + "/" + stem + ".safetensors"));
+      const std::string path = dir.path + "/" + stem + ".safetensors";
+      {
+        std::vector<safetensors_writer::spec> specs;
+        for (const auto& t : in.tensors) specs.push_back({t.name, t.view.type, t.view.shape});
+        atomic_file out(path);
+        safetensors_writer w(out, specs, in.metadata);
+        for (const auto& t : in.tensors) {
+          const uint8_t* p = t.view.data();
+          uint64_t n = t.view.nbytes();
+          uint64_t half = n / 2;
+          w.write(p, half);
+          w.write(p + half, n - half);
+        }
+        w.finish();
+        out.commit();
+      }
+      auto file = mapped_file::open(path);
+      const uint64_t header_len = load_le<uint64_t>(file->data());
+      CHECK(header_len % 8 == 0);
+      auto back = read_safetensors(file);
+      REQUIRE(back.tensors.size() == in.tensors.size());
+      CHECK(back.metadata == in.metadata);
+      for (size_t i = 0; i < in.tensors.size(); ++i) {
+        const auto& a = in.tensors[i].view;
+        const auto& b = back.tensors[i].view;
+        CHECK(back.tensors[i].name == in.tensors[i].name);
+        CHECK(a.type == b.type);
+        CHECK(a.shape == b.shape);
+        REQUIRE(a.nbytes() == b.nbytes());
+        CHECK(std::memcmp(a.data(), b.data(), a.nbytes()) == 0);
+      }
+      CHECK(run_python_check(path, kFixtures + "/" + stem + ".json") == 0);
+    }
+  }
+}
+
+TEST_CASE("the Python reference checker rejects a mismatch", "[safetensors]") {
+  temp_dir dir;
+  const std::string path = dir.path + "/x.safetensors";
+  {
+    atomic_file out(path);
+    safetensors_writer w(out, {{"a", dtype::float32, {2, 2}}, {"b", dtype::int32, {6}}, {"c", dtype::float16, {3}}}, {});
+    std::string zeros(46, '\0');
+    w.write(zeros.data(), zeros.size());
+    w.finish();
+    out.commit();
+  }
+  CHECK(run_python_check(path, kFixtures + "/st_shuffled.json", true) == 1);
+}
+
+TEST_CASE("writer refuses what safetensors cannot hold", "[safetensors]") {
+  temp_dir dir;
+  atomic_file out(dir.path + "/w.safetensors");
+  auto refuses = [&](const std::vector<safetensors_writer::spec>& specs, const std::string& substring,
+                     const std::map<std::string, std::string>& metadata = {}) {
+    try {
+      safetensors_writer w(out, specs, metadata);
+      FAIL("no error");
+    } catch (const usage_error& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find(substring) != std::string::npos);
+    }
+  };
+  refuses({{"x", dtype::complex64, {2}}}, "safetensors cannot hold complex64 tensor 'x'");
+  refuses({{"y", dtype::float32, {1}}, {"z", dtype::complex128, {}}}, "safetensors cannot hold complex128 tensor 'z'");
+  refuses({{"a", dtype::float32, {1}}, {"a", dtype::int8, {1}}}, "duplicate tensor name 'a'");
+  refuses({{"", dtype::float32, {1}}}, "empty name");
+  refuses({{"__metadata__", dtype::float32, {1}}}, "'__metadata__'");
+  refuses({{std::string("a\0b", 3), dtype::float32, {1}}}, "NUL byte");
+  refuses({{"bad\xff", dtype::float32, {1}}}, "not valid UTF-8");
+  refuses({{"neg", dtype::float32, {2, -1}}}, "negative size");
+  refuses({{"huge", dtype::float64, {INT64_MAX, 4}}}, "too large");
+  refuses({}, "not valid UTF-8", {{"k", "\xc0\xaf"}});
+  CHECK(out.tell() == 0);
+}
+
+TEST_CASE("writer checks the byte count", "[safetensors]") {
+  temp_dir dir;
+  atomic_file out(dir.path + "/w.safetensors");
+  safetensors_writer w(out, {{"a", dtype::int16, {3}}}, {});
+  const char bytes[8] = {};
+  SECTION("too few") {
+    w.write(bytes, 5);
+    try {
+      w.finish();
+      FAIL("no error");
+    } catch (const error& e) {
+      CHECK(e.code() == exit_code::internal);
+      CHECK(std::string(e.what()).find("got 5 bytes but the header declares 6") != std::string::npos);
+    }
+  }
+  SECTION("too many") {
+    w.write(bytes, 4);
+    try {
+      w.write(bytes, 3);
+      FAIL("no error");
+    } catch (const error& e) {
+      CHECK(e.code() == exit_code::internal);
+    }
+  }
+}

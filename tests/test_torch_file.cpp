@@ -1,0 +1,137 @@
+// torch.save archives written by real PyTorch, read by swavg and compared with what Python read.
+#include <catch2/catch.hpp>
+
+#include "io/torch_file.h"
+#include "io/torch_writer.h"
+#include "io/zip.h"
+#include "support.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+#include "util/mapped_file.h"
+
+using namespace swavg;
+using swavg::test::fixture;
+
+namespace {
+
+state_dict read(const std::string& name, const std::string& key = "") {
+  return read_torch_file(mapped_file::open(fixture(name)), key);
+}
+
+void check_against_manifest(const state_dict& sd, const std::string& manifest) {
+  auto m = test::read_json(fixture(manifest));
+  const auto& want = m["tensors"];
+  REQUIRE(sd.tensors.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const auto& t = sd.tensors[i];
+    INFO("tensor " << want[i]["name"]);
+    CHECK(t.name == want[i]["name"].get<std::string>());
+    CHECK(dtype_name(t.view.type) == want[i]["dtype"].get<std::string>());
+    CHECK(t.view.shape == want[i]["shape"].get<std::vector<int64_t>>());
+    CHECK(t.view.strides == want[i]["stride"].get<std::vector<int64_t>>());
+    CHECK(t.view.offset == want[i]["storage_offset"].get<int64_t>());
+    std::string bytes = test::row_major_bytes(t.view);
+    CHECK(crc32_update(0, bytes.data(), bytes.size()) == want[i]["crc32"].get<uint32_t>());
+  }
+  CHECK(sd.key == m["key"].get<std::string>());
+}
+
+}  // namespace
+
+TEST_CASE("resnet18 state_dict matches what PyTorch reads", "[torch_file]") {
+  check_against_manifest(read("resnet18.pt"), "resnet18.json");
+}
+
+TEST_CASE("training checkpoint: model found, opaque objects listed", "[torch_file]") {
+  state_dict sd = read("training.pt");
+  check_against_manifest(sd, "training.json");
+  std::vector<std::string> opaque;
+  for (const auto& o : sd.opaque) opaque.push_back(o.path + "=" + o.type);
+  CHECK(std::find(opaque.begin(), opaque.end(), "args=argparse.Namespace") != opaque.end());
+  CHECK(std::find_if(opaque.begin(), opaque.end(), [](const std::string& s) { return s.rfind("best=numpy", 0) == 0; }) !=
+        opaque.end());
+}
+
+TEST_CASE("--key picks a nested dict, and a wrong key says what is there", "[torch_file]") {
+  check_against_manifest(read("training.pt", "model"), "training.json");
+  CHECK_THROWS_WITH(read("training.pt", "nope"), Catch::Contains("no key 'nope'") && Catch::Contains("'model'"));
+  CHECK_THROWS_WITH(read("training.pt", "epoch"), Catch::Contains("not a dict"));
+  CHECK_THROWS_AS(read("training.pt", "model.conv1.weight.x"), usage_error);
+}
+
+TEST_CASE("every dtype, tied weights, views, 0-dim and empty tensors", "[torch_file]") {
+  state_dict sd = read("dtypes.pt");
+  check_against_manifest(sd, "dtypes.json");
+  auto find = [&](const std::string& n) -> const tensor_view& {
+    for (const auto& t : sd.tensors)
+      if (t.name == n) return t.view;
+    FAIL("no tensor " << n);
+    throw;
+  };
+  CHECK(find("tied.a").storage == find("tied.b").storage);
+  CHECK(find("transposed").storage == find("row_view").storage);
+  CHECK(find("transposed").storage_key == find("row_view").storage_key);
+  CHECK_FALSE(find("transposed").is_contiguous());
+}
+
+TEST_CASE("the newer 2.x layout with extra records and any root name", "[torch_file]") {
+  check_against_manifest(read("crafted/archive_v2.pt"), "crafted/archive_v2.json");
+}
+
+TEST_CASE("a TorchScript archive is told apart", "[torch_file]") {
+  CHECK_THROWS_WITH(read("scripted.ts"), Catch::Contains("TorchScript"));
+}
+
+TEST_CASE("malformed tensors are refused before any byte is read", "[torch_file]") {
+  struct bad_case {
+    const char* file;
+    const char* message;
+  };
+  const bad_case cases[] = {
+      {"storage_short.pt", "holds 44 bytes but its FloatStorage of 12 elements needs 48"},
+      {"view_past_end.pt", "needs storage elements up to 16 but the storage has 12"},
+      {"stride_past_end.pt", "needs storage elements up to 15 but the storage has 12"},
+      {"negative_stride.pt", "negative stride -1"},
+      {"negative_size.pt", "negative size -3"},
+      {"negative_offset.pt", "negative storage offset -4"},
+      {"size_overflow.pt", "element count that overflows"},
+      {"stride_overflow.pt", "needs storage elements up to"},
+      {"numel_overflow.pt", "needs more than 2^64"},
+      {"missing_storage.pt", "'archive/data/0' is missing"},
+      {"compressed_storage.pt", "compressed"},
+      {"big_endian.pt", "byteorder record says 'big'"},
+      {"no_state_dict.pt", "no state dict found"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.file);
+    const std::string path = fixture(std::string("crafted/") + c.file);
+    try {
+      read_torch_file(mapped_file::open(path), "");
+      FAIL("no error for " << c.file);
+    } catch (const input_error& e) {
+      CHECK_THAT(e.what(), Catch::Contains(c.message) && Catch::Contains(path));
+    }
+  }
+}
+
+TEST_CASE("written archives read back with shared storages and exact bytes", "[torch_file]") {
+  state_dict in = read("dtypes.pt");
+  const std::string out = std::string(SWAVG_FIXTURES_DIR) + "/written_by_test.pt";
+  {
+    atomic_file f(out);
+    write_torch_state_dict(f, in.tensors);
+    f.commit();
+  }
+  state_dict back = read_torch_file(mapped_file::open(out), "");
+  REQUIRE(back.tensors.size() == in.tensors.size());
+  for (size_t i = 0; i < in.tensors.size(); ++i) {
+    INFO(in.tensors[i].name);
+    CHECK(back.tensors[i].name == in.tensors[i].name);
+    CHECK(back.tensors[i].view.type == in.tensors[i].view.type);
+    CHECK(back.tensors[i].view.shape == in.tensors[i].view.shape);
+    CHECK(back.tensors[i].view.strides == in.tensors[i].view.strides);
+    CHECK(test::row_major_bytes(back.tensors[i].view) == test::row_major_bytes(in.tensors[i].view));
+    CHECK(reinterpret_cast<uintptr_t>(back.tensors[i].view.storage) % 64 == 0);
+  }
+  CHECK(back.tensors[12].view.storage == back.tensors[13].view.storage);  // tied.a, tied.b
+}
