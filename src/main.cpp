@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("swavg ") + SWAVG_VERSION + " (LibTorch " + TORCH_VERSION + ")");
   app.footer(
       "Examples:\n"
+      "  swavg average ckpt_*.pt -o swa.pt\n"
+      "  swavg ema --decay 0.999 ckpt_*.pt -o ema.pt\n"
       "  swavg inspect ckpt.pt\n"
       "  swavg convert ckpt.pt --key model --strip-prefix module. -o weights.safetensors\n"
       "\nExit codes: 0 ok, 1 internal error, 2 bad usage, 3 bad input file, 4 inputs disagree, 5 I/O failure.");
@@ -24,7 +26,7 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", verbose, "More log output on stderr (-vv for trace)");
   app.add_flag("-q,--quiet", quiet, "Only errors on stderr");
 
-  std::vector<command> commands = {setup_inspect(app), setup_convert(app)};
+  std::vector<command> commands = {setup_average(app), setup_ema(app), setup_inspect(app), setup_convert(app)};
 
   try {
     app.parse(argc, argv);

@@ -72,7 +72,6 @@ std::string big_decimal(std::string le) {
       carry = t >> 8;
     }
   }
-  std::vector<uint32_t> mag;  // base 1e9 would need a conversion; divide the bytes instead
   std::vector<uint8_t> bytes(le.rbegin(), le.rend());  // most significant first
   std::string digits;
   while (std::any_of(bytes.begin(), bytes.end(), [](uint8_t b) { return b != 0; })) {
@@ -459,6 +458,8 @@ TEST_CASE("containers follow Python's semantics", "[pickle]") {
   CHECK(render(doc->root()) ==
         "[True, False, -12, 123456789012345678901234567890, float:-1.25, \"aA\\x0a" "A\\x5c\", \"\\xc3\\xa9\\x5c\\x5cx\", "
         "\"\\xc3\\xa9\\x5c\\x5cx\"]");
+  doc = parse("(F1e400\nF-1e400\nF1e-400\nF-0.00001e-400\nF+2.5\nF 3 \nl.");
+  CHECK(render(doc->root()) == "[float:inf, float:-inf, float:0, float:-0, float:2.5, float:3]");
 }
 
 TEST_CASE("deep nesting needs no recursion", "[pickle][hostile]") {

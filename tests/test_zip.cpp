@@ -1,5 +1,3 @@
-#include "io/zip.h"
-
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
@@ -14,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "io/zip.h"
 #include "util/atomic_file.h"
 #include "util/checked.h"
 #include "util/error.h"
@@ -27,7 +26,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string fixture(const std::string& relative) { return std::string(SWAVG_FIXTURES_DIR) + "/" + relative; }
+std::string fixture(const std::string& relative) {
+  return std::string(SWAVG_FIXTURES_DIR) + "/" + relative;
+}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -153,7 +154,9 @@ struct layout {
     }
     entries = zip_reader(u8(s), s.size(), "layout").entries();
   }
-  uint64_t extra(const std::string& s, size_t i) const { return central[i] + 46 + get16(s, central[i] + 28); }
+  uint64_t extra(const std::string& s, size_t i) const {
+    return central[i] + 46 + get16(s, central[i] + 28);
+  }
 };
 
 std::vector<record_spec> small_records() {
@@ -274,9 +277,10 @@ TEST_CASE("reads PyTorch's and zipfile's archives as zipfile does", "[zip]") {
         CHECK(r.bytes(e) == u8(bytes) + e.data_offset);
         CHECK(crc32_update(0, r.bytes(e), e.size) == e.crc32);
       } else {
-        CHECK_THROWS_WITH(r.stored(e.name),
-                          Catch::Contains("is compressed (method 8); PyTorch archives store records "
-                                          "uncompressed"));
+        CHECK_THROWS_WITH(
+            r.stored(e.name),
+            Catch::Contains("is compressed (method 8); PyTorch archives store records "
+                            "uncompressed"));
       }
       if (doc["pytorch"].get<bool>()) CHECK(e.data_offset % 64 == 0);
     }
@@ -287,8 +291,7 @@ TEST_CASE("reads PyTorch's and zipfile's archives as zipfile does", "[zip]") {
       CHECK(r.root() == doc["root"].get<std::string>());
     }
     CHECK(r.find("no/such/record") == nullptr);
-    CHECK_THROWS_WITH(r.stored("no/such/record"),
-                      archive + ": record 'no/such/record' is missing");
+    CHECK_THROWS_WITH(r.stored("no/such/record"), archive + ": record 'no/such/record' is missing");
     if (doc["pytorch"].get<bool>()) ++pytorch_archives;
   }
   CHECK(pytorch_archives == 4);
@@ -324,7 +327,9 @@ TEST_CASE("the writer's archives read back, aligned, and zipfile verifies them",
       {"archive/data/5", pattern_bytes(100000, 7), true},
       {"archive/data/6", pattern_bytes(0, 8), true},
       {"archive/" + std::string(300, 'n'), pattern_bytes(4097, 9)},
-      {"archive/donn\xc3\xa9" "es/\xc3\xa9t\xc3\xa9", pattern_bytes(77, 10), true},
+      {"archive/donn\xc3\xa9"
+       "es/\xc3\xa9t\xc3\xa9",
+       pattern_bytes(77, 10), true},
       {"archive/version", "3\n"},
   };
   for (int i = 0; i < 70; ++i)
@@ -403,7 +408,8 @@ TEST_CASE("an archive without records", "[zip]") {
     zip_reader r(u8(bytes), bytes.size(), path);
     CHECK(r.entries().empty());
     std::string output;
-    CHECK(run_python(dir, "import sys, zipfile\nassert zipfile.ZipFile(sys.argv[1]).namelist() == []\n",
+    CHECK(run_python(dir,
+                     "import sys, zipfile\nassert zipfile.ZipFile(sys.argv[1]).namelist() == []\n",
                      "'" + path + "'", output) == 0);
   }
 }
@@ -418,8 +424,9 @@ TEST_CASE("PyTorch loads archives the writer rewrote", "[zip][torch]") {
     zip_reader r(u8(bytes), bytes.size(), original);
     std::vector<record_spec> records;
     for (const zip_entry& e : r.entries())
-      records.push_back({e.name, std::string(reinterpret_cast<const char*>(r.bytes(r.stored(e.name))), e.size),
-                         records.size() % 2 == 1});
+      records.push_back(
+          {e.name, std::string(reinterpret_cast<const char*>(r.bytes(r.stored(e.name))), e.size),
+           records.size() % 2 == 1});
     for (bool force_zip64 : {false, true}) {
       const std::string copy = dir / ((force_zip64 ? "zip64-" : "plain-") + std::string(name));
       write_archive(copy, records, force_zip64);
@@ -504,6 +511,13 @@ TEST_CASE("malformed archives are rejected with a message naming the problem", "
       return s;
     };
   };
+  auto set = [](const std::string& from, uint64_t at, auto value) {
+    return [from, at, value] {
+      std::string s = from;
+      put(s, at, value);
+      return s;
+    };
+  };
   std::vector<malformed> cases = {
       {"empty file", [] { return std::string(); }, "not a zip archive: the file is empty"},
       {"shorter than an end record", [] { return std::string("PK\x05\x06", 4); },
@@ -522,7 +536,7 @@ TEST_CASE("malformed archives are rejected with a message naming the problem", "
        edit(base, [&](std::string& s) { put<uint32_t>(s, l.central[2], 0x04034b50); }),
        "corrupt central directory: entry 3 of 4"},
       {"directory smaller than its entries",
-       edit(base, [&](std::string& s) { put<uint32_t>(s, l.eocd + 12, get32(s, l.eocd + 12) - 10); }),
+       set(base, l.eocd + 12, get32(base, l.eocd + 12) - 10),
        "truncated central directory: entry 4 of 4"},
       {"end record claims more entries than fit",
        edit(base,
@@ -538,7 +552,7 @@ TEST_CASE("malformed archives are rejected with a message naming the problem", "
               put<uint16_t>(s, l.eocd + 10, 5);
             }),
        "truncated central directory: entry 5 of 5"},
-      {"entries on another disk", edit(base, [&](std::string& s) { put<uint16_t>(s, l.eocd + 8, 3); }),
+      {"entries on another disk", set(base, l.eocd + 8, uint16_t{3}),
        "multi-disk archives are not supported"},
       {"central directory past the end of the file",
        edit(base, [&](std::string& s) { put<uint32_t>(s, l.eocd + 16, 0xFFFFFFF0u); }),
@@ -546,7 +560,7 @@ TEST_CASE("malformed archives are rejected with a message naming the problem", "
            " bytes at offset 4294967280) lies outside the file (file has " +
            std::to_string(base.size()) + " bytes)"},
       {"central directory into the end record",
-       edit(base, [&](std::string& s) { put<uint32_t>(s, l.eocd + 12, get32(s, l.eocd + 12) + 8); }),
+       set(base, l.eocd + 12, get32(base, l.eocd + 12) + 8),
        "runs into the end-of-central-directory record at offset " + std::to_string(l.eocd)},
       {"record larger than the file",
        edit(base,
@@ -580,7 +594,7 @@ TEST_CASE("malformed archives are rejected with a message naming the problem", "
             }),
        "record 'archive/data/1' starts after the central directory"},
       {"local header offset into record data",
-       edit(base, [&](std::string& s) { put<uint32_t>(s, l.central[1] + 42, l.entries[1].data_offset); }),
+       set(base, l.central[1] + 42, static_cast<uint32_t>(l.entries[1].data_offset)),
        "record 'archive/data/0': no local header at offset " +
            std::to_string(l.entries[1].data_offset)},
       {"local header names another record",
@@ -597,7 +611,8 @@ TEST_CASE("malformed archives are rejected with a message naming the problem", "
       {"overlapping records",
        edit(base,
             [&](std::string& s) {
-              const uint32_t n = static_cast<uint32_t>(l.entries[2].header_offset - l.entries[1].data_offset + 10);
+              const auto n = static_cast<uint32_t>(l.entries[2].header_offset -
+                                                   l.entries[1].data_offset + 10);
               put<uint32_t>(s, l.central[1] + 20, n);
               put<uint32_t>(s, l.central[1] + 24, n);
             }),
@@ -605,11 +620,11 @@ TEST_CASE("malformed archives are rejected with a message naming the problem", "
       {"two entries share a local header",
        edit(base,
             [&](std::string& s) {
-              put<uint32_t>(s, l.central[2] + 42, static_cast<uint32_t>(l.entries[1].header_offset));
+              put(s, l.central[2] + 42, static_cast<uint32_t>(l.entries[1].header_offset));
               s[l.central[2] + 46 + 13] = '0';
             }),
        "records 'archive/data/0' and 'archive/data/0' overlap"},
-      {"encrypted record", edit(base, [&](std::string& s) { put<uint16_t>(s, l.central[0] + 8, 1); }),
+      {"encrypted record", set(base, l.central[0] + 8, uint16_t{1}),
        "record 'archive/data.pkl' is encrypted"},
       {"malformed extra field",
        edit(base64, [&](std::string& s) { put<uint16_t>(s, l64.extra(s, 1) + 2, 100); }),
@@ -633,10 +648,10 @@ TEST_CASE("malformed archives are rejected with a message naming the problem", "
        "record 'archive/data/0' extends past the end of the file (needs 18446744073709551615 bytes "
        "from offset " + std::to_string(l64.entries[1].data_offset) + ", file has"},
       {"ZIP64 header offset 2^63",
-       edit(base64, [&](std::string& s) { put<uint64_t>(s, l64.extra(s, 1) + 20, uint64_t{1} << 63); }),
+       set(base64, l64.extra(base64, 1) + 20, uint64_t{1} << 63),
        "record 'archive/data/0': local header at offset 9223372036854775808 lies past the end"},
       {"ZIP64 locator pointing outside the file",
-       edit(base64, [&](std::string& s) { put<uint64_t>(s, l64.eocd - 20 + 8, uint64_t{1} << 62); }),
+       set(base64, l64.eocd - 20 + 8, uint64_t{1} << 62),
        "the ZIP64 end-of-central-directory locator points to offset 4611686018427387904"},
       {"ZIP64 locator naming several disks",
        edit(base64, [&](std::string& s) { put<uint32_t>(s, l64.eocd - 20 + 16, 3); }),
@@ -695,7 +710,8 @@ TEST_CASE("mutated archives are rejected or read, never misread", "[zip]") {
         parse_survives(s);
       }
     }
-    for (size_t n = 0; n < base.size(); n += (base.size() > 2000 ? 7 : 1)) parse_survives(base.substr(0, n));
+    for (size_t n = 0; n < base.size(); n += (base.size() > 2000 ? 7 : 1))
+      parse_survives(base.substr(0, n));
     std::mt19937 rng(5);
     for (int round = 0; round < 2000; ++round) {
       std::string s = base;
@@ -703,7 +719,8 @@ TEST_CASE("mutated archives are rejected or read, never misread", "[zip]") {
       for (int k = 0; k < edits; ++k) {
         const uint64_t at = positions[rng() % positions.size()];
         const uint32_t v = rng() % 3 == 0 ? 0xFFFFFFFFu : rng();
-        for (uint64_t b = 0; b < 4 && at + b < s.size(); ++b) s[at + b] = static_cast<char>(v >> (8 * b));
+        for (uint64_t b = 0; b < 4 && at + b < s.size(); ++b)
+          s[at + b] = static_cast<char>(v >> (8 * b));
       }
       parse_survives(s);
     }

@@ -19,5 +19,7 @@ struct command {
 
 command setup_inspect(CLI::App& parent);
 command setup_convert(CLI::App& parent);
+command setup_average(CLI::App& parent);
+command setup_ema(CLI::App& parent);
 
 }  // namespace swavg

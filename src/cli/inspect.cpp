@@ -3,6 +3,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include <spdlog/spdlog.h>
+
 #include "cli/commands.h"
 #include "io/load.h"
 
@@ -94,6 +96,7 @@ void print_text(const state_dict& sd) {
 
 void run_inspect(const inspect_options& o) {
   state_dict sd = load_state_dict(o.input, o.load);
+  if (!sd.key.empty()) spdlog::info("{}: took the state dict at '{}'", sd.path, sd.key);
   if (o.json)
     std::cout << to_json(sd).dump(1) << "\n";
   else

@@ -1,5 +1,8 @@
 #include "core/tensor_view.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "util/checked.h"
@@ -26,6 +29,14 @@ bool tensor_view::is_contiguous() const {
 
 const uint8_t* tensor_view::data() const {
   return storage + static_cast<uint64_t>(offset) * itemsize(type);
+}
+
+void release_pages(const tensor_view& v) {
+  if (!v.evictable || v.storage_bytes == 0) return;
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  uintptr_t begin = reinterpret_cast<uintptr_t>(v.storage) / page * page;
+  uintptr_t end = reinterpret_cast<uintptr_t>(v.storage) + v.storage_bytes;
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {

@@ -24,6 +24,7 @@ struct tensor_view {
   uint64_t storage_bytes = 0;
   std::string storage_key;  // identifies the storage within its file: equal keys share bytes
   std::shared_ptr<const void> owner;
+  bool evictable = false;  // the storage is a read-only file mapping: its pages may be dropped
 
   int64_t numel() const;
   uint64_t nbytes() const;  // numel * itemsize
@@ -31,6 +32,10 @@ struct tensor_view {
   // Start of the first element (storage + offset * itemsize).
   const uint8_t* data() const;
 };
+
+// Drops the view's storage pages from this process's memory once they are no longer needed (they
+// stay in the page cache and are re-read on the next access). No-op unless the view is evictable.
+void release_pages(const tensor_view& v);
 
 // Row-major strides for `shape`.
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);

@@ -49,7 +49,7 @@ state_dict load_state_dict(const std::string& path, const load_options& options)
   switch (detect(file)) {
     case file_format::torch:
       sd = read_torch_file(file, options.key);
-      if (!sd.key.empty()) spdlog::info("{}: took the state dict at '{}'", path, sd.key);
+      if (!sd.key.empty()) spdlog::debug("{}: took the state dict at '{}'", path, sd.key);
       break;
     case file_format::torchscript:
       if (!options.key.empty()) throw usage_error(path + ": --key applies to torch.save files, this is TorchScript");

@@ -1,5 +1,6 @@
 #include "io/pickle.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstddef>
@@ -203,7 +204,9 @@ std::string hex_byte(uint8_t b) {
   return std::string("0x") + kHex[b >> 4] + kHex[b & 15];
 }
 
-bool is_ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_ascii_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && is_ascii_space(s.front())) s.remove_prefix(1);
@@ -300,9 +303,35 @@ bool canonical_key(const pickle_node& n, std::string& out) {
   }
 }
 
+// What Python's float() gives for a well-formed decimal literal beyond double's range: +-inf when
+// its decimal order of magnitude is positive, +-0 when negative.
+double out_of_range_float(std::string_view s) {
+  const bool negative = !s.empty() && s.front() == '-';
+  if (negative) s.remove_prefix(1);
+  const size_t e = s.find_first_of("eE");
+  const std::string_view mantissa = s.substr(0, e);
+  int64_t exponent = 0;
+  if (e != std::string_view::npos) {
+    std::string_view x = s.substr(e + 1);
+    const bool x_negative = !x.empty() && x.front() == '-';
+    if (!x.empty() && (x.front() == '-' || x.front() == '+')) x.remove_prefix(1);
+    for (char c : x) exponent = std::min<int64_t>(exponent * 10 + (c - '0'), int64_t{1} << 40);
+    if (x_negative) exponent = -exponent;
+  }
+  // The position of the first nonzero digit relative to the decimal point.
+  const size_t point = std::min(mantissa.find('.'), mantissa.size());
+  const size_t first = mantissa.find_first_not_of("0.");
+  int64_t order = 0;
+  if (first != std::string_view::npos)
+    order = first < point ? static_cast<int64_t>(point - first) : -static_cast<int64_t>(first - point);
+  const double magnitude = order + exponent > 0 ? HUGE_VAL : 0.0;
+  return negative ? -magnitude : magnitude;
+}
+
 // The minimal little-endian two's complement form of an integer, as an int64 when it fits.
 void set_long(pickle_node* n, const uint8_t* p, size_t len) {
-  while (len > 1 && ((p[len - 1] == 0x00 && !(p[len - 2] & 0x80)) || (p[len - 1] == 0xff && (p[len - 2] & 0x80))))
+  while (len > 1 &&
+         ((p[len - 1] == 0x00 && !(p[len - 2] & 0x80)) || (p[len - 1] == 0xff && (p[len - 2] & 0x80))))
     --len;
   if (len <= 8) {
     uint64_t v = 0;
@@ -319,7 +348,11 @@ void set_long(pickle_node* n, const uint8_t* p, size_t len) {
 class unpickler {
  public:
   unpickler(const uint8_t* data, size_t size, const std::string& context, const unpickle_limits& limits)
-      : data_(data), size_(size), context_(context), limits_(limits), doc_(std::make_unique<pickle_document>()) {}
+      : data_(data),
+        size_(size),
+        context_(context),
+        limits_(limits),
+        doc_(std::make_unique<pickle_document>()) {}
 
   std::unique_ptr<pickle_document> run() {
     while (true) {
@@ -369,7 +402,8 @@ class unpickler {
   }
 
   pickle_node* node(pickle_kind kind) {
-    if (++nodes_made_ > limits_.max_nodes) fail("too many objects (limit " + std::to_string(limits_.max_nodes) + ")");
+    if (++nodes_made_ > limits_.max_nodes)
+      fail("too many objects (limit " + std::to_string(limits_.max_nodes) + ")");
     return doc_->make(kind);
   }
 
@@ -509,8 +543,7 @@ class unpickler {
       case pickle_kind::dict:
         for (const auto& kv : source->entries) add(kv.first);
         break;
-      default:
-        fail(std::string("bad argument for ") + callable + ": " + pickle_type_name(*source));
+      default: fail(std::string("bad argument for ") + callable + ": " + pickle_type_name(*source));
     }
   }
 
@@ -518,11 +551,13 @@ class unpickler {
     const size_t dot = name.find('.');
     if (dot == std::string::npos) return false;
     const std::string_view module(name.data(), dot);
-    return (module == "builtins" || module == "__builtin__") && name.compare(dot + 1, std::string::npos, what) == 0;
+    return (module == "builtins" || module == "__builtin__") &&
+           name.compare(dot + 1, std::string::npos, what) == 0;
   }
 
   int64_t int_arg(const pickle_node* n, const char* what) {
-    if (n->kind != pickle_kind::integer) fail(std::string("tensor ") + what + " is " + pickle_type_name(*n) + ", not int");
+    if (n->kind != pickle_kind::integer)
+      fail(std::string("tensor ") + what + " is " + pickle_type_name(*n) + ", not int");
     return n->int_value;
   }
 
@@ -549,7 +584,8 @@ class unpickler {
     const size_t want = v2 ? 6 : 4;
     if (a.size() < want || a.size() > want + (v2 ? 1 : 0))
       fail("tensor rebuild takes " + std::to_string(want) + " arguments, got " + std::to_string(a.size()));
-    if (a[0]->kind != pickle_kind::storage) fail("tensor storage is " + pickle_type_name(*a[0]) + ", not a storage");
+    if (a[0]->kind != pickle_kind::storage)
+      fail("tensor storage is " + pickle_type_name(*a[0]) + ", not a storage");
     auto t = std::make_unique<pickle_tensor_ref>();
     t->storage = *a[0]->storage;
     t->offset = int_arg(a[1], "storage offset");
@@ -566,7 +602,8 @@ class unpickler {
   pickle_node* rebuild_parameter(const std::vector<pickle_node*>& a, size_t want) {
     if (a.size() != want)
       fail("parameter rebuild takes " + std::to_string(want) + " arguments, got " + std::to_string(a.size()));
-    if (a[0]->kind != pickle_kind::tensor) fail("parameter data is " + pickle_type_name(*a[0]) + ", not a tensor");
+    if (a[0]->kind != pickle_kind::tensor)
+      fail("parameter data is " + pickle_type_name(*a[0]) + ", not a tensor");
     pickle_node* n = node(pickle_kind::tensor);
     n->tensor = std::make_unique<pickle_tensor_ref>(*a[0]->tensor);
     n->tensor->requires_grad = bool_arg(a[1], "requires_grad");
@@ -585,7 +622,8 @@ class unpickler {
   // (NEWOBJ, NEWOBJ_EX: `is_new`), for the allow-listed callables; an opaque node otherwise.
   pickle_node* call(pickle_node* callable, const std::vector<pickle_node*>& args, bool is_new) {
     if (callable->kind == pickle_kind::opaque) return opaque(callable->text);
-    if (callable->kind != pickle_kind::global) fail("calling " + pickle_type_name(*callable) + ", which is not callable");
+    if (callable->kind != pickle_kind::global)
+      fail("calling " + pickle_type_name(*callable) + ", which is not callable");
     const std::string& name = callable->text;
     const char* cname = name.c_str();
 
@@ -641,7 +679,8 @@ class unpickler {
   }
 
   std::vector<pickle_node*> tuple_items(pickle_node* n, const char* what) {
-    if (n->kind != pickle_kind::tuple) fail(std::string(what) + " is " + pickle_type_name(*n) + ", not a tuple");
+    if (n->kind != pickle_kind::tuple)
+      fail(std::string(what) + " is " + pickle_type_name(*n) + ", not a tuple");
     return n->items;
   }
 
@@ -683,8 +722,10 @@ class unpickler {
       type = dtype_from_storage_class(cls);
     if (!type) fail("persistent id names an unknown storage type " + it[1]->text);
     if (it[2]->kind != pickle_kind::string) fail("storage key is " + pickle_type_name(*it[2]) + ", not str");
-    if (it[3]->kind != pickle_kind::string) fail("storage location is " + pickle_type_name(*it[3]) + ", not str");
-    if (it[4]->kind != pickle_kind::integer || it[4]->int_value < 0) fail("storage size is not a non-negative int");
+    if (it[3]->kind != pickle_kind::string)
+      fail("storage location is " + pickle_type_name(*it[3]) + ", not str");
+    if (it[4]->kind != pickle_kind::integer || it[4]->int_value < 0)
+      fail("storage size is not a non-negative int");
     pickle_node* n = node(pickle_kind::storage);
     n->storage = std::make_unique<pickle_storage_ref>();
     n->storage->key = it[2]->text;
@@ -750,8 +791,10 @@ class unpickler {
     if (!s.empty() && s.front() == '+') s.remove_prefix(1);
     double v = 0;
     auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (s.empty() || end != s.data() + s.size() || (ec != std::errc() && ec != std::errc::result_out_of_range))
+    if (s.empty() || end != s.data() + s.size() ||
+        (ec != std::errc() && ec != std::errc::result_out_of_range))
       fail("bad float literal");
+    if (ec == std::errc::result_out_of_range) v = out_of_range_float(s);
     pickle_node* n = node(pickle_kind::floating);
     n->float_value = v;
     return n;
@@ -793,7 +836,8 @@ class unpickler {
         case 't': out += '\t'; break;
         case 'v': out += '\v'; break;
         case 'x': {
-          if (s.size() - i < 3 || hex_value(s[i + 1]) < 0 || hex_value(s[i + 2]) < 0) fail("bad \\x escape in STRING");
+          if (s.size() - i < 3 || hex_value(s[i + 1]) < 0 || hex_value(s[i + 2]) < 0)
+            fail("bad \\x escape in STRING");
           out += static_cast<char>(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2]));
           i += 2;
           break;
@@ -801,7 +845,8 @@ class unpickler {
         default:
           if (c >= '0' && c <= '7') {
             int v = c - '0';
-            for (int k = 0; k < 2 && i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7'; ++k) v = v * 8 + (s[++i] - '0');
+            for (int k = 0; k < 2 && i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7'; ++k)
+              v = v * 8 + (s[++i] - '0');
             out += static_cast<char>(v & 0xff);
           } else {
             out += '\\';

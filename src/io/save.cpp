@@ -1,9 +1,11 @@
 #include "io/save.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/tensor_bridge.h"
 #include "io/safetensors.h"
+#include "io/torch_file.h"
 #include "io/torch_writer.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -25,7 +27,7 @@ uint64_t save_state_dict(const std::string& path, const std::vector<named_tensor
   atomic_file out(path);
   if (format == output_format::torch) {
     std::map<std::string, std::string> records;
-    if (!metadata.empty()) records["swavg.json"] = nlohmann::json(metadata).dump(1);
+    if (!metadata.empty()) records[kSwavgRecord] = nlohmann::json(metadata).dump(1);
     write_torch_state_dict(out, tensors, records);
   } else {
     std::vector<safetensors_writer::spec> specs;
@@ -44,5 +46,97 @@ uint64_t save_state_dict(const std::string& path, const std::vector<named_tensor
   out.commit();
   return out.tell();
 }
+
+struct tensor_sink::impl {
+  atomic_file out;
+  output_format format;
+  std::vector<tensor_spec> specs;
+  std::map<std::string, std::string> metadata;
+  std::unique_ptr<torch_writer> torch;
+  std::unique_ptr<safetensors_writer> safetensors;
+  size_t current = 0;      // index of the tensor being written
+  uint64_t remaining = 0;  // its bytes still to come
+  bool open = false;
+
+  impl(const std::string& path, output_format f, std::vector<tensor_spec> s,
+       const std::map<std::string, std::string>& m)
+      : out(path), format(f), specs(std::move(s)), metadata(m) {
+    if (format == output_format::torch) {
+      torch = std::make_unique<torch_writer>(out);
+    } else {
+      std::vector<safetensors_writer::spec> st;
+      for (const auto& t : specs) st.push_back({t.name, t.type, t.shape});
+      safetensors = std::make_unique<safetensors_writer>(out, st, metadata);
+    }
+  }
+
+  uint64_t nbytes(const tensor_spec& t) const {
+    uint64_t n = itemsize(t.type);
+    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+    return n;
+  }
+
+  // Opens the next tensor (torch: a storage record); zero-byte tensors open and close at once.
+  void advance() {
+    while (!open && current < specs.size()) {
+      const tensor_spec& t = specs[current];
+      remaining = nbytes(t);
+      if (torch) {
+        std::string key = torch->begin_storage(t.type, remaining);
+        torch->add_tensor(t.name, key, 0, t.shape, contiguous_strides(t.shape));
+      }
+      open = true;
+      if (remaining == 0) close();
+    }
+  }
+
+  void close() {
+    if (torch) torch->end_storage();
+    open = false;
+    ++current;
+  }
+};
+
+tensor_sink::tensor_sink(const std::string& path, output_format format, std::vector<tensor_spec> specs,
+                         const std::map<std::string, std::string>& metadata)
+    : impl_(std::make_unique<impl>(path, format, std::move(specs), metadata)) {
+  impl_->advance();
+}
+
+tensor_sink::~tensor_sink() = default;
+
+void tensor_sink::write(const void* data, uint64_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    if (!impl_->open) throw error(exit_code::internal, "tensor_sink: more bytes than the declared tensors hold");
+    uint64_t n = std::min(size, impl_->remaining);
+    if (impl_->torch)
+      impl_->torch->write(p, n);
+    else
+      impl_->safetensors->write(p, n);
+    p += n;
+    size -= n;
+    impl_->remaining -= n;
+    if (impl_->remaining == 0) {
+      impl_->close();
+      impl_->advance();
+    }
+  }
+}
+
+void tensor_sink::commit() {
+  if (impl_->open || impl_->current != impl_->specs.size())
+    throw error(exit_code::internal, "tensor_sink: committed before all tensors were written");
+  if (impl_->torch) {
+    if (!impl_->metadata.empty())
+      impl_->torch->add_record(kSwavgRecord, nlohmann::json(impl_->metadata).dump(1));
+    impl_->torch->finish();
+  } else {
+    impl_->safetensors->finish();
+  }
+  impl_->out.commit();
+}
+
+uint64_t tensor_sink::bytes_written() const { return impl_->out.tell(); }
 
 }  // namespace swavg

@@ -1,5 +1,7 @@
 #include "io/torch_file.h"
 
+#include <map>
+#include <nlohmann/json.hpp>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -167,6 +169,7 @@ class archive_reader {
     v.storage_bytes = it->second.entry->size;
     v.storage_key = s.key;
     v.owner = file_;
+    v.evictable = file_->mapped();
     return v;
   }
 
@@ -177,7 +180,25 @@ class archive_reader {
   std::unordered_map<std::string, storage_check> storages_;
 };
 
+// swavg's own metadata, a JSON object of strings in a record loaders ignore.
+std::map<std::string, std::string> read_swavg_record(const zip_reader& zip, const std::string& name,
+                                                     const std::string& path) {
+  std::map<std::string, std::string> out;
+  if (!zip.find(name)) return out;
+  const zip_entry& e = zip.stored(name);
+  try {
+    auto j = nlohmann::json::parse(zip.bytes(e), zip.bytes(e) + e.size);
+    for (const auto& [k, v] : j.items())
+      if (v.is_string()) out[k] = v.get<std::string>();
+  } catch (const nlohmann::json::exception& ex) {
+    throw input_error(path + ": record '" + name + "' is not valid JSON: " + ex.what());
+  }
+  return out;
+}
+
 }  // namespace
+
+const char* const kSwavgRecord = "swavg.json";
 
 bool is_torchscript_archive(const zip_reader& zip) {
   const std::string prefix = zip.root() + "/";
@@ -200,11 +221,13 @@ state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const
       throw input_error(path + ": byteorder record says '" + value + "'; swavg reads little-endian archives only");
   }
   const zip_entry& pkl = zip.stored(prefix + "data.pkl");
+  std::map<std::string, std::string> metadata = read_swavg_record(zip, prefix + kSwavgRecord, path);
   auto doc = unpickle(zip.bytes(pkl), pkl.size, path + ": " + pkl.name);
 
   state_dict sd;
   sd.path = path;
   sd.format = file_format::torch;
+  sd.metadata = std::move(metadata);
   std::unordered_set<const pickle_node*> seen;
   collect_opaque(doc->root(), "", 0, seen, sd.opaque);
 

@@ -28,6 +28,9 @@ class zip_reader;
 // Keys tried in order when the top level is not itself a state dict.
 extern const std::vector<std::string> kStateDictKeys;
 
+// The record under the archive folder that holds swavg's metadata (ignored by torch.load).
+extern const char* const kSwavgRecord;
+
 // True for torch.jit.save archives (they carry code/ and constants.pkl).
 bool is_torchscript_archive(const zip_reader& zip);
 

@@ -52,6 +52,12 @@ std::string hex32(uint32_t v) {
   return buf;
 }
 
+std::string hex16(uint16_t v) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "0x%04x", v);
+  return buf;
+}
+
 // A name from the file, safe to print: control bytes escaped, long names cut.
 std::string quoted(std::string_view name) {
   std::string out = "'";
@@ -115,7 +121,8 @@ void put64(std::string& b, uint64_t v) {
 uint32_t clamp32(uint64_t v, bool zip64) { return zip64 ? kMax32 : static_cast<uint32_t>(v); }
 
 bool is_ascii(const std::string& s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return static_cast<unsigned char>(c) < 0x80; });
 }
 
 }  // namespace
@@ -271,8 +278,8 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context)
            ", but the record needs " + str(kEnd64Size) + " bytes before the locator at offset " +
            str(locator));
     if (u32(end64) != kEnd64Sig)
-      fail("no ZIP64 end-of-central-directory record at offset " + str(end64) + " (found signature " +
-           hex32(u32(end64)) + ", expected " + hex32(kEnd64Sig) + ")");
+      fail("no ZIP64 end-of-central-directory record at offset " + str(end64) +
+           " (found signature " + hex32(u32(end64)) + ", expected " + hex32(kEnd64Sig) + ")");
     uint64_t record_size = u64(end64 + 4);
     if (record_size < kEnd64Size - 12 || record_size > locator - end64 - 12)
       fail("the ZIP64 end-of-central-directory record at offset " + str(end64) +
@@ -302,18 +309,21 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context)
   if (total_entries > cd_size / kCentralSize)
     fail("the end-of-central-directory record claims " + str(total_entries) + " entries, but " +
          cd_text + " has room for at most " + str(cd_size / kCentralSize));
+  if (total_entries > kMax32)
+    fail("the archive has " + str(total_entries) + " entries, more than " + str(kMax32) +
+         " are not supported");
 
   entries_.reserve(total_entries);
   std::vector<uint64_t> data_ends;
   data_ends.reserve(total_entries);
   uint64_t p = cd_offset;
   for (uint64_t i = 0; i < total_entries; ++i) {
-    const std::string which = "entry " + str(i + 1) + " of " + str(total_entries);
+    auto which = [&] { return "entry " + str(i + 1) + " of " + str(total_entries); };
     if (cd_end - p < kCentralSize)
-      fail("truncated central directory: " + which + " starts at offset " + str(p) +
+      fail("truncated central directory: " + which() + " starts at offset " + str(p) +
            " but the directory ends at offset " + str(cd_end));
     if (u32(p) != kCentralSig)
-      fail("corrupt central directory: " + which + " at offset " + str(p) + " has signature " +
+      fail("corrupt central directory: " + which() + " at offset " + str(p) + " has signature " +
            hex32(u32(p)) + " (expected " + hex32(kCentralSig) + ")");
     const uint16_t flags = u16(p + 8);
     const uint16_t method = u16(p + 10);
@@ -326,18 +336,19 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context)
     uint32_t disk = u16(p + 34);
     uint64_t local = u32(p + 42);
     if (cd_end - p - kCentralSize < name_len + extra_len + comment_len)
-      fail("truncated central directory: " + which + " at offset " + str(p) + " needs " +
+      fail("truncated central directory: " + which() + " at offset " + str(p) + " needs " +
            str(kCentralSize + name_len + extra_len + comment_len) +
            " bytes but the directory ends at offset " + str(cd_end));
 
     zip_entry e;
     e.name.assign(reinterpret_cast<const char*>(data_ + p + kCentralSize), name_len);
-    const std::string rec = "record " + quoted(e.name);
+    auto rec = [&e] { return "record " + quoted(e.name); };
     if (flags & (kFlagEncrypted | kFlagStrongEncryption | kFlagMaskedHeader))
-      fail(rec + " is encrypted (flags " + hex32(flags) + "); encrypted archives are not supported");
+      fail(rec() + " is encrypted (flags " + hex16(flags) +
+           "); encrypted archives are not supported");
 
-    const bool need64 = uncompressed == kMax32 || compressed == kMax32 || local == kMax32 ||
-                        disk == kMax16;
+    const bool need64 =
+        uncompressed == kMax32 || compressed == kMax32 || local == kMax32 || disk == kMax16;
     uint64_t x = p + kCentralSize + name_len;
     uint64_t x_left = extra_len;
     bool seen64 = false;
@@ -345,7 +356,7 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context)
       const uint16_t id = u16(x);
       const uint64_t len = u16(x + 2);
       if (len > x_left - 4)
-        fail(rec + " has a malformed extra field (field " + hex32(id) + " declares " + str(len) +
+        fail(rec() + " has a malformed extra field (field " + hex16(id) + " declares " + str(len) +
              " bytes, " + str(x_left - 4) + " remain)");
       if (id == kZip64ExtraId && need64 && !seen64) {
         seen64 = true;
@@ -353,7 +364,7 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context)
         uint64_t f_left = len;
         auto take64 = [&](uint64_t& v, const char* what) {
           if (f_left < 8)
-            fail(rec + " has a ZIP64 extra field too short for its " + what + " (" + str(len) +
+            fail(rec() + " has a ZIP64 extra field too short for its " + what + " (" + str(len) +
                  " bytes)");
           v = u64(f);
           f += 8;
@@ -363,46 +374,48 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context)
         if (compressed == kMax32) take64(compressed, "compressed size");
         if (local == kMax32) take64(local, "header offset");
         if (disk == kMax16) {
-          if (f_left < 4) fail(rec + " has a ZIP64 extra field too short for its disk number");
+          if (f_left < 4) fail(rec() + " has a ZIP64 extra field too short for its disk number");
           disk = u32(f);
         }
       }
       x += 4 + len;
       x_left -= 4 + len;
     }
-    if (disk != 0) fail(rec + " is on disk " + str(disk) + "; multi-disk archives are not supported");
+    if (disk != 0)
+      fail(rec() + " is on disk " + str(disk) + "; multi-disk archives are not supported");
 
     if (local >= cd_offset && local < cd_end)
-      fail(rec + " starts inside the central directory (local header at offset " + str(local) +
+      fail(rec() + " starts inside the central directory (local header at offset " + str(local) +
            ", directory at offsets " + str(cd_offset) + " to " + str(cd_end) + ")");
     if (!range_inside(local, kLocalSize, file_size))
-      fail(rec + ": local header at offset " + str(local) +
+      fail(rec() + ": local header at offset " + str(local) +
            " lies past the end of the file (file has " + str(file_size) + " bytes)");
     if (local >= cd_end)
-      fail(rec + " starts after the central directory (local header at offset " + str(local) +
+      fail(rec() + " starts after the central directory (local header at offset " + str(local) +
            ", directory ends at offset " + str(cd_end) + ")");
     if (u32(local) != kLocalSig)
-      fail(rec + ": no local header at offset " + str(local) + " (found signature " +
+      fail(rec() + ": no local header at offset " + str(local) + " (found signature " +
            hex32(u32(local)) + ", expected " + hex32(kLocalSig) + ")");
     const uint64_t local_name_len = u16(local + 26);
     const uint64_t local_extra_len = u16(local + 28);
     const uint64_t data_offset = local + kLocalSize + local_name_len + local_extra_len;
     if (data_offset > file_size)
-      fail(rec + ": local header at offset " + str(local) + " extends past the end of the file (needs bytes up to " +
-           str(data_offset) + ", file has " + str(file_size) + ")");
+      fail(rec() + ": local header at offset " + str(local) +
+           " extends past the end of the file (needs bytes up to " + str(data_offset) +
+           ", file has " + str(file_size) + ")");
     if (local_name_len != name_len ||
         std::memcmp(data_ + local + kLocalSize, e.name.data(), name_len) != 0)
-      fail(rec + ": the local header at offset " + str(local) + " names it " +
+      fail(rec() + ": the local header at offset " + str(local) + " names it " +
            quoted(std::string_view(reinterpret_cast<const char*>(data_ + local + kLocalSize),
                                    local_name_len)));
     auto data_end = checked_add(data_offset, compressed);
     if (!data_end || *data_end > file_size)
-      fail(rec + " extends past the end of the file (needs " + str(compressed) +
+      fail(rec() + " extends past the end of the file (needs " + str(compressed) +
            " bytes from offset " + str(data_offset) +
            (data_end ? ", up to " + str(*data_end) : std::string()) + ", file has " +
            str(file_size) + ")");
     if (*data_end > cd_offset)
-      fail(rec + " runs into the central directory (its bytes end at offset " + str(*data_end) +
+      fail(rec() + " runs into the central directory (its bytes end at offset " + str(*data_end) +
            ", the directory starts at offset " + str(cd_offset) + ")");
 
     e.header_offset = local;
@@ -436,7 +449,8 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context)
             [this](uint32_t a, uint32_t b) { return entries_[a].name < entries_[b].name; });
   for (uint32_t i = 1; i < n; ++i) {
     if (entries_[by_name_[i - 1]].name == entries_[by_name_[i]].name)
-      fail("record " + quoted(entries_[by_name_[i]].name) + " appears twice in the central directory");
+      fail("record " + quoted(entries_[by_name_[i]].name) +
+           " appears twice in the central directory");
   }
 
   if (entries_.empty()) {
@@ -468,8 +482,9 @@ const std::string& zip_reader::root() const {
 }
 
 const zip_entry* zip_reader::find(std::string_view name) const {
-  auto it = std::lower_bound(by_name_.begin(), by_name_.end(), name,
-                             [this](uint32_t i, std::string_view n) { return entries_[i].name < n; });
+  auto it =
+      std::lower_bound(by_name_.begin(), by_name_.end(), name,
+                       [this](uint32_t i, std::string_view n) { return entries_[i].name < n; });
   if (it == by_name_.end() || entries_[*it].name != name) return nullptr;
   return &entries_[*it];
 }
@@ -498,7 +513,8 @@ void zip_writer::fail(const std::string& what) const {
 
 void zip_writer::write_local_header(const std::string& name, uint64_t size, uint32_t crc) {
   if (finished_) fail("record " + quoted(name) + " added after finish()");
-  if (open_) fail("record " + quoted(name) + " started while " + quoted(records_.back().name) + " is open");
+  if (open_)
+    fail("record " + quoted(name) + " started while " + quoted(records_.back().name) + " is open");
   if (name.empty() || name.size() > kMax16)
     fail("record name of " + str(name.size()) + " bytes (must be 1 to 65535)");
 

@@ -29,6 +29,8 @@ class mapped_file {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // True for a real file mapping (not from_memory): its pages can be dropped and re-read.
+  bool mapped() const { return mapped_; }
 
   // Tells the kernel the range will be read sequentially soon (readahead).
   void will_need(uint64_t offset, uint64_t length) const;

@@ -90,7 +90,7 @@ def _reject_constant(name):
 
 
 def _uint(x):
-    return type(x) is int and x >= 0
+    return type(x) is int and 0 <= x < 2**64
 
 
 def read(path):
@@ -114,7 +114,9 @@ def read(path):
         raise SafetensorsError("header is not JSON: %s" % e)
     if not isinstance(header, dict):
         raise SafetensorsError("header is not a JSON object")
-    metadata = header.pop("__metadata__", None) or {}
+    metadata = header.pop("__metadata__", None)
+    if metadata is None:
+        metadata = {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise SafetensorsError("__metadata__ is not an object of strings")
     infos = []

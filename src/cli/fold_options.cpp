@@ -1,0 +1,78 @@
+#include "cli/fold_options.h"
+
+#include <CLI/CLI.hpp>
+#include <fstream>
+#include <iostream>
+#include <spdlog/spdlog.h>
+
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace swavg {
+
+void add_fold_options(CLI::App* app, fold_options& o) {
+  app->add_option("inputs", o.selection.paths, "Checkpoints to fold, in this order (any format swavg reads)");
+  app->add_option("--inputs-from", o.selection.inputs_from, "Read more input paths from FILE, one per line ('-': stdin)");
+  app->add_option("--sort", o.selection.sort, "Order inputs by name, natural (ckpt_2 before ckpt_10), mtime or none")
+      ->check(CLI::IsMember({"none", "name", "natural", "mtime"}));
+  app->add_option("--last", o.selection.last, "Keep only the last N inputs (after sorting)");
+  app->add_option("--every", o.selection.every, "Keep every K-th input: the K-th, 2K-th, ... (after sorting)");
+  app->add_option("-o,--output", o.job.output, "File to write (atomically)")->required();
+  app->add_option("--format", o.job.format, "torch or safetensors (default: from the output's extension)")
+      ->check(CLI::IsMember({"torch", "safetensors"}));
+  app->add_flag("--force", o.job.force, "Replace an existing output");
+  app->add_option("--key", o.job.load.key, "Dotted path of the state dict inside torch.save objects, e.g. model");
+  app->add_option("--strip-prefix", o.job.load.strip_prefixes, "Remove this prefix from tensor names (repeatable)");
+  app->add_option("--buffers", o.buffers, "Buffers: latest (from the last input, like use_buffers=False) or average")
+      ->check(CLI::IsMember({"latest", "average"}));
+  app->add_option("--buffer", o.job.config.buffer_patterns, "Also treat tensors matching REGEX as buffers (repeatable)");
+  app->add_option("--model", o.job.model, "TorchScript model whose parameter/buffer split decides what is a buffer");
+  app->add_option("--int", o.ints, "Integer and bool tensors: latest, first, or error when they differ")
+      ->check(CLI::IsMember({"latest", "first", "error"}));
+  app->add_option("--rules", o.rules_file, "JSON list of {\"match\": REGEX, \"action\": average|latest|first|drop, \"decay\": D}");
+  app->add_option("--accumulate", o.accumulate,
+                  "Accumulator precision: auto (float32 for float16/bfloat16, else native), native, float32, float64")
+      ->check(CLI::IsMember({"auto", "native", "float32", "float64"}));
+  app->add_option("--output-dtype", o.output_dtype, "Write floating tensors in this dtype (default: each input's)");
+  app->add_option("--resume", o.job.resume, "Continue from an earlier output of the same mode");
+  app->add_option("--layout", o.layout, "state-dict (the inputs' names) or averaged-model (module.<name> + n_averaged)")
+      ->check(CLI::IsMember({"state-dict", "averaged-model"}));
+  app->add_flag("--allow-missing", o.job.config.allow_missing, "Average each tensor over the inputs that have it");
+  app->add_flag("--allow-nonfinite", o.job.config.allow_nonfinite, "Accept NaN and Inf values in the inputs");
+  app->add_option("--device", o.job.config.device, "Fold on cpu or cuda[:N]");
+  app->add_option("--report", o.report_file, "Write a JSON report to FILE");
+  app->add_flag("--json", o.json, "Print the JSON report on stdout");
+}
+
+void run_fold_command(fold_options o) {
+  fold_config& c = o.job.config;
+  o.job.inputs = select_inputs(o.selection);
+  c.buffers = o.buffers == "average" ? buffer_policy::average : buffer_policy::latest;
+  c.ints = o.ints == "first" ? int_policy::first : o.ints == "error" ? int_policy::error : int_policy::latest;
+  if (!o.rules_file.empty()) c.rules = load_rules(o.rules_file);
+  if (o.accumulate == "native") c.accumulate = accumulate_policy::native;
+  else if (o.accumulate == "float32") c.accumulate = accumulate_policy::float32;
+  else if (o.accumulate == "float64") c.accumulate = accumulate_policy::float64;
+  if (!o.output_dtype.empty()) {
+    auto t = dtype_from_name(o.output_dtype);
+    if (!t || !is_floating(*t))
+      throw usage_error("--output-dtype: expected float32, float64, float16 or bfloat16, got '" + o.output_dtype + "'");
+    c.output_dtype = t;
+  }
+  c.layout = o.layout == "averaged-model" ? output_layout::averaged_model : output_layout::state_dict;
+  if (!o.report_file.empty()) check_output_path(o.report_file, o.job.inputs, true);
+
+  fold_report report = run_fold(o.job);
+  spdlog::info("{}: {} of {} checkpoints ({} tensors), {:.1f} MB read, {:.1f} MB written in {:.2f} s", report.output,
+               mode_name(report.mode), report.n, report.tensors.size(), report.bytes_read / 1e6,
+               report.bytes_written / 1e6, report.wall_time_s);
+  const std::string json = fold_report_json(report);
+  if (!o.report_file.empty()) {
+    std::ofstream out(o.report_file);
+    out << json << "\n";
+    if (!out) throw io_error(o.report_file + ": cannot write the report");
+  }
+  if (o.json) std::cout << json << "\n";
+}
+
+}  // namespace swavg

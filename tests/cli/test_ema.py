@@ -1,0 +1,283 @@
+"""swavg ema against real PyTorch: `avg.lerp_(x, 1 - decay)` per checkpoint after the first, the
+update get_ema_multi_avg_fn makes in PyTorch 2.x (1.13 has no such helper, so the reference is the
+lerp itself), with the torch_ema and power (timm) warmup schedules, per-rule decays, resume,
+bfloat16 inputs and the averaged-model layout.
+
+Every expected value is computed here by PyTorch from the fixture files."""
+import json
+import os
+import unittest
+
+import torch
+
+from common import TempDirTest, fixture, same_bits, swavg
+from reference import (bf16_ulp, ema_decays, ema_fold, is_buffer_name, load_output, load_safetensors,
+                       model_for, run_paths, state_dict_of, write_rules)
+
+
+class EmaTest(TempDirTest):
+    def ema(self, *args, out_name="ema.pt"):
+        out = self.path(out_name)
+        swavg("ema", *args, "-o", out, "--force")
+        return load_output(out)
+
+    def assert_bits(self, got, want, name):
+        self.assertEqual(got.dtype, want.dtype, name)
+        self.assertEqual(tuple(got.shape), tuple(want.shape), name)
+        if not same_bits(got, want):
+            diff = (got.double() - want.double()).abs()
+            self.fail("%s: not bit-exact, max |diff| %g at %d of %d elements"
+                      % (name, diff.max().item(), int((diff != 0).sum()), diff.numel()))
+
+    def check_run(self, run, decay, warmup_args=(), schedule=None, buffers="latest"):
+        """swavg ema over a whole run vs the lerp reference with the decays from `schedule`."""
+        paths = run_paths(run)
+        sds = [state_dict_of(p) for p in paths]
+        decays = ema_decays(len(paths), decay, **(schedule or {}))
+        extra = ["--buffers", "average"] if buffers == "average" else []
+        got = self.ema("--decay", str(decay), *paths, *warmup_args, *extra)
+        self.assertEqual(type(got).__name__, "OrderedDict")
+        self.assertEqual(list(got.keys()), list(sds[0].keys()))
+        for k in sds[0]:
+            with self.subTest(run=run, decay=decay, warmup=warmup_args, tensor=k):
+                floating = sds[0][k].is_floating_point()
+                if not floating or (is_buffer_name(k) and buffers == "latest"):
+                    self.assert_bits(got[k], sds[-1][k], k)
+                else:
+                    self.assert_bits(got[k], ema_fold([sd[k] for sd in sds], decays), k)
+        return got
+
+
+class EmaVsLerpTest(EmaTest):
+    """3: bit-exact with the lerp reference."""
+
+    def test_cnn(self):
+        for decay in (0.9, 0.999):
+            self.check_run("cnn", decay)
+
+    def test_resnet18(self):
+        for decay in (0.9, 0.999):
+            self.check_run("resnet18", decay)
+
+    def test_decay_matters(self):
+        a = self.check_run("cnn", 0.9)
+        b = self.check_run("cnn", 0.5)
+        self.assertFalse(same_bits(a["conv1.weight"], b["conv1.weight"]))
+
+    def test_warmup_torch_ema(self):
+        for decay in (0.9, 0.999):
+            self.check_run("cnn", decay, ["--warmup", "torch_ema"], {"warmup": "torch_ema"})
+        self.check_run("resnet18", 0.999, ["--warmup", "torch_ema"], {"warmup": "torch_ema"})
+        # The schedule changes the result (at n < 8 the warmup decay is below 0.9).
+        plain = self.ema("--decay", "0.9", *run_paths("cnn"), out_name="plain.pt")
+        warm = self.ema("--decay", "0.9", *run_paths("cnn"), "--warmup", "torch_ema", out_name="warm.pt")
+        self.assertFalse(same_bits(plain["fc.weight"], warm["fc.weight"]))
+
+    def test_warmup_power(self):
+        for decay in (0.9, 0.999):
+            self.check_run("cnn", decay, ["--warmup", "power"], {"warmup": "power"})
+        self.check_run("cnn", 0.999, ["--warmup", "power", "--inv-gamma", "2", "--power", "0.75"],
+                       {"warmup": "power", "inv_gamma": 2.0, "power": 0.75})
+        # min_decay clamps from below: 1 - (1 + 1)^-0.75 = 0.405 < 0.6.
+        self.check_run("cnn", 0.99, ["--warmup", "power", "--power", "0.75", "--min-decay", "0.6"],
+                       {"warmup": "power", "power": 0.75, "min_decay": 0.6})
+        self.check_run("resnet18", 0.999, ["--warmup", "power"], {"warmup": "power"})
+
+    def test_buffers_average(self):
+        got = self.check_run("cnn", 0.9, buffers="average")
+        last = state_dict_of(run_paths("cnn")[-1])
+        self.assertFalse(same_bits(got["bn1.running_var"], last["bn1.running_var"]))
+        self.check_run("cnn", 0.999, ["--warmup", "torch_ema"], {"warmup": "torch_ema"}, buffers="average")
+
+    def test_int_first(self):
+        paths = run_paths("cnn")
+        got = self.ema("--decay", "0.9", *paths, "--int", "first")
+        first = state_dict_of(paths[0])
+        for k, v in first.items():
+            if not v.is_floating_point():
+                self.assert_bits(got[k], v, k)
+
+
+class EmaRulesTest(EmaTest):
+    """6 (ema): per-rule decay and actions."""
+
+    def test_rules_with_decay(self):
+        paths = run_paths("cnn")
+        sds = [state_dict_of(p) for p in paths]
+        rules = write_rules(self.path("rules.json"), [
+            {"match": "^fc\\.", "action": "average", "decay": 0.5},
+            {"match": "^bn3\\.weight$", "action": "first"},
+            {"match": "conv1\\.bias", "action": "drop"},
+            {"match": "bn1\\.running_var", "action": "average", "decay": 0.75},
+            {"match": "^bn3\\.", "action": "latest"},
+        ])
+        got = self.ema("--decay", "0.9", *paths, "--rules", rules)
+        d09, d05, d075 = (ema_decays(len(paths), d) for d in (0.9, 0.5, 0.75))
+        expected = {}
+        for k in sds[0]:
+            xs = [sd[k] for sd in sds]
+            if k == "conv1.bias":
+                continue
+            if k.startswith("fc."):
+                expected[k] = ema_fold(xs, d05)
+            elif k == "bn3.weight":
+                expected[k] = xs[0]
+            elif k == "bn1.running_var":
+                expected[k] = ema_fold(xs, d075)
+            elif k.startswith("bn3.") or is_buffer_name(k):
+                expected[k] = xs[-1]
+            else:
+                expected[k] = ema_fold(xs, d09)
+        self.assertEqual(list(got.keys()), list(expected.keys()))
+        for k, v in expected.items():
+            with self.subTest(tensor=k):
+                self.assert_bits(got[k], v, k)
+
+
+class EmaResumeTest(EmaTest):
+    """4 (ema): resume in pieces, n stored (the warmup depends on it)."""
+
+    def check_pieces(self, run, pieces, layout, args):
+        paths = run_paths(run)
+        whole = self.path("whole.pt")
+        swavg("ema", *args, *paths, "--layout", layout, "-o", whole)
+        prev, start = None, 0
+        for i, size in enumerate(pieces):
+            out = self.path("piece%d.pt" % i)
+            resume = ["--resume", prev] if prev else []
+            swavg("ema", *args, *paths[start:start + size], *resume, "--layout", layout, "-o", out)
+            prev, start = out, start + size
+        a, b = load_output(prev), load_output(whole)
+        self.assertEqual(list(a.keys()), list(b.keys()))
+        for k in b:
+            with self.subTest(run=run, layout=layout, args=args, tensor=k):
+                self.assert_bits(a[k], b[k], k)
+        return a
+
+    def test_cnn(self):
+        for layout in ("state-dict", "averaged-model"):
+            for args in (["--decay", "0.9"], ["--decay", "0.999", "--warmup", "torch_ema"],
+                         ["--decay", "0.999", "--warmup", "power", "--inv-gamma", "2"]):
+                self.check_pieces("cnn", [2, 2, 2], layout, args)
+        got = self.check_pieces("cnn", [1, 3, 2], "averaged-model", ["--decay", "0.99", "--warmup", "torch_ema"])
+        self.assertEqual(int(got["n_averaged"]), 6)
+        # ... and the resumed result is the reference's.
+        sds = [state_dict_of(p) for p in run_paths("cnn")]
+        decays = ema_decays(6, 0.99, warmup="torch_ema")
+        self.assert_bits(got["module.conv2.weight"], ema_fold([sd["conv2.weight"] for sd in sds], decays), "conv2.weight")
+
+    def test_resnet18(self):
+        self.check_pieces("resnet18", [2, 2], "state-dict", ["--decay", "0.999", "--warmup", "torch_ema"])
+
+    def test_resume_from_average_refused(self):
+        paths = run_paths("cnn")
+        avg = self.path("avg.pt")
+        swavg("average", *paths[:2], "-o", avg)
+        out = self.path("ema.pt")
+        p = swavg("ema", "--decay", "0.9", *paths[2:], "--resume", avg, "-o", out, check=False)
+        self.assertNotIn(p.returncode, (0, 1), p.stderr)
+        self.assertFalse(os.path.exists(out))
+
+
+class EmaBfloat16Test(EmaTest):
+    """5 (ema): bfloat16 inputs with float32 and float64 accumulators."""
+
+    def test_accumulators(self):
+        paths = run_paths("cnn_bf16")
+        sds = [state_dict_of(p) for p in paths]
+        decays = ema_decays(len(paths), 0.9, warmup="torch_ema")
+        f32 = self.ema("--decay", "0.9", "--warmup", "torch_ema", *paths, out_name="f32.pt")
+        f64 = self.ema("--decay", "0.9", "--warmup", "torch_ema", *paths, "--accumulate", "float64", out_name="f64.pt")
+        nat = self.ema("--decay", "0.9", "--warmup", "torch_ema", *paths, "--accumulate", "native", out_name="nat.pt")
+        err = {"f32": 0.0, "native": 0.0}
+        for k, v in sds[0].items():
+            if not v.is_floating_point() or is_buffer_name(k):
+                for got in (f32, f64, nat):
+                    self.assert_bits(got[k], sds[-1][k], k)
+                continue
+            with self.subTest(tensor=k):
+                xs = [sd[k] for sd in sds]
+                ref = ema_fold(xs, decays, torch.float64)
+                self.assert_bits(f32[k], ema_fold(xs, decays, torch.float32).to(torch.bfloat16), k)
+                self.assert_bits(f64[k], ref.to(torch.bfloat16), k)
+                self.assert_bits(nat[k], ema_fold(xs, decays), k)
+                self.assertTrue(bool(((f32[k].double() - ref).abs() <= bf16_ulp(ref)).all()), k)
+                err["f32"] += float((f32[k].double() - ref).abs().sum())
+                err["native"] += float((nat[k].double() - ref).abs().sum())
+        self.assertGreater(err["native"], err["f32"])
+
+
+class EmaOutputTest(EmaTest):
+    """8, 10, 12 (ema): layout, safetensors, report; usage errors."""
+
+    def test_averaged_model_layout(self):
+        paths = run_paths("cnn")
+        got = self.ema("--decay", "0.9", *paths, "--layout", "averaged-model")
+        plain = self.ema("--decay", "0.9", *paths, out_name="plain.pt")
+        self.assertEqual(int(got["n_averaged"]), 6)
+        self.assertEqual(got["n_averaged"].dtype, torch.int64)
+        for k, v in plain.items():
+            self.assert_bits(got["module." + k], v, k)
+        avg = torch.optim.swa_utils.AveragedModel(model_for("cnn"))
+        avg.load_state_dict(got, strict=True)
+
+    def test_safetensors(self):
+        paths = run_paths("cnn")
+        want = self.ema("--decay", "0.999", *paths)
+        out = self.path("ema.safetensors")
+        swavg("ema", "--decay", "0.999", *paths, "-o", out)
+        got, _ = load_safetensors(out)
+        self.assertEqual(sorted(got), sorted(want))
+        for k in want:
+            self.assert_bits(got[k], want[k], k)
+
+    def test_report(self):
+        paths = run_paths("cnn")
+        report_path = self.path("r.json")
+        p = swavg("ema", "--decay", "0.999", *paths, "-o", self.path("e.pt"), "--json", "--report", report_path)
+        r = json.loads(p.stdout)
+        with open(report_path) as f:
+            self.assertEqual({k: v for k, v in json.load(f).items() if k != "wall_time_s"},
+                             {k: v for k, v in r.items() if k != "wall_time_s"})
+        self.assertEqual(r["mode"], "ema")
+        self.assertEqual(r["decay"], 0.999)
+        self.assertEqual(r["n"], 6)
+        self.assertEqual([os.path.realpath(x) for x in r["inputs"]], [os.path.realpath(x) for x in paths])
+        sd = state_dict_of(paths[0])
+        self.assertEqual(r["tensors"], len(sd))
+        self.assertEqual(sorted(r["buffers"]), sorted(k for k in sd if is_buffer_name(k)))
+        for key in ("rules", "bytes_read", "bytes_written", "wall_time_s"):
+            self.assertIn(key, r)
+
+    def test_bad_usage(self):
+        paths = run_paths("cnn")[:2]
+        out = self.path("x.pt")
+        for args in ([*paths, "-o", out], ["--decay", "1.5", *paths, "-o", out],
+                     ["--decay", "-0.1", *paths, "-o", out], ["--decay", "abc", *paths, "-o", out],
+                     ["--decay", "0.9", *paths, "-o", out, "--weights", "1,1"],
+                     ["--decay", "0.9", *paths, "-o", out, "--warmup", "cosine"],
+                     ["--decay", "0.9", *paths, "-o", out, "--warmup", "power", "--inv-gamma", "0"]):
+            with self.subTest(args=args):
+                p = swavg("ema", *args, check=False)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertFalse(os.path.exists(out))
+
+    def test_nonfinite(self):
+        import collections
+        paths = run_paths("cnn")[:2]
+        sd = collections.OrderedDict((k, v.clone()) for k, v in state_dict_of(paths[1]).items())
+        sd["bn2.weight"][1] = float("-inf")
+        bad = self.path("bad_ema.pt")
+        torch.save(sd, bad)
+        out = self.path("x.pt")
+        p = swavg("ema", "--decay", "0.9", paths[0], bad, "-o", out, check=False)
+        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertIn("bad_ema.pt", p.stderr)
+        self.assertIn("bn2.weight", p.stderr)
+        self.assertFalse(os.path.exists(out))
+        got = self.ema("--decay", "0.9", paths[0], bad, "--allow-nonfinite")
+        self.assertEqual(float(got["bn2.weight"][1]), float("-inf"))
+
+
+if __name__ == "__main__":
+    unittest.main()
