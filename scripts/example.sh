@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # The main job on a generated example: a small CNN trained for a few epochs leaves training
-# checkpoints in example/; swavg reads them and writes the weights.
+# checkpoints in example/; swavg averages them (SWA and EMA) and shows the result.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SWAVG=${SWAVG:-build/swavg}
 rm -rf example && mkdir -p example
-/usr/bin/python3 scripts/make_example.py example 5
-"$SWAVG" inspect example/ckpt_4.pt
-"$SWAVG" convert example/ckpt_4.pt -o example/last.safetensors
+/usr/bin/python3 scripts/make_example.py example 6
+"$SWAVG" average --sort natural example/ckpt_*.pt -o example/swa.pt --report example/swa_report.json
+"$SWAVG" ema --decay 0.9 --sort natural example/ckpt_*.pt -o example/ema.safetensors
+"$SWAVG" inspect example/swa.pt
+/usr/bin/python3 - <<'PY'
+import torch
+sd = torch.load("example/swa.pt", weights_only=True)
+print("example/swa.pt loads with torch.load(weights_only=True):", len(sd), "tensors")
+PY

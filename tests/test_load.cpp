@@ -76,7 +76,7 @@ TEST_CASE("views become tensors over the same bytes", "[load]") {
   }
 }
 
-TEST_CASE("--strip-prefix removes module. and _orig_mod.", "[load]") {
+TEST_CASE("stripping prefixes removes module. and _orig_mod.", "[load]") {
   load_options o;
   o.strip_prefixes = {"module.", "_orig_mod."};
   state_dict sd = load_state_dict(fixture("prefixed.pt"), o);

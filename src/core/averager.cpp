@@ -61,8 +61,6 @@ dtype accumulator_for(dtype t, accumulate_policy p) {
   return t;
 }
 
-std::string dtype_list(dtype a) { return dtype_name(a); }
-
 std::string decimal(double v) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.17g", v);

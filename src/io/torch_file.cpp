@@ -236,7 +236,7 @@ state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const
   if (!key.empty()) {
     chosen = resolve_path(root, key, path);
     if (!is_dict(chosen))
-      throw usage_error(path + ": --key '" + key + "' is a " + pickle_type_name(*chosen) + ", expected a dict of tensors");
+      throw usage_error(path + ": --key '" + key + "' holds a value of type " + pickle_type_name(*chosen) + ", expected a dict of tensors");
     sd.key = key;
   } else if (maps_names_to_tensors(root)) {
     chosen = root;

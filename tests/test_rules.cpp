@@ -1,0 +1,95 @@
+// Per-tensor rules, buffer names, input selection and the EMA decay schedules.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "core/averager.h"
+#include "core/input_list.h"
+#include "core/rules.h"
+#include "util/error.h"
+
+using namespace swavg;
+
+TEST_CASE("rules: first match wins, searched anywhere", "[rules]") {
+  auto rules = parse_rules(R"([
+    {"match": "^fc\\.", "action": "drop"},
+    {"match": "bn", "action": "latest"},
+    {"match": "embed", "action": "average", "decay": 0.99},
+    {"match": ".*", "action": "first"}
+  ])", "r.json");
+  REQUIRE(rules.size() == 4);
+  CHECK(match_rule(rules, "fc.weight")->action == tensor_action::drop);
+  CHECK(match_rule(rules, "layer1.fc.weight")->action == tensor_action::first);
+  CHECK(match_rule(rules, "layer1.bn1.weight")->action == tensor_action::latest);
+  CHECK(match_rule(rules, "tok_embed.weight")->decay.value() == 0.99);
+  CHECK(match_rule(rules, "conv.weight")->action == tensor_action::first);
+  CHECK(match_rule({}, "conv.weight") == nullptr);
+}
+
+TEST_CASE("rules: bad files are usage errors that say what is wrong", "[rules]") {
+  struct bad_case {
+    const char* json;
+    const char* message;
+  };
+  const bad_case cases[] = {
+      {"{", "not valid JSON"},
+      {R"({"match": "x"})", "expected a JSON list"},
+      {R"([{"action": "drop"}])", "\"match\" must be a string"},
+      {R"([{"match": "x", "action": "smash"}])", "action must be average, latest, first or drop"},
+      {R"([{"match": "(", "action": "drop"}])", "invalid regular expression"},
+      {R"([{"match": "x", "action": "average", "decay": 2}])", "decay must be in [0, 1]"},
+      {R"([{"match": "x", "action": "average", "decya": 0.5}])", "unknown field 'decya'"},
+      {R"([3])", "expected an object"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.json);
+    CHECK_THROWS_WITH(parse_rules(c.json, "rules.json"), Catch::Contains(c.message) && Catch::Contains("rules.json"));
+    CHECK_THROWS_AS(parse_rules(c.json, "rules.json"), usage_error);
+  }
+}
+
+TEST_CASE("standard buffer names", "[rules]") {
+  CHECK(is_standard_buffer_name("layer1.0.bn1.running_mean"));
+  CHECK(is_standard_buffer_name("bn.running_var"));
+  CHECK(is_standard_buffer_name("num_batches_tracked"));
+  CHECK_FALSE(is_standard_buffer_name("bn.weight"));
+  CHECK_FALSE(is_standard_buffer_name("running_mean_proj.weight"));
+}
+
+TEST_CASE("natural order puts ckpt_2 before ckpt_10", "[rules]") {
+  input_selection s;
+  s.paths = {"ckpt_10.pt", "ckpt_2.pt", "ckpt_1.pt", "ckpt_02b.pt", "a.pt"};
+  s.sort = "natural";
+  CHECK(select_inputs(s) == std::vector<std::string>{"a.pt", "ckpt_1.pt", "ckpt_2.pt", "ckpt_02b.pt", "ckpt_10.pt"});
+  s.sort = "name";
+  CHECK(select_inputs(s) == std::vector<std::string>{"a.pt", "ckpt_02b.pt", "ckpt_1.pt", "ckpt_10.pt", "ckpt_2.pt"});
+}
+
+TEST_CASE("thinning with every and last", "[rules]") {
+  input_selection s;
+  for (int i = 1; i <= 7; ++i) s.paths.push_back("c" + std::to_string(i));
+  s.every = 2;
+  CHECK(select_inputs(s) == std::vector<std::string>{"c2", "c4", "c6"});
+  s.last = 2;
+  CHECK(select_inputs(s) == std::vector<std::string>{"c4", "c6"});
+  s.every = 0;
+  CHECK_THROWS_AS(select_inputs(s), usage_error);
+  input_selection empty;
+  CHECK_THROWS_WITH(select_inputs(empty), Catch::Contains("no input"));
+}
+
+TEST_CASE("EMA decay schedules", "[rules]") {
+  fold_config c;
+  c.decay = 0.999;
+  CHECK(ema_decay_at(c, 5, std::nullopt) == 0.999);
+  CHECK(ema_decay_at(c, 5, 0.5) == 0.5);
+  c.warmup = warmup_kind::torch_ema;
+  CHECK(ema_decay_at(c, 1, std::nullopt) == 2.0 / 11.0);
+  CHECK(ema_decay_at(c, 100000, std::nullopt) == 0.999);
+  c.warmup = warmup_kind::power;
+  c.inv_gamma = 1.0;
+  c.power = 2.0 / 3.0;
+  CHECK(ema_decay_at(c, 7, std::nullopt) == Approx(1.0 - std::pow(8.0, -2.0 / 3.0)));
+  c.min_decay = 0.9;
+  CHECK(ema_decay_at(c, 1, std::nullopt) == 0.9);
+  CHECK(ema_decay_at(c, 1000000000, std::nullopt) == 0.999);
+}
