@@ -93,3 +93,14 @@ TEST_CASE("EMA decay schedules", "[rules]") {
   CHECK(ema_decay_at(c, 1, std::nullopt) == 0.9);
   CHECK(ema_decay_at(c, 1000000000, std::nullopt) == 0.999);
 }
+
+TEST_CASE("the shipped example rules parse and do what they say", "[rules]") {
+  auto rules = load_rules(std::string(SWAVG_SOURCE_DIR) + "/configs/rules.example.json");
+  REQUIRE(rules.size() == 4);
+  CHECK(match_rule(rules, "bn1.num_batches_tracked")->action == tensor_action::latest);
+  CHECK(match_rule(rules, "head.weight")->action == tensor_action::latest);
+  CHECK(match_rule(rules, "module.head.bias")->action == tensor_action::latest);
+  CHECK(match_rule(rules, "vit.pos_embed")->decay.value() == 0.9999);
+  CHECK(match_rule(rules, "aux_classifier.0.weight")->action == tensor_action::drop);
+  CHECK(match_rule(rules, "blocks.0.attn.qkv.weight") == nullptr);
+}

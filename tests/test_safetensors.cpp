@@ -213,6 +213,18 @@ TEST_CASE("accepts what the reference accepts", "[safetensors]") {
   }
 }
 
+TEST_CASE("reads a header with many tensors in linear time", "[safetensors]") {
+  constexpr int kCount = 50000;
+  std::string header = R"({"__metadata__":{"k":"v"})";
+  for (int i = kCount; i-- > 0;)
+    header += ",\"layer." + std::to_string(i) + ".w\":" + entry("I16", "[1]", 2 * i, 2 * i + 2);
+  header += "}";
+  auto c = read_safetensors(mapped_file::from_memory(st_bytes(header, 2 * kCount), "many.safetensors"));
+  REQUIRE(c.tensors.size() == kCount);
+  CHECK(c.tensors.front().name == "layer.0.w");
+  CHECK(c.tensors.back().name == "layer." + std::to_string(kCount - 1) + ".w");
+}
+
 TEST_CASE("rejects malformed files with a specific message", "[safetensors]") {
   struct bad_case {
     const char* label;

@@ -4,7 +4,6 @@
 #include <cstring>
 #include <limits>
 #include <optional>
-#include <set>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -130,75 +129,87 @@ struct entry {
   uint64_t end = 0;
 };
 
-class header_parser {
+// Builds the header's DOM through nlohmann's SAX interface (its callback parser is quadratic in the
+// number of entries), refusing duplicate keys, which nlohmann would silently overwrite, and nesting
+// deeper than the reference allows.
+class header_parser : public nlohmann::json_sax<json> {
  public:
   explicit header_parser(std::string path) : path_(std::move(path)) {}
 
   json parse(const char* begin, const char* end) {
-    json doc;
-    try {
-      doc = json::parse(begin, end, [this](int, json::parse_event_t event, json& parsed) {
-        return on_event(event, parsed);
-      });
-    } catch (const json::parse_error& e) {
-      fail("header is not valid JSON: " + strip_prefix(e.what()));
-    }
-    if (!duplicate_.empty()) fail(duplicate_);
-    return doc;
+    json::sax_parse(begin, end, this);
+    return std::move(root_);
   }
 
   [[noreturn]] void fail(const std::string& message) const { throw input_error(path_ + ": " + message); }
 
- private:
-  static std::string strip_prefix(const std::string& what) {
-    auto close = what.find("] ");
-    return close == std::string::npos ? what : what.substr(close + 2);
-  }
+  bool null() override { return add(nullptr); }
+  bool boolean(bool v) override { return add(v); }
+  bool number_integer(number_integer_t v) override { return add(v); }
+  bool number_unsigned(number_unsigned_t v) override { return add(v); }
+  bool number_float(number_float_t v, const string_t&) override { return add(v); }
+  bool string(string_t& v) override { return add(std::move(v)); }
+  bool binary(binary_t& v) override { return add(json::binary(std::move(v))); }
 
-  bool on_event(json::parse_event_t event, const json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-        enter();
-        keys_.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        --depth_;
-        if (!keys_.empty()) keys_.pop_back();
-        break;
-      case json::parse_event_t::array_start:
-        enter();
-        break;
-      case json::parse_event_t::array_end:
-        --depth_;
-        break;
-      case json::parse_event_t::key: {
-        const std::string& key = parsed.get_ref<const std::string&>();
-        if (keys_.size() == 1) top_key_ = key;
-        if (!keys_.empty() && !keys_.back().insert(key).second && duplicate_.empty()) {
-          if (keys_.size() == 1)
-            duplicate_ = key == kMetadataKey ? "duplicate key '__metadata__'"
-                                             : "duplicate tensor name " + quote_name(key);
-          else
-            duplicate_ = "duplicate key " + quote_name(key) + " in the entry of " + quote_name(top_key_);
-        }
-        break;
-      }
-      default:
-        break;
+  bool start_object(std::size_t) override { return open(json::object()); }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(json::array()); }
+  bool end_array() override { return close(); }
+
+  bool key(string_t& k) override {
+    if (stack_.size() == 1) top_key_ = k;
+    if (stack_.back()->contains(k)) {
+      if (stack_.size() > 1) fail("duplicate key " + quote_name(k) + " in the entry of " + quote_name(top_key_));
+      fail(k == kMetadataKey ? std::string("duplicate key '__metadata__'") : "duplicate tensor name " + quote_name(k));
     }
+    key_ = std::move(k);
     return true;
   }
 
-  void enter() {
-    if (++depth_ > kMaxJsonDepth)
+  bool parse_error(std::size_t, const std::string&, const json::exception& e) override {
+    const std::string what = e.what();
+    auto close = what.find("] ");
+    fail("header is not valid JSON: " + (close == std::string::npos ? what : what.substr(close + 2)));
+  }
+
+ private:
+  json* place(json&& v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    json& parent = *stack_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(v));
+      return &parent.back();
+    }
+    json& slot = parent[key_];
+    slot = std::move(v);
+    return &slot;
+  }
+
+  bool add(json&& v) {
+    place(std::move(v));
+    return true;
+  }
+
+  bool open(json&& container) {
+    if (stack_.size() >= static_cast<size_t>(kMaxJsonDepth))
       fail("header nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    stack_.push_back(place(std::move(container)));
+    return true;
+  }
+
+  bool close() {
+    stack_.pop_back();
+    return true;
   }
 
   std::string path_;
-  int depth_ = 0;
-  std::vector<std::set<std::string>> keys_;
+  json root_;
+  std::vector<json*> stack_;  // open containers; a parent gains no element while its child is open
+  std::string key_;
   std::string top_key_;
-  std::string duplicate_;
 };
 
 entry parse_entry(const header_parser& p, const std::string& name, const json& value) {
@@ -361,6 +372,7 @@ safetensors_content read_safetensors(const std::shared_ptr<const mapped_file>& f
     t.view.storage_bytes = e.end - e.begin;
     t.view.storage_key = e.name;
     t.view.owner = file;
+    t.view.evictable = file->mapped();
     out.tensors.push_back(std::move(t));
   }
   return out;
