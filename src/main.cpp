@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", verbose, "More log output on stderr (-vv for trace)");
   app.add_flag("-q,--quiet", quiet, "Only errors on stderr");
 
-  std::vector<command> commands = {setup_average(app), setup_ema(app), setup_inspect(app), setup_convert(app)};
+  std::vector<command> commands = {setup_average(app), setup_ema(app), setup_inspect(app), setup_convert(app),
+                                   setup_update_bn(app)};
 
   try {
     app.parse(argc, argv);

@@ -21,5 +21,6 @@ command setup_inspect(CLI::App& parent);
 command setup_convert(CLI::App& parent);
 command setup_average(CLI::App& parent);
 command setup_ema(CLI::App& parent);
+command setup_update_bn(CLI::App& parent);
 
 }  // namespace swavg

@@ -369,6 +369,10 @@ void validate_config(const fold_job& job) {
     if (!(sum > 0)) throw usage_error("--weights: the weights sum to 0");
     if (!job.resume.empty()) throw usage_error("--resume works with equal weights (SWA) and EMA, not with --weights");
   }
+  if (c.mode != fold_mode::ema)
+    for (const auto& r : c.rules)
+      if (r.decay)
+        throw usage_error("--rules: the rule for '" + r.pattern + "' sets a decay, which only swavg ema uses");
   if (c.warmup == warmup_kind::power && !(c.inv_gamma > 0))
     throw usage_error("--inv-gamma: expected a positive value, got " + decimal(c.inv_gamma));
 }
@@ -464,6 +468,8 @@ fold_report run_fold(const fold_job& job) {
       o.rule = r->pattern;
       o.reason = "rule";
       p.rule_decay = r->decay;
+    } else if (!numeric) {
+      o.action = tensor_action::average;  // decided by --int below
     } else if (o.buffer && c.buffers == buffer_policy::latest) {
       o.action = tensor_action::latest;
       o.reason = "buffer";

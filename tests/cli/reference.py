@@ -7,16 +7,13 @@ numbers swavg produced.
 import collections
 import functools
 import json
-import math
 import os
-import shutil
 import subprocess
 import sys
 
 import torch
-import torch.nn as nn
 
-from common import FIXTURES, SWAVG, fixture, same_bits
+from common import SWAVG, fixture, same_bits
 
 STANDARD_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 

@@ -1,0 +1,783 @@
+"""Benchmark swavg against the Python peer and the I/O floor, and check the targets of issue 5.
+
+Run with the system Python (torch, numpy):
+
+    /usr/bin/python3 scripts/bench.py                 # full: 8 x 400 MiB, ~10 GB of disk, minutes
+    /usr/bin/python3 scripts/bench.py --quick         # tiny sizes, one round (CI)
+    /usr/bin/python3 scripts/bench.py --json bench.json --workdir /tmp/swb   # keeps the inputs
+
+Every tool runs as its own process, timed wall-clock from spawn to exit (start-up included), with
+the peak RSS of that child alone (ru_maxrss from os.wait4):
+
+1. Checkpoints with fixed seeds, written with torch.save into the work folder: a transformer-like
+   state dict (token/position embeddings, attention qkv/proj and MLP fc1/fc2 matrices with biases,
+   LayerNorm vectors) of --model-mb MiB in float32, the same tensors in bfloat16, and a ResNet-50
+   (torchvision's, else the same layout written by hand) with BatchNorm buffers; --n checkpoints
+   each, a base tensor plus small per-checkpoint noise. A --workdir that holds them is reused.
+2. Alternating rounds (--repeats; medians reported), after reading every input once so that the
+   page cache is warm: `swavg average`, `swavg ema --decay 0.999`, `swavg inspect`; the Python
+   peer (scripts/bench_peer.py: torch.load each file, fold it the way AveragedModel / EMA do,
+   torch.save, which does not fsync); and the I/O floor (read every input once with 16 MiB reads,
+   write one output of the same size and fsync it, as swavg fsyncs its output). `swavg --version`
+   gives the start-up time and the LibTorch baseline RSS.
+3. Memory scaling: peak RSS of `swavg average` for --scale-ns inputs (hard links to the distinct
+   files under other names) and for models of --scale-mb MiB (sizes above --model-mb from two
+   distinct files linked N times, to bound disk), against 3 x largest tensor + 64 MiB above the
+   baseline; with sampled peaks of RssAnon and RssFile, since mapped inputs count in RSS.
+4. `swavg update-bn` against torch.optim.swa_utils.update_bn on the same ResNet (scripted for
+   swavg, eager for Python), weights and .npy batches, when the binary has update-bn.
+5. One table with medians, swavg/peer and swavg/floor ratios and RSS; PASS/MISS per target;
+   whether swavg's outputs equal the peer's bit for bit; all of it as JSON with --json.
+
+Children are started by a small launcher process (bench_peer.py runner) created before bench.py
+imports torch: a child's ru_maxrss starts at the RSS of the process that forks it. swavg runs from
+a private copy of the binary, so that a rebuild during the run cannot swap it.
+"""
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_peer  # noqa: E402  (imports no torch at module level)
+
+MiB = 1 << 20
+GiB = 1 << 30
+PEER = os.path.join(HERE, "bench_peer.py")
+EMA_DECAY = 0.999
+MODES = (("average", []), ("ema", ["--decay", str(EMA_DECAY)]))
+NOISE_POOL = 1 << 20
+RESNET_MIB = 98  # resnet50's state dict, for the disk estimate
+
+
+# ---------------------------------------------------------------------------------------------
+# Running children
+
+
+@dataclasses.dataclass
+class Run:
+    wall_s: float
+    maxrss_bytes: int
+    rc: int
+    user_s: float
+    sys_s: float
+    peak_anon_bytes: int = None  # sampled from /proc, only for jobs with sample=True
+    peak_file_bytes: int = None
+
+
+class Runner:
+    """Talks to `bench_peer.py runner`, which spawns each command from a small process."""
+
+    def __init__(self, logdir):
+        self.stderr = os.path.join(logdir, "stderr.txt")
+        self.proc = subprocess.Popen([sys.executable, PEER, "runner"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+
+    def run(self, argv, sample=False):
+        job = {"argv": argv, "stderr": self.stderr, "sample": sample}
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+        run = Run(**json.loads(self.proc.stdout.readline()))
+        if run.rc != 0:
+            with open(self.stderr, errors="replace") as f:
+                raise RuntimeError(f"exit {run.rc}: {' '.join(argv)}\n{f.read()[-4000:]}")
+        return run
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+@dataclasses.dataclass
+class Job:
+    """One command, run once per round; its output is removed before each run."""
+    key: str
+    argv: list
+    output: str = None
+    report: str = None  # swavg --report file: its wall_time_s is recorded too
+    sample: bool = False  # poll the child's anonymous and file-backed RSS
+    runs: list = dataclasses.field(default_factory=list)
+    internal_s: list = dataclasses.field(default_factory=list)
+
+    def median(self, attr="wall_s"):
+        return statistics.median(getattr(r, attr) for r in self.runs) if self.runs else None
+
+    def peak_rss(self):
+        return max(r.maxrss_bytes for r in self.runs) if self.runs else None
+
+    def summary(self):
+        internal = statistics.median(self.internal_s) if self.internal_s else None
+        return {"argv": self.argv, "median_s": self.median(), "peak_rss_bytes": self.peak_rss(),
+                "median_user_s": self.median("user_s"), "median_sys_s": self.median("sys_s"),
+                "swavg_internal_median_s": internal,
+                "runs": [dataclasses.asdict(r) for r in self.runs]}
+
+
+def run_job(runner, job):
+    for p in (job.output, job.report):
+        if p and os.path.exists(p):
+            os.unlink(p)
+    job.runs.append(runner.run(job.argv, job.sample))
+    if job.report:
+        with open(job.report) as f:
+            job.internal_s.append(json.load(f)["wall_time_s"])
+
+
+def run_rounds(runner, jobs, repeats, progress=True):
+    """Every job once per round, each round starting one job later (alternating runs)."""
+    for r in range(repeats):
+        shift = r % len(jobs)
+        for job in jobs[shift:] + jobs[:shift]:
+            run_job(runner, job)
+        if progress:
+            log(f"  round {r + 1}/{repeats} done")
+
+
+def log(msg):
+    sys.stdout.flush()
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+@dataclasses.dataclass
+class CkptSet:
+    key: str
+    label: str
+    paths: list
+    file_bytes: int
+    largest_tensor_bytes: int
+    n_tensors: int
+
+    @property
+    def total_bytes(self):
+        return sum(os.path.getsize(p) for p in self.paths)
+
+    @property
+    def budget_bytes(self):
+        """The RSS target above the baseline: 3 x the largest tensor + 64 MiB."""
+        return 3 * self.largest_tensor_bytes + 64 * MiB
+
+
+def transformer_shapes(mib):
+    """Names and shapes of a GPT-like state dict of about `mib` MiB in float32 (embeddings ~1/3)."""
+    params = mib * MiB // 4
+    d = max(64, round(1024 * math.sqrt(mib / 400) / 64) * 64)
+    ctx = 1024
+    vocab = max(64, round(params / 3 / d))
+    layers = max(1, round((params - (vocab + ctx + 2) * d) / (12 * d * d + 13 * d)))
+    shapes = [("tok_emb.weight", (vocab, d)), ("pos_emb.weight", (ctx, d))]
+    for i in range(layers):
+        b = f"blocks.{i}."
+        shapes += [(b + "ln1.weight", (d,)), (b + "ln1.bias", (d,)),
+                   (b + "attn.qkv.weight", (3 * d, d)), (b + "attn.qkv.bias", (3 * d,)),
+                   (b + "attn.proj.weight", (d, d)), (b + "attn.proj.bias", (d,)),
+                   (b + "ln2.weight", (d,)), (b + "ln2.bias", (d,)),
+                   (b + "mlp.fc1.weight", (4 * d, d)), (b + "mlp.fc1.bias", (4 * d,)),
+                   (b + "mlp.fc2.weight", (d, 4 * d)), (b + "mlp.fc2.bias", (d,))]
+    return shapes + [("ln_f.weight", (d,)), ("ln_f.bias", (d,))]
+
+
+def _base_tensor(name, shape, gen):
+    import torch
+    t = torch.randn(shape, generator=gen)
+    if name.rsplit(".", 2)[-2].startswith("ln") and name.endswith("weight"):
+        return t.mul_(0.05).add_(1.0)
+    return t.mul_(0.02)
+
+
+def _perturbed(base, seed):
+    """A copy of `base` with small noise, from a per-checkpoint pool, on every floating tensor."""
+    import torch
+    pool = torch.randn(NOISE_POOL, generator=torch.Generator().manual_seed(seed)).mul_(1e-3)
+    out = {}
+    for i, (name, t) in enumerate(base.items()):
+        x = t.clone()
+        if x.is_floating_point():
+            start = (i * 7919) % NOISE_POOL
+            noise = torch.cat([pool[start:], pool[:start]])
+            flat = x.view(-1)
+            for off in range(0, flat.numel(), NOISE_POOL):
+                chunk = flat[off:off + NOISE_POOL]
+                chunk.add_(noise[:chunk.numel()])
+        out[name] = x
+    return out
+
+
+def _ckpt_paths(folder, n):
+    return [os.path.join(folder, f"ckpt_{i:03d}.pt") for i in range(n)]
+
+
+def link_inputs(sources, n, folder):
+    """n input names in `folder`, hard links to `sources` cyclically (existing names replaced)."""
+    os.makedirs(folder, exist_ok=True)
+    paths = _ckpt_paths(folder, n)
+    for i, p in enumerate(paths):
+        if os.path.realpath(p) == os.path.realpath(sources[i % len(sources)]):
+            continue
+        if os.path.exists(p):
+            os.unlink(p)
+        os.link(sources[i % len(sources)], p)
+    return paths
+
+
+def _cached(folder, config):
+    """The manifest of a folder generated with this config, or None."""
+    try:
+        with open(os.path.join(folder, "manifest.json")) as f:
+            man = json.load(f)
+    except (OSError, ValueError):
+        return None
+    files = [p for s in man.get("sets", []) for p in s["paths"]]
+    files += list(man.get("extra", {}).values())
+    if man.get("config") != config or not all(os.path.exists(p) for p in files):
+        return None
+    return man
+
+
+def _save_manifest(folder, config, sets, extra=None):
+    with open(os.path.join(folder, "manifest.json"), "w") as f:
+        json.dump({"config": config, "sets": [dataclasses.asdict(s) for s in sets],
+                   "extra": extra or {}}, f)
+
+
+def make_transformer_sets(root, key, mib, n, distinct, dtypes, seed):
+    """n checkpoints per dtype: the first `distinct` generated, the rest hard links to them."""
+    folder = os.path.join(root, key)
+    config = {"kind": "transformer", "mib": mib, "n": n, "distinct": distinct,
+              "dtypes": list(dtypes), "seed": seed, "version": 1}
+    man = _cached(folder, config)
+    if man:
+        return [CkptSet(**s) for s in man["sets"]]
+    import torch
+    gen = torch.Generator().manual_seed(seed)
+    base = {name: _base_tensor(name, shape, gen) for name, shape in transformer_shapes(mib)}
+    largest = max(t.numel() for t in base.values())
+    tdtypes = [getattr(torch, d) for d in dtypes]
+    folders = [os.path.join(folder, d) for d in dtypes]
+    for k in range(distinct):
+        ckpt = _perturbed(base, seed * 1000 + k + 1)
+        for sub, tdt in zip(folders, tdtypes):
+            os.makedirs(sub, exist_ok=True)
+            torch.save({name: t.to(tdt) for name, t in ckpt.items()}, _ckpt_paths(sub, distinct)[k])
+        del ckpt
+    sets = []
+    for sub, dtype, tdt in zip(folders, dtypes, tdtypes):
+        paths = link_inputs(_ckpt_paths(sub, distinct), n, sub)
+        size = os.path.getsize(paths[0])
+        itemsize = torch.tensor([], dtype=tdt).element_size()
+        sets.append(CkptSet(key=f"{key}_{dtype}", paths=paths, file_bytes=size,
+                            label=f"transformer {dtype} {n}x{size / MiB:.0f} MiB",
+                            largest_tensor_bytes=largest * itemsize, n_tensors=len(base)))
+    _save_manifest(folder, config, sets)
+    return sets
+
+
+def make_resnet_set(root, spec, n, seed, bn_samples, bn_res):
+    """n ResNet checkpoints with BatchNorm buffers; the scripted model and .npy data for update-bn.
+
+    Returns (CkptSet, model.ts path, data.npy path)."""
+    folder = os.path.join(root, "resnet")
+    config = {"kind": "resnet", "spec": spec, "n": n, "seed": seed, "bn_samples": bn_samples,
+              "bn_res": bn_res, "version": 1}
+    extra = {"model": os.path.join(folder, "model.ts"), "data": os.path.join(folder, "data.npy")}
+    man = _cached(folder, config)
+    if man:
+        return CkptSet(**man["sets"][0]), extra["model"], extra["data"]
+    import numpy as np
+    import torch
+    os.makedirs(folder, exist_ok=True)
+    torch.manual_seed(seed)
+    model = bench_peer.build_model(spec)
+    torch.jit.script(model).save(extra["model"])
+    gen = torch.Generator().manual_seed(seed)
+    base = model.state_dict()
+    for name, t in base.items():
+        if name.endswith("running_mean"):
+            t.copy_(0.1 * torch.randn(t.shape, generator=gen))
+        elif name.endswith("running_var"):
+            t.copy_(0.5 + torch.rand(t.shape, generator=gen))
+    paths = _ckpt_paths(folder, n)
+    for k, path in enumerate(paths):
+        ckpt = _perturbed(base, seed * 1000 + k + 1)
+        for name, t in ckpt.items():
+            if name.endswith("num_batches_tracked"):
+                t.fill_(1000 * (k + 1))
+        torch.save(ckpt, path)
+    rng = np.random.default_rng(seed)
+    np.save(extra["data"], rng.standard_normal((bn_samples, 3, bn_res, bn_res), dtype=np.float32))
+    size = os.path.getsize(paths[0])
+    arch = spec.split(":")[-1].split(",")[0]
+    s = CkptSet(key="resnet", label=f"resnet ({arch}) {n}x{size / MiB:.0f} MiB", paths=paths,
+                file_bytes=size, n_tensors=len(base),
+                largest_tensor_bytes=max(t.numel() * t.element_size() for t in base.values()))
+    _save_manifest(folder, config, [s], extra)
+    return s, extra["model"], extra["data"]
+
+
+def warm(paths):
+    """Read every file once so that the timed runs find it in the page cache."""
+    buf = memoryview(bytearray(16 * MiB))
+    for p in dict.fromkeys(os.path.realpath(p) for p in paths):
+        with open(p, "rb", buffering=0) as f:
+            while f.readinto(buf):
+                pass
+
+
+# ---------------------------------------------------------------------------------------------
+# The phases of a run
+
+
+@dataclasses.dataclass
+class Bench:
+    args: argparse.Namespace
+    workdir: str
+    outdir: str
+    runner: Runner
+    notes: list = dataclasses.field(default_factory=list)
+
+    def out(self, name):
+        return os.path.join(self.outdir, name)
+
+
+def fold_jobs(b, s):
+    """swavg average/ema, the peer's average/ema and the I/O floor on one checkpoint set."""
+    py = [sys.executable, PEER]
+    jobs = []
+    for mode, extra in MODES:
+        out, rep = b.out(f"{s.key}_{mode}_swavg.pt"), b.out(f"{s.key}_{mode}_swavg.json")
+        jobs.append(Job(f"{s.key}/{mode}/swavg", [b.args.swavg, "-q", mode, *extra, *s.paths,
+                                                  "-o", out, "--force", "--report", rep], out, rep))
+        out = b.out(f"{s.key}_{mode}_peer.pt")
+        jobs.append(Job(f"{s.key}/{mode}/peer", py + [mode, *extra, *s.paths, "--out", out], out))
+    out = b.out(f"{s.key}_floor.bin")
+    jobs.append(Job(f"{s.key}/floor", py + ["floor", *s.paths, "--out", out], out))
+    return jobs
+
+
+def time_main(b, sets):
+    """The alternating rounds: start-up, average/ema/floor per set, inspect. Returns {key: Job}."""
+    f32 = sets[0]
+    jobs = [Job("version", [b.args.swavg, "--version"])]
+    for s in sets:
+        jobs += fold_jobs(b, s)
+    jobs += [Job("inspect/swavg", [b.args.swavg, "inspect", f32.paths[0]]),
+             Job("inspect/peer", [sys.executable, PEER, "inspect", f32.paths[0]])]
+    log(f"warming the page cache, then {b.args.repeats} round(s) of {len(jobs)} runs ...")
+    warm([p for s in sets for p in s.paths])
+    run_rounds(b.runner, jobs, b.args.repeats)
+    return {j.key: j for j in jobs}
+
+
+def check_outputs(jobs, sets):
+    """swavg's outputs against the peer's, tensor by tensor with torch.equal."""
+    f32, bf16, resnet = sets
+    checks = {}
+    for s, mode in ((f32, "average"), (f32, "ema"), (bf16, "average"), (bf16, "ema"),
+                    (resnet, "average")):
+        ok, detail = compare_state_dicts(jobs[f"{s.key}/{mode}/swavg"].output,
+                                         jobs[f"{s.key}/{mode}/peer"].output)
+        checks[f"{s.key}/{mode}"] = {"bit_exact": ok, "detail": detail}
+    return checks
+
+
+def compare_state_dicts(a_path, b_path, exact=True, rtol=0.0, atol=0.0):
+    """(ok, detail): same names, dtypes and shapes; values torch.equal, or allclose if not exact."""
+    import torch
+    a, b = torch.load(a_path, map_location="cpu"), torch.load(b_path, map_location="cpu")
+    if sorted(a) != sorted(b):
+        return False, f"names differ: {sorted(set(a) ^ set(b))[:5]}"
+    bad, worst = [], 0.0
+    for k, x in a.items():
+        y = b[k]
+        if x.dtype != y.dtype or x.shape != y.shape:
+            bad.append(k)
+        elif exact or not x.is_floating_point():
+            if not torch.equal(x, y):
+                bad.append(k)
+        else:
+            if x.numel():
+                worst = max(worst, (x.double() - y.double()).abs().max().item())
+            if not torch.allclose(x, y, rtol=rtol, atol=atol):
+                bad.append(k)
+    detail = f"{len(a) - len(bad)}/{len(a)} tensors {'equal' if exact else 'close'}"
+    if not exact:
+        detail += f", max |diff| {worst:.3g}"
+    if bad:
+        detail += f"; first differing: {bad[:3]}"
+    return not bad, detail
+
+
+def plan_scaling(b):
+    """The model sizes for memory scaling that fit on the disk (the largest dropped first)."""
+    args = b.args
+    free = shutil.disk_usage(b.workdir).free
+    main = (args.n * args.model_mb * 1.5 + args.n * (1 if args.quick else RESNET_MIB)
+            + 8 * args.model_mb) * MiB
+    if main + GiB > free:
+        raise SystemExit(f"not enough disk in {b.workdir}: need ~{main / GiB:.1f} GiB, "
+                         f"{free / GiB:.1f} GiB free")
+    sizes = sorted(args.scale_mb)
+
+    def need(szs):
+        return main + sum((scale_distinct(m, args) + 2) * m * MiB
+                          for m in szs if m != args.model_mb)
+
+    while sizes and need(sizes) + 2 * GiB > free:
+        b.notes.append(f"scaling size {sizes[-1]} MiB skipped: {free / GiB:.1f} GiB free")
+        sizes.pop()
+    return sizes
+
+
+def scale_distinct(mib, args):
+    """Distinct files generated for a scaling size: N up to the main model's size, two above."""
+    return args.n if mib <= args.model_mb else min(2, args.n)
+
+
+def memory_scaling(b, f32, sizes, baseline):
+    """Peak RSS of one `swavg average` per point: N inputs of the smallest size, then each size.
+
+    Also samples the anonymous and file-backed parts (mapped inputs and libraries count in RSS);
+    the first row is `swavg --version`, their baseline."""
+    args = b.args
+    size_sets = {}
+    for mib in sizes:
+        if mib == args.model_mb:
+            size_sets[mib] = f32
+        else:
+            size_sets[mib] = make_transformer_sets(b.workdir, f"scale{mib}", mib, args.n,
+                                                   scale_distinct(mib, args), ("float32",),
+                                                   args.seed + mib)[0]
+    small = size_sets[sizes[0]] if sizes else f32
+    points = [(n, small) for n in args.scale_ns]
+    points += [(args.n, s) for s in size_sets.values() if (args.n, s) not in points]
+    version = Job("scale/version", [args.swavg, "--version"], sample=True)
+    run_job(b.runner, version)
+    r = version.runs[0]
+    rows = [{"set": "swavg --version", "model_bytes": None, "n": None, "wall_s": r.wall_s,
+             "peak_rss_bytes": r.maxrss_bytes, "peak_anon_bytes": r.peak_anon_bytes,
+             "peak_file_bytes": r.peak_file_bytes, "above_baseline_bytes": None,
+             "largest_tensor_bytes": None, "budget_bytes": None, "ok": None}]
+    out = b.out("scale.pt")
+    for n, s in points:
+        paths = s.paths if n == len(s.paths) else link_inputs(
+            s.paths, n, os.path.join(b.workdir, "links", f"{s.key}_n{n}"))
+        warm(paths)
+        job = Job(f"scale/{s.key}/n{n}",
+                  [args.swavg, "-q", "average", *paths, "-o", out, "--force"], out, sample=True)
+        run_job(b.runner, job)
+        r = job.runs[0]
+        above = r.maxrss_bytes - baseline
+        rows.append({"set": s.key, "model_bytes": s.file_bytes, "n": n, "wall_s": r.wall_s,
+                     "peak_rss_bytes": r.maxrss_bytes, "peak_anon_bytes": r.peak_anon_bytes,
+                     "peak_file_bytes": r.peak_file_bytes, "above_baseline_bytes": above,
+                     "largest_tensor_bytes": s.largest_tensor_bytes, "budget_bytes": s.budget_bytes,
+                     "ok": above <= s.budget_bytes})
+        os.unlink(out)
+    shutil.rmtree(os.path.join(b.workdir, "links"), ignore_errors=True)
+    return rows
+
+
+def update_bn_usage(swavg):
+    """(ok, note): whether `swavg update-bn --help` works and has the options used here."""
+    res = subprocess.run([swavg, "update-bn", "--help"], capture_output=True, text=True)
+    if res.returncode != 0:
+        return False, "swavg update-bn is not in this build (--help fails): skipped"
+    missing = [o for o in ("--model", "--data", "--checkpoint", "--batch-size", "--output",
+                           "--force") if o not in res.stdout]
+    if missing:
+        return False, f"swavg update-bn lacks {missing}: skipped"
+    return True, ""
+
+
+def time_update_bn(b, resnet, model_ts, data_npy, spec):
+    """swavg update-bn against update_bn: (result dict, jobs); result["ran"] False if skipped."""
+    args = b.args
+    ok, note = update_bn_usage(args.swavg)
+    if not ok:
+        b.notes.append(note)
+        return {"ran": False, "note": note}, []
+    log("update-bn ...")
+    common = ["--checkpoint", resnet.paths[0], "--data", data_npy,
+              "--batch-size", str(args.bn_batch)]
+    sw_out, py_out = b.out("bn_swavg.pt"), b.out("bn_peer.pt")
+    jobs = [Job("update-bn/swavg", [args.swavg, "-q", "update-bn", "--model", model_ts, *common,
+                                    "-o", sw_out, "--force"], sw_out),
+            Job("update-bn/peer", [sys.executable, PEER, "update-bn", "--arch", spec, *common,
+                                   "--out", py_out], py_out)]
+    warm([resnet.paths[0], data_npy, model_ts])
+    run_rounds(b.runner, jobs, args.repeats, progress=False)
+    close, detail = compare_state_dicts(sw_out, py_out, exact=False, rtol=1e-4, atol=1e-5)
+    return ({"ran": True, "arch": spec, "samples": args.bn_samples, "res": args.bn_res,
+             "batch": args.bn_batch, "matches_update_bn": close, "detail": detail}, jobs)
+
+
+def machine_info(swavg):
+    import torch
+
+    def first(path, prefix, conv):
+        with open(path) as f:
+            return next((conv(line.split(":", 1)[1]) for line in f if line.startswith(prefix)),
+                        None)
+
+    git = subprocess.run(["git", "-C", HERE, "describe", "--always", "--dirty"],
+                         capture_output=True, text=True)
+    return {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "platform": platform.platform(),
+            "cpu": first("/proc/cpuinfo", "model name", str.strip) or platform.processor(),
+            "nproc": len(os.sched_getaffinity(0)),
+            "mem_total_bytes": first("/proc/meminfo", "MemTotal",
+                                     lambda v: int(v.split()[0]) * 1024),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
+            "swavg_version": subprocess.run([swavg, "--version"], capture_output=True,
+                                            text=True).stdout.strip(),
+            "swavg_commit": git.stdout.strip(), "loadavg_start": os.getloadavg()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Targets and report
+
+
+def targets(res, jobs, sets):
+    """PASS/MISS per target of issue 5: [{"target", "value", "ok", "show"}]."""
+    f32, bf16, _ = sets
+    startup = res["startup_s"]
+
+    def med(key):
+        return jobs[key].median()
+
+    out = []
+    for mode, _ in MODES:
+        sw, peer = med(f"{f32.key}/{mode}/swavg"), med(f"{f32.key}/{mode}/peer")
+        floor = med(f"{f32.key}/floor")
+        out.append({"target": f"{mode} f32: >= 5x faster than the Python peer",
+                    "value": peer / sw, "ok": peer / sw >= 5, "show": f"{peer / sw:.2f}x"})
+        out.append({"target": f"{mode} f32: within 1.5x of the I/O floor",
+                    "value": sw / floor, "ok": sw / floor <= 1.5, "show": f"{sw / floor:.2f}x"})
+    base = res["baseline_rss_bytes"]
+    points = [(f"{s.key}/{mode}", jobs[f"{s.key}/{mode}/swavg"].peak_rss() - base, s.budget_bytes)
+              for s in sets for mode, _ in MODES]
+    points += [(f"scaling {p['set']} N={p['n']}", p["above_baseline_bytes"], p["budget_bytes"])
+               for p in res["scaling"] if p["n"]]
+    worst = max(points, key=lambda p: p[1] / p[2])
+    out.append({"target": "peak RSS above baseline < 3 x largest tensor + 64 MiB, every run",
+                "value": worst[1] / worst[2], "ok": all(a <= lim for _, a, lim in points),
+                "show": f"worst {worst[0]}: {worst[1] / MiB:.0f} of {worst[2] / MiB:.0f} MiB"})
+    for mode, _ in MODES:
+        t32, t16 = med(f"{f32.key}/{mode}/swavg"), med(f"{bf16.key}/{mode}/swavg")
+        raw = (t16 / bf16.total_bytes) / (t32 / f32.total_bytes)
+        if min(t16, t32) > 2 * startup:
+            net = ((t16 - startup) / bf16.total_bytes) / ((t32 - startup) / f32.total_bytes)
+            show = f"{net:.2f}x (with start-up {raw:.2f}x)"
+        else:
+            net, show = raw, f"{raw:.2f}x (runs too short to take start-up out)"
+        out.append({"target": f"{mode} bf16 (f32 accumulation) <= 1.3x f32 time per byte, "
+                              "start-up excluded", "value": net, "raw_value": raw,
+                    "ok": net <= 1.3, "show": show})
+    name = "update-bn no slower than Python's update_bn"
+    if res["update_bn"]["ran"]:
+        ratio = med("update-bn/swavg") / med("update-bn/peer")
+        out.append({"target": name, "value": ratio, "ok": ratio <= 1.0,
+                    "show": f"swavg/peer {ratio:.2f}"})
+    else:
+        out.append({"target": name, "value": None, "ok": None, "show": res["update_bn"]["note"]})
+    return out
+
+
+def table(headers, rows):
+    cells = [[str(c) for c in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(r, widths))) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _s(x):
+    return None if x is None else f"{x:.3f}"
+
+
+def _r(x):
+    return None if x is None else f"{x:.2f}"
+
+
+def _mib(x):
+    if x is None:
+        return None
+    v = round(x / MiB, 1)
+    return f"{v:.1f}" if abs(v) < 10 else f"{v:.0f}"
+
+
+def main_table(res, jobs, sets):
+    base = res["baseline_rss_bytes"]
+
+    def row(label, sw, peer, floor=None, budget=None):
+        ts, tp, tf = sw.median(), peer.median(), floor.median() if floor else None
+        internal = statistics.median(sw.internal_s) if sw.internal_s else None
+        return [label, _s(ts), _s(internal), _s(tp), _s(tf), _r(ts / tp),
+                _r(ts / tf) if tf else None,
+                _mib(sw.peak_rss() - base), _mib(budget), _mib(peer.peak_rss()),
+                _mib(floor.peak_rss()) if floor else None]
+
+    rows = [row(f"{s.label} {mode}", jobs[f"{s.key}/{mode}/swavg"], jobs[f"{s.key}/{mode}/peer"],
+                jobs[f"{s.key}/floor"], s.budget_bytes) for s in sets for mode, _ in MODES]
+    rows.append(row(f"inspect one {sets[0].file_bytes / MiB:.0f} MiB file", jobs["inspect/swavg"],
+                    jobs["inspect/peer"]))
+    bn = res["update_bn"]
+    if bn["ran"]:
+        rows.append(row(f"update-bn {bn['samples']}x3x{bn['res']}x{bn['res']}, batch {bn['batch']}",
+                        jobs["update-bn/swavg"], jobs["update-bn/peer"]))
+    rows.append(["swavg --version (start-up; baseline RSS)", _s(res["startup_s"]), None, None, None,
+                 None, None, f"({_mib(base)})", None, None, None])
+    return table(["case", "swavg s", "(work)", "peer s", "floor s", "swavg/peer", "swavg/floor",
+                  "swavg RSS+", "RSS budget", "peer RSS", "floor RSS"], rows)
+
+
+def print_report(res, jobs, sets, args):
+    print(f"\nmedians of {args.repeats} round(s), page cache warm, wall time with start-up; "
+          "(work) = swavg's own wall_time_s (--report);\n"
+          "RSS in MiB, swavg's above the baseline (`swavg --version`); "
+          "floor = read the inputs + write and fsync one output;\n"
+          "peer = python: torch.load / fold / torch.save")
+    print(main_table(res, jobs, sets))
+    print("\nmemory scaling: swavg average, one run each; MiB; anon and file: sampled peaks of "
+          "RssAnon and RssFile\n(file = mapped inputs and shared libraries)")
+    print(table(["set", "model", "N", "wall s", "RSS", "anon", "file", "RSS+", "largest tensor",
+                 "budget", ""],
+                [[p["set"], _mib(p["model_bytes"]), p["n"], _s(p["wall_s"]),
+                  _mib(p["peak_rss_bytes"]), _mib(p["peak_anon_bytes"]), _mib(p["peak_file_bytes"]),
+                  _mib(p["above_baseline_bytes"]), _mib(p["largest_tensor_bytes"]),
+                  _mib(p["budget_bytes"]), {True: "ok", False: "OVER", None: ""}[p["ok"]]]
+                 for p in res["scaling"]]))
+    print("\ncorrectness (swavg's output against the Python peer's, torch.equal per tensor):")
+    for k, c in res["correctness"].items():
+        print(f"  {k}: {'bit-exact' if c['bit_exact'] else 'DIFFERS'} ({c['detail']})")
+    bn = res["update_bn"]
+    if bn["ran"]:
+        print(f"  update-bn against update_bn: {'match' if bn['matches_update_bn'] else 'DIFFER'} "
+              f"({bn['detail']})")
+    quick = " (--quick: sizes too small for the targets to mean much)" if args.quick else ""
+    print(f"\ntargets{quick}:")
+    for t in res["targets"]:
+        mark = "SKIP" if t["ok"] is None else "PASS" if t["ok"] else "MISS"
+        print(f"  {mark}  {t['target']}: {t['show']}")
+    for n in res["notes"]:
+        print(f"note: {n}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--swavg", default=os.path.join(HERE, "..", "build", "swavg"), help="the binary")
+    p.add_argument("--workdir", help="where the inputs go, kept and reused [a temp dir]")
+    p.add_argument("--keep", action="store_true", help="keep the temp work folder")
+    p.add_argument("--json", help="write all results to this file")
+    p.add_argument("--quick", action="store_true", help="tiny sizes, one round: for CI")
+    p.add_argument("--model-mb", type=int, help="transformer size in MiB, float32 [400; quick 4]")
+    p.add_argument("--n", type=int, default=8, help="checkpoints per set [8]")
+    p.add_argument("--repeats", type=int, help="timed rounds [5; quick 1]")
+    p.add_argument("--scale-ns", default="2,8,32", help="input counts for memory scaling [2,8,32]")
+    p.add_argument("--scale-mb", help="model sizes for memory scaling [100,400,1600; quick 1,4,16]")
+    p.add_argument("--bn-samples", type=int, help="update-bn samples [128; quick 32]")
+    p.add_argument("--bn-res", type=int, help="update-bn image size [96; quick 32]")
+    p.add_argument("--bn-batch", type=int, help="update-bn batch size [32; quick 8]")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    q = args.quick
+    defaults = {"model_mb": 4 if q else 400, "repeats": 1 if q else 5,
+                "scale_mb": "1,4,16" if q else "100,400,1600", "bn_samples": 32 if q else 128,
+                "bn_res": 32 if q else 96, "bn_batch": 8 if q else 32}
+    for k, v in defaults.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    args.scale_ns = [int(x) for x in args.scale_ns.split(",")]
+    args.scale_mb = [int(x) for x in args.scale_mb.split(",")]
+    args.swavg = os.path.abspath(args.swavg)
+    return args
+
+
+def run_bench(b):
+    args = b.args
+    info = machine_info(args.swavg)
+    print(f"swavg bench: {info['swavg_version']} ({info['swavg_commit']}), torch {info['torch']}, "
+          f"{info['cpu']}, {info['nproc']} CPUs, {info['date']}")
+    if info["loadavg_start"][0] > 0.5:
+        b.notes.append(f"load average {info['loadavg_start'][0]:.1f} on {info['nproc']} CPUs at "
+                       "start: other work was running, timings are noisy")
+        print("note: " + b.notes[-1])
+    sizes = plan_scaling(b)
+    log(f"work folder {b.workdir}; generating checkpoints ...")
+    sets = make_transformer_sets(b.workdir, "main", args.model_mb, args.n, args.n,
+                                 ("float32", "bfloat16"), args.seed)
+    spec = bench_peer.resnet_spec(args.quick)
+    resnet, model_ts, data_npy = make_resnet_set(b.workdir, spec, args.n, args.seed,
+                                                 args.bn_samples, args.bn_res)
+    sets.append(resnet)
+
+    jobs = time_main(b, sets)
+    res = {"machine": info, "args": vars(args),
+           "sets": [dict(dataclasses.asdict(s), total_bytes=s.total_bytes) for s in sets],
+           "baseline_rss_bytes": jobs["version"].peak_rss(), "startup_s": jobs["version"].median()}
+    res["correctness"] = check_outputs(jobs, sets)
+    log("memory scaling ...")
+    res["scaling"] = memory_scaling(b, sets[0], sizes, res["baseline_rss_bytes"])
+    res["update_bn"], bn_jobs = time_update_bn(b, resnet, model_ts, data_npy, spec)
+    jobs.update({j.key: j for j in bn_jobs})
+    res["jobs"] = {k: j.summary() for k, j in jobs.items()}
+    res["targets"] = targets(res, jobs, sets)
+    res["notes"] = b.notes
+    info["loadavg_end"] = os.getloadavg()
+    print_report(res, jobs, sets, args)
+    return res
+
+
+def snapshot_binary(swavg, outdir):
+    """A private copy of the binary, so that a rebuild during the run cannot change or break it."""
+    copy = os.path.join(outdir, "swavg")
+    shutil.copy2(swavg, copy)
+    res = subprocess.run([copy, "--version"], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"{swavg} --version fails (being rebuilt?): {res.stderr.strip()}")
+    return copy
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    workdir = args.workdir or tempfile.mkdtemp(prefix="swavg-bench-", dir="/tmp")
+    outdir = os.path.join(workdir, "out")
+    os.makedirs(outdir, exist_ok=True)
+    args.swavg_source, args.swavg = args.swavg, snapshot_binary(args.swavg, outdir)
+    runner = Runner(outdir)  # before torch is imported: see the module docstring
+    try:
+        res = run_bench(Bench(args, workdir, outdir, runner))
+    finally:
+        runner.close()
+        if args.workdir or args.keep:
+            shutil.rmtree(outdir, ignore_errors=True)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+#include <CLI/CLI.hpp>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "bn/update_bn.h"
+#include "cli/commands.h"
+#include "io/load.h"
+#include "io/save.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace swavg {
+namespace {
+
+struct update_bn_options {
+  std::string model;
+  std::string checkpoint;
+  load_options load;
+  dataset_options data;
+  bn_options bn;
+  std::string input_dtype;
+  std::string output;
+  std::string format;
+  std::string module_output;
+  std::string report_file;
+  bool force = false;
+  bool json = false;
+};
+
+void run_update_bn(update_bn_options o) {
+  if (o.output.empty() && o.module_output.empty())
+    throw usage_error("update-bn: nothing to write: give -o OUT (the state dict) and/or --save-module OUT.ts");
+  std::vector<std::string> inputs = {o.model, o.data.path};
+  if (!o.checkpoint.empty()) inputs.push_back(o.checkpoint);
+  if (!o.output.empty()) check_output_path(o.output, inputs, o.force);
+  if (!o.module_output.empty()) {
+    if (o.module_output == o.output) throw usage_error("--save-module and -o name the same file: " + o.output);
+    check_output_path(o.module_output, inputs, o.force);
+  }
+  if (!o.report_file.empty()) check_output_path(o.report_file, inputs, true);
+  const output_format format = choose_output_format(o.output.empty() ? "out.pt" : o.output, o.format);
+  if (!o.input_dtype.empty()) {
+    o.bn.input_type = dtype_from_name(o.input_dtype);
+    if (!o.bn.input_type) throw usage_error("--input-dtype: unknown element type '" + o.input_dtype + "'");
+  }
+
+  const dataset data = open_dataset(o.data);
+  spdlog::info("{}: {} data, {} samples of {} {}{}", data.path, data.format, data.size(), dtype_name(data.samples.type),
+               shape_string(data.sample_shape()), data.key.empty() ? "" : " (entry '" + data.key + "')");
+  state_dict weights;
+  if (!o.checkpoint.empty()) weights = load_state_dict(o.checkpoint, o.load);
+  const update_bn_result result = update_batchnorm(o.model, weights.tensors, o.checkpoint, data, o.bn);
+  const bn_report& r = result.report;
+  if (!r.modules.empty())
+    spdlog::info("{}: {} BatchNorm modules updated from {} batches ({} samples) in {:.2f} s ({:.0f} samples/s)", o.model,
+                 r.modules.size(), r.batches, r.samples, r.seconds, r.seconds > 0 ? r.samples / r.seconds : 0.0);
+
+  nlohmann::ordered_json report = nlohmann::ordered_json::parse(bn_report_json(r));
+  report["checkpoint"] = o.checkpoint;
+  report["layout"] = result.averaged_layout ? "averaged-model" : "state-dict";
+  if (!o.output.empty()) {
+    std::map<std::string, std::string> metadata = weights.metadata;
+    metadata["swavg_update_bn"] = bn_report_json(r);
+    const uint64_t bytes = save_state_dict(o.output, result.tensors, format, metadata);
+    spdlog::info("wrote {} tensors ({} bytes) to {}", result.tensors.size(), bytes, o.output);
+    report["output"] = o.output;
+  }
+  if (!o.module_output.empty()) {
+    const uint64_t bytes = save_module(*result.module, o.module_output);
+    spdlog::info("wrote the updated TorchScript module ({} bytes) to {}", bytes, o.module_output);
+    report["module_output"] = o.module_output;
+  }
+  const std::string json = report.dump();
+  if (!o.report_file.empty()) {
+    std::ofstream out(o.report_file);
+    out << json << "\n";
+    if (!out) throw io_error(o.report_file + ": cannot write the report");
+  }
+  if (o.json) std::cout << json << "\n";
+}
+
+}  // namespace
+
+command setup_update_bn(CLI::App& parent) {
+  auto o = std::make_shared<update_bn_options>();
+  CLI::App* app = parent.add_subcommand(
+      "update-bn", "Recompute BatchNorm running statistics by replaying data through a TorchScript model (update_bn)");
+  app->add_option("--model", o->model, "TorchScript module (torch.jit.save of a scripted or traced model)")->required();
+  app->add_option("--data", o->data.path, "Samples to replay: .npy, torch.save'd tensor, safetensors or raw (--shape)")
+      ->required();
+  app->add_option("--checkpoint", o->checkpoint,
+                  "Weights to load into the model first (any format, state-dict or averaged-model layout)");
+  app->add_option("--key", o->load.key, "Dotted path of the state dict inside a torch.save checkpoint, e.g. model");
+  app->add_option("--strip-prefix", o->load.strip_prefixes, "Remove this prefix from checkpoint names (repeatable)");
+  app->add_option("--data-key", o->data.key,
+                  "Entry holding the input tensor: dotted path in a torch.save object, tensor name in safetensors");
+  app->add_option("--shape", o->data.shape, "Raw data: the shape of one sample, e.g. 3,32,32")->delimiter(',');
+  app->add_option("--dtype", o->data.dtype, "Raw data: element type (default float32)");
+  app->add_option("--batch-size", o->bn.batch_size, "Samples per batch, as your DataLoader's batch_size")
+      ->capture_default_str();
+  app->add_flag("--drop-last", o->bn.drop_last, "Drop the last partial batch");
+  app->add_option("--max-batches", o->bn.max_batches, "Replay at most N batches");
+  app->add_option("--device", o->bn.device, "cpu or cuda[:N]")->capture_default_str();
+  app->add_option("--input-dtype", o->input_dtype,
+                  "Feed the model this dtype (default: the model's floating dtype for floating data, else as stored)");
+  app->add_option("-o,--output", o->output, "State dict to write (torch.save or safetensors), atomically");
+  app->add_option("--format", o->format, "torch or safetensors (default: from the output's extension)")
+      ->check(CLI::IsMember({"torch", "safetensors"}));
+  app->add_option("--save-module", o->module_output, "Also write the updated TorchScript module here");
+  app->add_flag("--force", o->force, "Replace existing outputs");
+  app->add_option("--report", o->report_file, "Write a JSON report to FILE");
+  app->add_flag("--json", o->json, "Print the JSON report on stdout");
+  app->footer(
+      "The state dict keeps the checkpoint's layout (averaged-model in, averaged-model out).\n"
+      "Examples:\n"
+      "  swavg update-bn --model net.ts --checkpoint swa.pt --data train.npy --batch-size 128 -o swa_bn.pt\n"
+      "  swavg update-bn --model net.ts --data batches.pt --data-key images --device cuda -o bn.safetensors\n"
+      "  swavg update-bn --model net.ts --data images.bin --shape 3,32,32 --dtype uint8 --input-dtype float32 "
+      "--save-module net_bn.ts");
+  return {app, [o] { run_update_bn(*o); }};
+}
+
+}  // namespace swavg
