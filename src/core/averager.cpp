@@ -281,7 +281,10 @@ class folder {
     const auto acc_type = to_scalar_type(p.outcome.accumulate_type);
     const auto out_type = to_scalar_type(p.outcome.output_type);
     std::vector<at::Tensor> flats;
-    for (const auto& s : p.sources) flats.push_back(flat_tensor(*s.view));
+    for (const auto& s : p.sources) {
+      flats.push_back(flat_tensor(*s.view));
+      if (flats.back().data_ptr() != static_cast<const void*>(s.view->data())) release_pages(*s.view);  // a copy
+    }
     at::Tensor resumed = p.resumed ? flat_tensor(*p.resumed) : at::Tensor();
     const int64_t numel = flats.empty() ? resumed.numel() : flats.front().numel();
     // Lerp may take a fused multiply-add path on vector lanes and not on the scalar tail, so EMA and
@@ -301,6 +304,7 @@ class folder {
       for (size_t j = 0; j < flats.size(); ++j) {
         at::Tensor x = chunk_of(flats[j], begin, length, device_);
         const size_t input = p.sources[j].input;
+        const tensor_view& view = *p.sources[j].view;
         if (k == 0) {
           acc = x.to(acc_type, /*non_blocking=*/false, /*copy=*/true);
           weight_total = c_.mode == fold_mode::weighted ? c_.weights[input] : 0.0;
@@ -321,6 +325,11 @@ class folder {
           acc.lerp_(x.scalar_type() == acc_type ? x : x.to(acc_type), w);
         }
         ++k;
+        // Done with these input bytes: drop their pages so memory does not grow with the inputs.
+        if (flats[j].data_ptr() == static_cast<const void*>(view.data())) {
+          const uint64_t item = itemsize(view.type);
+          release_pages(view, (static_cast<uint64_t>(view.offset) + begin) * item, static_cast<uint64_t>(length) * item);
+        }
       }
       at::Tensor out = acc.scalar_type() == out_type ? acc : acc.to(out_type);
       check_finite(p, out);

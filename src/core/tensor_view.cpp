@@ -39,6 +39,16 @@ void release_pages(const tensor_view& v) {
   ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
+void release_pages(const tensor_view& v, uint64_t offset, uint64_t length) {
+  if (!v.evictable || offset >= v.storage_bytes) return;
+  length = std::min(length, v.storage_bytes - offset);
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = reinterpret_cast<uintptr_t>(v.storage) + offset;
+  const uintptr_t begin = (first + page - 1) / page * page;
+  const uintptr_t end = (first + length) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
   std::vector<int64_t> strides(shape.size());
   int64_t s = 1;

@@ -36,6 +36,9 @@ struct tensor_view {
 // Drops the view's storage pages from this process's memory once they are no longer needed (they
 // stay in the page cache and are re-read on the next access). No-op unless the view is evictable.
 void release_pages(const tensor_view& v);
+// The same for `length` bytes of the storage starting `offset` bytes in; only whole pages inside
+// the range are dropped.
+void release_pages(const tensor_view& v, uint64_t offset, uint64_t length);
 
 // Row-major strides for `shape`.
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);

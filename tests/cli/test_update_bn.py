@@ -80,6 +80,12 @@ class UpdateBnTest(TempDirTest):
         _, out = self.run_bn(model="cnn_traced.ts", checkpoint="traced_weights.pt")
         self.assert_state(torch.load(out), expected("traced_bs16"))
 
+    def test_batchnorm_called_twice_per_forward(self):
+        _, out = self.run_bn(model="shared_bn.ts", checkpoint=None)
+        found, want = torch.load(out), expected("shared_bs16")
+        self.assertEqual(want["bn.num_batches_tracked"].item(), 8)
+        self.assert_state(found, want)
+
     def test_averaged_model_layout(self):
         _, out = self.run_bn(checkpoint="weights_swa.pt")
         found = torch.load(out)
@@ -179,6 +185,10 @@ class UpdateBnErrorTest(TempDirTest):
     def test_traced_in_eval_mode(self):
         err = self.fail(3, "--model", bn("cnn_traced_eval.ts"), "--data", bn("data.npy"))
         self.assertIn("eval mode", err)
+
+    def test_batchnorm_called_twice_with_momentum(self):
+        err = self.fail(3, "--model", bn("shared_bn_momentum.ts"), "--data", bn("data.npy"))
+        self.assertIn("ran 2 times in one forward", err)
 
     def test_data_needs_key(self):
         err = self.fail(2, "--model", bn("cnn_scripted.ts"), "--data", bn("data.safetensors"))
