@@ -395,7 +395,7 @@ def check_outputs(jobs, sets):
 def compare_state_dicts(a_path, b_path, exact=True, rtol=0.0, atol=0.0):
     """(ok, detail): same names, dtypes and shapes; values torch.equal, or allclose if not exact."""
     import torch
-    a, b = torch.load(a_path, map_location="cpu"), torch.load(b_path, map_location="cpu")
+    a, b = torch.load(a_path, map_location="cpu", weights_only=False), torch.load(b_path, map_location="cpu", weights_only=False)
     if sorted(a) != sorted(b):
         return False, f"names differ: {sorted(set(a) ^ set(b))[:5]}"
     bad, worst = [], 0.0

@@ -132,7 +132,7 @@ def fold(paths, out, update):
     import torch
     avg, n = None, 0
     for path in paths:
-        sd = _state_dict(torch.load(path, map_location="cpu"))
+        sd = _state_dict(torch.load(path, map_location="cpu", weights_only=False))
         if avg is None:
             # First checkpoint: AveragedModel copies it; half types get a float32 accumulator.
             avg = {k: v.float() if _is_averaged(k, v) and v.dtype in (torch.float16, torch.bfloat16)
@@ -168,7 +168,7 @@ def cmd_ema(args):
 
 def cmd_inspect(args):
     import torch
-    sd = _state_dict(torch.load(args.input, map_location="cpu"))
+    sd = _state_dict(torch.load(args.input, map_location="cpu", weights_only=False))
     for k, v in sd.items():
         print(k, str(v.dtype).replace("torch.", ""), list(v.shape))
 
@@ -178,7 +178,7 @@ def cmd_update_bn(args):
     import torch
     from torch.optim.swa_utils import update_bn
     model = build_model(args.arch)
-    model.load_state_dict(_state_dict(torch.load(args.checkpoint, map_location="cpu")))
+    model.load_state_dict(_state_dict(torch.load(args.checkpoint, map_location="cpu", weights_only=False)))
     data = torch.from_numpy(np.load(args.data))
     update_bn(data.split(args.batch_size), model)
     torch.save(model.state_dict(), args.out)

@@ -1,6 +1,7 @@
 #include <torch/version.h>
 
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <iostream>
 #include <spdlog/spdlog.h>
 
@@ -10,6 +11,9 @@
 
 int main(int argc, char** argv) {
   using namespace swavg;
+  // Past a file-size limit (ulimit -f) a write fails with EFBIG, reported as an I/O error (exit 5)
+  // and the temp file removed, instead of the process being killed by SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"swavg: average PyTorch checkpoints (SWA, EMA) and recompute BatchNorm statistics"};
   app.set_version_flag("--version", std::string("swavg ") + SWAVG_VERSION + " (LibTorch " + TORCH_VERSION + ")");
   app.footer(

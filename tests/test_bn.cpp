@@ -72,8 +72,8 @@ TEST_CASE("npy headers numpy writes are parsed", "[bn][npy]") {
   CHECK(h.shape.empty());
 
   const std::vector<std::pair<std::string, dtype>> codes = {
-      {"<f2", dtype::float16}, {"<f8", dtype::float64},     {"|i1", dtype::int8},
-      {"<i2", dtype::int16},   {"<i4", dtype::int32},       {"|b1", dtype::bool_},
+      {"<f2", dtype::float16},   {"<f8", dtype::float64},     {"|i1", dtype::int8},
+      {"<i2", dtype::int16},     {"<i4", dtype::int32},       {"|b1", dtype::bool_},
       {"<c8", dtype::complex64}, {"<c16", dtype::complex128}, {"=f4", dtype::float32}};
   for (const auto& [code, type] : codes) {
     INFO(code);
@@ -164,7 +164,9 @@ TEST_CASE("every data format reads what Python wrote", "[bn][dataset]") {
 
 TEST_CASE("data that cannot be replayed is refused", "[bn][dataset]") {
   auto open = [](const std::string& path, const std::string& key = "", std::vector<int64_t> shape = {},
-                 const std::string& type = "") { return open_dataset({path, key, std::move(shape), type}); };
+                 const std::string& type = "") {
+    return open_dataset({path, key, std::move(shape), type});
+  };
 
   CHECK_THROWS_AS(open(bn_fixture("no_such_file.npy")), io_error);
 
@@ -179,6 +181,9 @@ TEST_CASE("data that cannot be replayed is refused", "[bn][dataset]") {
   const std::string empty_array = scratch("empty.npy");
   write_file(empty_array, npy("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 3), }"));
   CHECK_THROWS_WITH(open(empty_array), Catch::Contains("no samples"));
+  const std::string empty_samples = scratch("empty_samples.npy");
+  write_file(empty_samples, npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 0), }"));
+  CHECK_THROWS_WITH(open(empty_samples), Catch::Contains("empty ones"));
 
   const std::string text = scratch("notes.txt");
   write_file(text, "just some text, not data");
@@ -229,6 +234,22 @@ TEST_CASE("update_batchnorm matches torch's update_bn", "[bn][update]") {
       CHECK(at::equal(found, expected));
   }
 
+  SECTION("data not aligned to its element size gives the same result") {
+    std::ifstream in(bn_fixture("data.npy"), std::ios::binary);
+    const std::string original((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const npy_header h = parse(original);
+    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (50, 3, 8, 8), }";
+    while ((10 + header.size() + 1) % 4 != 1) header += ' ';
+    const std::string path = scratch("unaligned.npy");
+    write_file(path, npy(header + "\n", 1, original.substr(h.data_offset), false));
+    const dataset unaligned = open_dataset({path, "", {}, ""});
+    REQUIRE(reinterpret_cast<uintptr_t>(unaligned.samples.data()) % 4 != 0);
+    const update_bn_result r =
+        update_batchnorm(bn_fixture("cnn_scripted.ts"), weights.tensors, weights.path, unaligned, options);
+    REQUIRE(r.tensors.size() == result.tensors.size());
+    for (size_t i = 0; i < r.tensors.size(); ++i)
+      CHECK(at::equal(to_tensor(r.tensors[i].view), to_tensor(result.tensors[i].view)));
+  }
   SECTION("averaged-model layout in, averaged-model layout out") {
     const state_dict swa = load_state_dict(bn_fixture("weights_swa.pt"));
     const update_bn_result r = update_batchnorm(bn_fixture("cnn_scripted.ts"), swa.tensors, swa.path, data, options);

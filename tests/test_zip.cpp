@@ -446,7 +446,7 @@ def same(a, b):
     return a == b
 failures = []
 for original, copy in zip(sys.argv[1::2], sys.argv[2::2]):
-    a, b = torch.load(original), torch.load(copy)
+    a, b = torch.load(original, weights_only=False), torch.load(copy, weights_only=False)
     if not same(a, b):
         failures.append(copy)
 print("failures:", failures)

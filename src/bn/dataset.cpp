@@ -42,7 +42,8 @@ class npy_literal {
   }
 
   void skip_space() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
+    while (pos_ < text_.size() &&
+           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r'))
       ++pos_;
   }
 
@@ -133,25 +134,29 @@ dtype npy_dtype(const std::string& descr, const std::string& path) {
   if (descr.empty()) throw input_error(path + ": .npy header has an empty 'descr'");
   char order = descr[0];
   std::string code = descr;
-  if (order == '<' || order == '>' || order == '|' || order == '=') code = descr.substr(1);
-  else order = '|';
+  if (order == '<' || order == '>' || order == '|' || order == '=')
+    code = descr.substr(1);
+  else
+    order = '|';
   struct entry {
     const char* code;
     dtype type;
   };
-  static const entry kCodes[] = {{"f2", dtype::float16}, {"f4", dtype::float32}, {"f8", dtype::float64},
-                                 {"i1", dtype::int8},    {"i2", dtype::int16},   {"i4", dtype::int32},
-                                 {"i8", dtype::int64},   {"u1", dtype::uint8},   {"b1", dtype::bool_},
+  static const entry kCodes[] = {{"f2", dtype::float16},   {"f4", dtype::float32},    {"f8", dtype::float64},
+                                 {"i1", dtype::int8},      {"i2", dtype::int16},      {"i4", dtype::int32},
+                                 {"i8", dtype::int64},     {"u1", dtype::uint8},      {"b1", dtype::bool_},
                                  {"c8", dtype::complex64}, {"c16", dtype::complex128}};
   for (const auto& e : kCodes) {
     if (code != e.code) continue;
     if (order == '>' && itemsize(e.type) > 1)
-      throw input_error(path + ": .npy array is big-endian ('" + descr + "'); swavg reads little-endian data: "
+      throw input_error(path + ": .npy array is big-endian ('" + descr +
+                        "'); swavg reads little-endian data: "
                         "save it with arr.astype(arr.dtype.newbyteorder('<'))");
     return e.type;
   }
-  throw input_error(path + ": .npy dtype '" + descr + "' is not supported (supported: float16/32/64, int8/16/32/64, "
-                           "uint8, bool, complex64/128)");
+  throw input_error(path + ": .npy dtype '" + descr +
+                    "' is not supported (supported: float16/32/64, int8/16/32/64, "
+                    "uint8, bool, complex64/128)");
 }
 
 std::vector<int64_t> fortran_strides(const std::vector<int64_t>& shape) {
@@ -169,7 +174,8 @@ uint64_t array_bytes(const std::vector<int64_t>& shape, dtype type, const std::s
   uint64_t n = itemsize(type);
   for (int64_t d : shape) {
     auto next = checked_mul(n, static_cast<uint64_t>(d));
-    if (!next || *next > (uint64_t{1} << 62)) throw input_error(what + ": shape " + shape_string(shape) + " is too large");
+    if (!next || *next > (uint64_t{1} << 62))
+      throw input_error(what + ": shape " + shape_string(shape) + " is too large");
     n = *next;
   }
   return n;
@@ -178,15 +184,15 @@ uint64_t array_bytes(const std::vector<int64_t>& shape, dtype type, const std::s
 dataset read_npy(const std::shared_ptr<const mapped_file>& file) {
   const std::string& path = file->path();
   npy_header h = parse_npy_header(file->data(), file->size(), path);
-  if (h.shape.empty()) throw input_error(path + ": .npy array is 0-dimensional; expected samples along the first dimension");
+  if (h.shape.empty())
+    throw input_error(path + ": .npy array is 0-dimensional; expected samples along the first dimension");
   const uint64_t needed = array_bytes(h.shape, h.type, path);
   const uint64_t available = file->size() - h.data_offset;
   if (available < needed)
     throw input_error(path + ": .npy header says " + std::string(dtype_name(h.type)) + " " + shape_string(h.shape) +
                       " (" + std::to_string(needed) + " bytes) but the file holds " + std::to_string(available) +
                       " bytes after the header (truncated?)");
-  if (available > needed)
-    spdlog::debug("{}: {} bytes after the array are ignored", path, available - needed);
+  if (available > needed) spdlog::debug("{}: {} bytes after the array are ignored", path, available - needed);
   dataset d;
   d.path = path;
   d.format = "npy";
@@ -255,8 +261,8 @@ const pickle_node* resolve(const pickle_node* root, const std::string& key, cons
     }
     if (!next)
       throw usage_error(path + ": --data-key '" + key + "': no entry '" + rest.substr(0, rest.find('.')) + "' in " +
-                        (walked.empty() ? "the top level" : "'" + walked + "'") + "; entries there: " +
-                        list_text(keys_of(node)));
+                        (walked.empty() ? "the top level" : "'" + walked + "'") +
+                        "; entries there: " + list_text(keys_of(node)));
     walked = walked.empty() ? rest.substr(0, used) : walked + "." + rest.substr(0, used);
     rest = used < rest.size() ? rest.substr(used + 1) : "";
     node = next;
@@ -268,7 +274,8 @@ dataset read_torch_data(const std::shared_ptr<const mapped_file>& file, const st
   const std::string& path = file->path();
   zip_reader zip(file->data(), file->size(), path);
   if (is_torchscript_archive(zip))
-    throw input_error(path + ": is a TorchScript archive (torch.jit.save), expected data (a tensor saved with torch.save)");
+    throw input_error(path +
+                      ": is a TorchScript archive (torch.jit.save), expected data (a tensor saved with torch.save)");
   bool npz = !zip.entries().empty();
   for (const auto& e : zip.entries()) npz &= e.name.size() > 4 && e.name.compare(e.name.size() - 4, 4, ".npy") == 0;
   if (npz) throw input_error(path + ": is an .npz archive; save the array alone with numpy.save (.npy)");
@@ -319,11 +326,12 @@ dataset read_torch_data(const std::shared_ptr<const mapped_file>& file, const st
   auto expected = checked_mul(t.storage.numel, itemsize(t.storage.type));
   if (!expected || *expected != e.size)
     throw input_error(path + ": storage record '" + record + "' holds " + std::to_string(e.size) + " bytes but its " +
-                      storage_class_name(t.storage.type) + " of " + std::to_string(t.storage.numel) + " elements needs " +
-                      (expected ? std::to_string(*expected) : std::string("more than 2^64")));
+                      storage_class_name(t.storage.type) + " of " + std::to_string(t.storage.numel) +
+                      " elements needs " + (expected ? std::to_string(*expected) : std::string("more than 2^64")));
   const std::string bounds = check_view_bounds(t.shape, t.strides, t.offset, t.storage.numel);
   if (!bounds.empty()) throw input_error(path + ": the input tensor " + bounds);
-  if (t.shape.empty()) throw input_error(path + ": the input tensor is 0-dimensional; expected samples along the first dimension");
+  if (t.shape.empty())
+    throw input_error(path + ": the input tensor is 0-dimensional; expected samples along the first dimension");
   d.samples.type = t.storage.type;
   d.samples.shape = t.shape;
   d.samples.strides = t.strides;
@@ -356,7 +364,8 @@ dataset read_safetensors_data(const std::shared_ptr<const mapped_file>& file, co
                       "); name the input with --data-key");
   }
   if (chosen->view.shape.empty())
-    throw input_error(path + ": tensor '" + chosen->name + "' is 0-dimensional; expected samples along the first dimension");
+    throw input_error(path + ": tensor '" + chosen->name +
+                      "' is 0-dimensional; expected samples along the first dimension");
   d.key = chosen->name;
   d.samples = chosen->view;
   return d;
@@ -366,7 +375,8 @@ dataset read_raw(const std::shared_ptr<const mapped_file>& file, const dataset_o
   const std::string& path = file->path();
   const std::string type_name = o.dtype.empty() ? "float32" : o.dtype;
   const auto type = dtype_from_name(type_name);
-  if (!type) throw usage_error("--dtype: unknown element type '" + type_name + "' (e.g. float32, float16, uint8, int64)");
+  if (!type)
+    throw usage_error("--dtype: unknown element type '" + type_name + "' (e.g. float32, float16, uint8, int64)");
   for (int64_t s : o.shape)
     if (s <= 0) throw usage_error("--shape: every dimension must be positive, got " + shape_string(o.shape));
   const uint64_t sample_bytes = array_bytes(o.shape, *type, "--shape");
@@ -399,8 +409,10 @@ npy_header parse_npy_header(const uint8_t* data, size_t size, const std::string&
   if (size < 10) throw input_error(path + ": .npy file truncated inside its preamble");
   const int major = data[6];
   uint64_t length_size;
-  if (major == 1) length_size = 2;
-  else if (major == 2 || major == 3) length_size = 4;
+  if (major == 1)
+    length_size = 2;
+  else if (major == 2 || major == 3)
+    length_size = 4;
   else
     throw input_error(path + ": .npy format version " + std::to_string(major) + "." + std::to_string(data[7]) +
                       " is not supported (1.0 to 3.0 are)");
@@ -411,7 +423,8 @@ npy_header parse_npy_header(const uint8_t* data, size_t size, const std::string&
     throw input_error(path + ": .npy header of " + std::to_string(length) + " bytes runs past the end of the file (" +
                       std::to_string(size) + " bytes)");
   std::string_view text(reinterpret_cast<const char*>(data + start), length);
-  if (text.find('\0') != std::string_view::npos) throw input_error(path + ": malformed .npy header: it holds a NUL byte");
+  if (text.find('\0') != std::string_view::npos)
+    throw input_error(path + ": malformed .npy header: it holds a NUL byte");
 
   npy_literal p(text, path);
   npy_header h;
@@ -422,7 +435,8 @@ npy_header parse_npy_header(const uint8_t* data, size_t size, const std::string&
     p.expect(':');
     if (key == "descr") {
       if (have_descr) p.fail("duplicate key 'descr'");
-      if (p.peek() == '[') throw input_error(path + ": .npy array has a structured dtype; expected a plain numeric array");
+      if (p.peek() == '[')
+        throw input_error(path + ": .npy array has a structured dtype; expected a plain numeric array");
       h.type = npy_dtype(p.string_value(), path);
       have_descr = true;
     } else if (key == "fortran_order") {
@@ -458,22 +472,26 @@ dataset open_dataset(const dataset_options& o) {
   const std::string& path = o.path;
   dataset d;
   if (!o.shape.empty()) {
-    if (!o.key.empty()) throw usage_error("--data-key applies to torch.save and safetensors data, not raw data (--shape)");
+    if (!o.key.empty())
+      throw usage_error("--data-key applies to torch.save and safetensors data, not raw data (--shape)");
     d = read_raw(file, o);
   } else if (!o.dtype.empty()) {
     throw usage_error("--dtype describes raw data and needs --shape (the shape of one sample)");
   } else if (looks_like_npy(file->data(), file->size())) {
-    if (!o.key.empty()) throw usage_error(path + ": --data-key applies to torch.save and safetensors data, this is .npy");
+    if (!o.key.empty())
+      throw usage_error(path + ": --data-key applies to torch.save and safetensors data, this is .npy");
     d = read_npy(file);
   } else if (looks_like_zip(file->data(), file->size())) {
     d = read_torch_data(file, o.key);
   } else if (looks_like_safetensors(file->data(), file->size())) {
     d = read_safetensors_data(file, o.key);
   } else {
-    throw input_error(path + ": not a .npy, torch.save or safetensors file; for raw binary data give --shape (one "
-                             "sample, e.g. 3,32,32) and --dtype");
+    throw input_error(path +
+                      ": not a .npy, torch.save or safetensors file; for raw binary data give --shape (one "
+                      "sample, e.g. 3,32,32) and --dtype");
   }
-  if (d.size() == 0) throw input_error(path + ": holds no samples (shape " + shape_string(d.samples.shape) + ")");
+  if (d.samples.numel() == 0)
+    throw input_error(path + ": holds no samples or empty ones (shape " + shape_string(d.samples.shape) + ")");
   return d;
 }
 

@@ -4,13 +4,14 @@
  *
  * Formats, told by content (never by extension), except raw data, which --shape selects:
  *   .npy         "\x93NUMPY", version 1-3, a Python-literal header {'descr', 'fortran_order',
- *                'shape'}, then the array; little-endian (or byte-order-free) numeric dtypes.
+ *                'shape'}, then the array (C or Fortran order); little-endian numeric dtypes.
  *   torch.save   a tensor, or a list/tuple/dict holding it: the entry at --data-key (dotted path,
  *                list indices as numbers), else the first tensor entry. Read by the allow-list
  *                unpickler; nothing is executed.
  *   safetensors  the tensor named by --data-key, or the only one.
  *   raw          bytes of N samples of --shape, --dtype (default float32), row-major, little-endian.
- * Every size, stride and offset is checked against the file before a view is handed out.
+ * Every size, stride and offset is checked against the file before a view is handed out. No
+ * LibTorch here (the file is part of swavg_formats), so parse_npy_header can be fuzzed alone.
  */
 #pragma once
 
@@ -32,8 +33,8 @@ struct dataset_options {
 
 struct dataset {
   std::string path;
-  std::string format;  // "npy", "torch", "safetensors", "raw"
-  std::string key;     // the entry taken from a torch.save or safetensors file, else empty
+  std::string format;   // "npy", "torch", "safetensors", "raw"
+  std::string key;      // the entry taken from a torch.save or safetensors file, else empty
   tensor_view samples;  // [N, ...], a view into the mapped file
 
   int64_t size() const { return samples.shape.empty() ? 0 : samples.shape[0]; }
@@ -41,7 +42,7 @@ struct dataset {
 };
 
 // Throws io_error (missing, unreadable), input_error (malformed, unsupported, no samples) or
-// usage_error (a --data-key that names nothing, --shape for a file that has its own header).
+// usage_error (a --data-key that names nothing or does not apply, --dtype without --shape).
 dataset open_dataset(const dataset_options& options);
 
 struct npy_header {

@@ -12,7 +12,9 @@
  * momentum x batches at the end. The momentum is the module's scripted constant or, for traced
  * modules, the constant in its aten::batch_norm call. A module the forward did not reach in a
  * batch adds nothing and counts no batch (num_batches_tracked tells); one never reached keeps
- * update_bn's reset values (mean 0, var 1, 0 batches).
+ * update_bn's reset values (mean 0, var 1, 0 batches). During the replay the statistics of all
+ * modules are views into one flat buffer, so a batch's bookkeeping is a few tensor operations
+ * whatever the number of modules, with no allocation.
  *
  * BatchNorm modules are told by class name (BatchNorm1d/2d/3d, SyncBatchNorm, subclasses with
  * BatchNorm in their name) or, for other classes, by holding running_mean, running_var and
@@ -88,14 +90,14 @@ void load_weights(torch::jit::Module& module, const std::vector<named_tensor>& w
 
 // Replays `data` through the module and leaves the recomputed statistics in its buffers; messages
 // name the module `model_name`. The module ends on the CPU. A module without BatchNorm is left as
-// it is (report.modules empty, no batch replayed). Throws usage_error (options, device), input_error (a module that cannot be
-// updated, e.g. traced in eval mode) or mismatch_error (the forward rejects the data: the message
-// shows the batch's shape and dtype).
+// it is (report.modules empty, no batch replayed). Throws usage_error (options, device),
+// input_error (a module that cannot be updated, e.g. traced in eval mode) or mismatch_error (the
+// forward rejects the data: the message shows the batch's shape and dtype).
 bn_report update_bn(torch::jit::Module& module, const dataset& data, const bn_options& options,
                     const std::string& model_name = "the model");
 
 struct update_bn_result {
-  std::vector<named_tensor> tensors;  // the model's state, in the layout `weights` came in
+  std::vector<named_tensor> tensors;  // the model's state (CPU), in the layout `weights` came in
   bool averaged_layout = false;       // `weights` (and so `tensors`) were in averaged-model layout
   bn_report report;
   std::shared_ptr<torch::jit::Module> module;  // updated, for save_module()

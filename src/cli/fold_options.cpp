@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "util/atomic_file.h"
@@ -42,6 +43,24 @@ void add_fold_options(CLI::App* app, fold_options& o) {
   app->add_option("--device", o.job.config.device, "Fold on cpu or cuda[:N]");
   app->add_option("--report", o.report_file, "Write a JSON report to FILE");
   app->add_flag("--json", o.json, "Print the JSON report on stdout");
+
+  const std::string bn = "BatchNorm recomputation (--update-bn)";
+  app->add_flag("--update-bn", o.update_bn,
+                "Recompute BatchNorm statistics of the average by replaying --data through --model (as update_bn)")
+      ->group(bn);
+  app->add_option("--data", o.bn.data.path, "Samples to replay: .npy, torch.save'd tensor, safetensors or raw (--shape)")
+      ->group(bn);
+  app->add_option("--data-key", o.bn.data.key, "Entry holding the input tensor in a torch.save or safetensors file")
+      ->group(bn);
+  app->add_option("--shape", o.bn.data.shape, "Raw data: the shape of one sample, e.g. 3,32,32")->delimiter(',')->group(bn);
+  app->add_option("--dtype", o.bn.data.dtype, "Raw data: element type (default float32)")->group(bn);
+  app->add_option("--batch-size", o.bn.options.batch_size, "Samples per batch, as your DataLoader's batch_size")
+      ->capture_default_str()
+      ->group(bn);
+  app->add_flag("--drop-last", o.bn.options.drop_last, "Drop the last partial batch")->group(bn);
+  app->add_option("--max-batches", o.bn.options.max_batches, "Replay at most N batches")->group(bn);
+  app->add_option("--input-dtype", o.input_dtype, "Feed the model this dtype (default: the model's floating dtype)")
+      ->group(bn);
 }
 
 void run_fold_command(fold_options o) {
@@ -62,11 +81,25 @@ void run_fold_command(fold_options o) {
   c.layout = o.layout == "averaged-model" ? output_layout::averaged_model : output_layout::state_dict;
   if (!o.report_file.empty()) check_output_path(o.report_file, o.job.inputs, true);
 
-  fold_report report = run_fold(o.job);
+  std::optional<bn_step> bn;
+  if (o.update_bn) {
+    if (o.bn.data.path.empty()) throw usage_error("--update-bn needs --data, the samples to replay");
+    if (!o.input_dtype.empty()) {
+      o.bn.options.input_type = dtype_from_name(o.input_dtype);
+      if (!o.bn.options.input_type) throw usage_error("--input-dtype: unknown element type '" + o.input_dtype + "'");
+    }
+    bn = o.bn;
+  } else if (!o.bn.data.path.empty()) {
+    throw usage_error("--data is used with --update-bn; add --update-bn to recompute BatchNorm statistics");
+  }
+  pipeline_report result = run_fold_pipeline(o.job, bn);
+  const fold_report& report = result.fold;
   spdlog::info("{}: {} of {} checkpoints ({} tensors), {:.1f} MB read, {:.1f} MB written in {:.2f} s", report.output,
                mode_name(report.mode), report.n, report.tensors.size(), report.bytes_read / 1e6,
                report.bytes_written / 1e6, report.wall_time_s);
-  const std::string json = fold_report_json(report);
+  auto report_json = nlohmann::ordered_json::parse(fold_report_json(report));
+  if (result.bn) report_json["update_bn"] = nlohmann::ordered_json::parse(bn_report_json(*result.bn));
+  const std::string json = report_json.dump(1);
   if (!o.report_file.empty()) {
     std::ofstream out(o.report_file);
     out << json << "\n";

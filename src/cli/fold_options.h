@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/averager.h"
+#include "core/fold_pipeline.h"
 #include "core/input_list.h"
 
 namespace CLI {
@@ -27,6 +27,9 @@ struct fold_options {
   std::string layout = "state-dict";
   std::string report_file;
   bool json = false;
+  bool update_bn = false;
+  bn_step bn;
+  std::string input_dtype;
 };
 
 void add_fold_options(CLI::App* app, fold_options& o);

@@ -53,9 +53,13 @@ void run_update_bn(update_bn_options o) {
   if (!o.checkpoint.empty()) weights = load_state_dict(o.checkpoint, o.load);
   const update_bn_result result = update_batchnorm(o.model, weights.tensors, o.checkpoint, data, o.bn);
   const bn_report& r = result.report;
-  if (!r.modules.empty())
-    spdlog::info("{}: {} BatchNorm modules updated from {} batches ({} samples) in {:.2f} s ({:.0f} samples/s)", o.model,
-                 r.modules.size(), r.batches, r.samples, r.seconds, r.seconds > 0 ? r.samples / r.seconds : 0.0);
+  if (!r.modules.empty()) {
+    size_t unreached = 0;
+    for (const auto& m : r.modules) unreached += m.batches == 0;
+    spdlog::info("{}: {} BatchNorm modules{} updated from {} batches ({} samples) in {:.2f} s ({:.0f} samples/s)",
+                 o.model, r.modules.size(), unreached ? " (" + std::to_string(unreached) + " not reached)" : "",
+                 r.batches, r.samples, r.seconds, r.seconds > 0 ? r.samples / r.seconds : 0.0);
+  }
 
   nlohmann::ordered_json report = nlohmann::ordered_json::parse(bn_report_json(r));
   report["checkpoint"] = o.checkpoint;

@@ -33,7 +33,6 @@ struct resume_state {
   std::map<std::string, const tensor_view*> tensors;
   int64_t n = 0;
   std::map<std::string, int64_t> counts;  // only where it differs from n (--allow-missing)
-  double weight_total = 0.0;
 };
 
 struct source {
@@ -90,7 +89,6 @@ resume_state load_resume(const fold_job& job) {
   if (r.n < 1) throw input_error(job.resume + ": swavg metadata holds n = " + std::to_string(r.n) + ", expected >= 1");
   if (meta.contains("counts"))
     for (const auto& [k, v] : meta["counts"].items()) r.counts[k] = v.get<int64_t>();
-  r.weight_total = meta.value("weight_total", 0.0);
   const bool averaged_model = meta.value("layout", "") == "averaged-model";
   for (auto& t : r.sd.tensors) {
     std::string name = t.name;
@@ -299,7 +297,6 @@ class folder {
       if (p.resumed) {
         acc = chunk_of(resumed, begin, length, device_).to(acc_type, /*non_blocking=*/false, /*copy=*/true);
         k = p.resumed_count;
-        weight_total = resume_weight_total_;
       }
       for (size_t j = 0; j < flats.size(); ++j) {
         at::Tensor x = chunk_of(flats[j], begin, length, device_);
@@ -348,9 +345,6 @@ class folder {
     bytes_read_ += bytes;
     bar_.advance(bytes);
   }
-
- public:
-  double resume_weight_total_ = 0.0;
 
  private:
   const fold_job& job_;
@@ -432,7 +426,6 @@ fold_report run_fold(const fold_job& job) {
   if (!inputs.front().key.empty()) spdlog::info("took the state dict at '{}' in each input", inputs.front().key);
   std::optional<resume_state> resume;
   if (!job.resume.empty()) resume = load_resume(job);
-  if (resume && c.mode == fold_mode::weighted) throw usage_error("--resume does not work with --weights");
 
   // Names in first-seen order.
   std::vector<std::string> names;
@@ -534,7 +527,6 @@ fold_report run_fold(const fold_job& job) {
   {
     progress bar(total_bytes, "folding");
     folder f(job, inputs, sink, bar);
-    if (resume) f.resume_weight_total_ = resume->weight_total;
     for (const auto& p : plans) f.run(p);
     if (c.layout == output_layout::averaged_model) sink.write(&n, sizeof n);
     sink.commit();

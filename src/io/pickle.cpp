@@ -556,6 +556,8 @@ class unpickler {
   }
 
   int64_t int_arg(const pickle_node* n, const char* what) {
+    if (n->kind == pickle_kind::big_integer)
+      fail(std::string("tensor ") + what + " has an entry outside the int64 range");
     if (n->kind != pickle_kind::integer)
       fail(std::string("tensor ") + what + " is " + pickle_type_name(*n) + ", not int");
     return n->int_value;

@@ -29,7 +29,7 @@ def run_paths(run, indices=None):
 
 @functools.lru_cache(maxsize=None)
 def _load(path):
-    return torch.load(path)
+    return torch.load(path, weights_only=False)
 
 
 def state_dict_of(path):

@@ -687,7 +687,7 @@ class UsageTest(AverageTest):
         shutil.copy(src[1], b)
         p = swavg("average", a, b, "-o", b, "--force", check=False)
         self.assertEqual(p.returncode, 2, p.stderr)
-        self.assertTrue(same_bits(torch.load(b)["model"]["fc.bias"], state_dict_of(src[1])["fc.bias"]))
+        self.assertTrue(same_bits(torch.load(b, weights_only=False)["model"]["fc.bias"], state_dict_of(src[1])["fc.bias"]))
 
     def test_bad_usage(self):
         paths = run_paths("cnn")[:2]

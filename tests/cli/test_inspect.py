@@ -31,11 +31,11 @@ class InspectTest(unittest.TestCase):
                 report = inspect_json(fixture(name))
                 self.assertEqual(report["format"], "torch")
                 self.assertEqual(report["key"], "")
-                self.assert_matches(report, torch.load(fixture(name)))
+                self.assert_matches(report, torch.load(fixture(name), weights_only=False))
 
     def test_training_checkpoint(self):
         report = inspect_json(fixture("training.pt"))
-        ckpt = torch.load(fixture("training.pt"))
+        ckpt = torch.load(fixture("training.pt"), weights_only=False)
         self.assertEqual(report["key"], "model")
         self.assert_matches(report, ckpt["model"])
         opaque = {o["path"]: o["type"] for o in report["opaque"]}
@@ -47,7 +47,7 @@ class InspectTest(unittest.TestCase):
 
     def test_key_option(self):
         report = inspect_json(fixture("training.pt"), "--key", "model")
-        self.assert_matches(report, torch.load(fixture("training.pt"))["model"])
+        self.assert_matches(report, torch.load(fixture("training.pt"), weights_only=False)["model"])
 
     def test_torchscript(self):
         report = inspect_json(fixture("scripted.ts"))
@@ -60,7 +60,7 @@ class InspectTest(unittest.TestCase):
 
     def test_strip_prefix(self):
         report = inspect_json(fixture("prefixed.pt"), "--strip-prefix", "module.", "--strip-prefix", "_orig_mod.")
-        state = torch.load(fixture("prefixed.pt"))
+        state = torch.load(fixture("prefixed.pt"), weights_only=False)
         self.assertEqual([t["name"] for t in report["tensors"]],
                          [k[len("module._orig_mod."):] for k in state])
 

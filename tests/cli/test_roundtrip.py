@@ -42,7 +42,7 @@ class RoundTripTest(TempDirTest):
             with self.subTest(name=name):
                 out = self.path(os.path.basename(name) + ".out.pt")
                 swavg("convert", fixture(name), *args, "-o", out)
-                self.check_same(load_weights_only(out), pick(torch.load(fixture(name))))
+                self.check_same(load_weights_only(out), pick(torch.load(fixture(name), weights_only=False)))
 
     def test_shared_storages_stay_shared(self):
         out = self.path("dtypes.pt")
@@ -61,7 +61,7 @@ class RoundTripTest(TempDirTest):
             self.assertTrue(same_bits(got[k], want[k]), k)
 
     def test_safetensors_roundtrip(self):
-        want = torch.load(fixture("resnet18.pt"))
+        want = torch.load(fixture("resnet18.pt"), weights_only=False)
         st = self.path("resnet18.safetensors")
         swavg("convert", fixture("resnet18.pt"), "-o", st)
         got = load_safetensors(st)
@@ -78,7 +78,7 @@ class RoundTripTest(TempDirTest):
         self.assertEqual(p.returncode, 2, p.stderr)  # complex tensors do not fit safetensors
         self.assertIn("complex", p.stderr)
         self.assertFalse(os.path.exists(st))
-        src = collections.OrderedDict((k, v) for k, v in torch.load(fixture("dtypes.pt")).items()
+        src = collections.OrderedDict((k, v) for k, v in torch.load(fixture("dtypes.pt"), weights_only=False).items()
                                       if not v.is_complex())
         src_path = self.path("real_only.pt")
         torch.save(src, src_path)

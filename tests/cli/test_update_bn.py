@@ -18,7 +18,7 @@ def bn(name):
 
 
 def expected(case):
-    return torch.load(bn("expected_%s.pt" % case))
+    return torch.load(bn("expected_%s.pt" % case), weights_only=False)
 
 
 class UpdateBnTest(TempDirTest):
@@ -58,39 +58,39 @@ class UpdateBnTest(TempDirTest):
         for data, *args in variants:
             with self.subTest(data=data, args=args):
                 _, out = self.run_bn(*args, data=data)
-                self.assert_state(torch.load(out), want)
+                self.assert_state(torch.load(out, weights_only=False), want)
 
     def test_batching(self):
         _, out = self.run_bn("--drop-last")
-        self.assert_state(torch.load(out), expected("cnn_bs16_drop"))
+        self.assert_state(torch.load(out, weights_only=False), expected("cnn_bs16_drop"))
         _, out = self.run_bn("--max-batches", "3", batch_size=8)
-        self.assert_state(torch.load(out), expected("cnn_bs8_max3"))
+        self.assert_state(torch.load(out, weights_only=False), expected("cnn_bs8_max3"))
 
     def test_model_weights_without_checkpoint(self):
         _, out = self.run_bn(checkpoint=None)
-        self.assert_state(torch.load(out), expected("cnn_own_bs16"))
+        self.assert_state(torch.load(out, weights_only=False), expected("cnn_own_bs16"))
 
     def test_dtype_conversion(self):
         _, out = self.run_bn(data="data_f64.npy")
-        self.assert_state(torch.load(out), expected("cnn_f64_bs16"))
+        self.assert_state(torch.load(out, weights_only=False), expected("cnn_f64_bs16"))
         _, out = self.run_bn("--shape", "3,8,8", "--dtype", "uint8", "--input-dtype", "float32", data="data_u8.bin")
-        self.assert_state(torch.load(out), expected("cnn_u8_bs16"))
+        self.assert_state(torch.load(out, weights_only=False), expected("cnn_u8_bs16"))
 
     def test_traced_model(self):
         _, out = self.run_bn(model="cnn_traced.ts", checkpoint="traced_weights.pt")
-        self.assert_state(torch.load(out), expected("traced_bs16"))
+        self.assert_state(torch.load(out, weights_only=False), expected("traced_bs16"))
 
     def test_batchnorm_called_twice_per_forward(self):
         _, out = self.run_bn(model="shared_bn.ts", checkpoint=None)
-        found, want = torch.load(out), expected("shared_bs16")
+        found, want = torch.load(out, weights_only=False), expected("shared_bs16")
         self.assertEqual(want["bn.num_batches_tracked"].item(), 8)
         self.assert_state(found, want)
 
     def test_averaged_model_layout(self):
         _, out = self.run_bn(checkpoint="weights_swa.pt")
-        found = torch.load(out)
+        found = torch.load(out, weights_only=False)
         n_averaged = found.pop("n_averaged")
-        self.assertTrue(same_bits(n_averaged, torch.load(bn("weights_swa.pt"))["n_averaged"]))
+        self.assertTrue(same_bits(n_averaged, torch.load(bn("weights_swa.pt"), weights_only=False)["n_averaged"]))
         self.assert_state(found, expected("cnn_bs16"), prefix="module.")
 
     def test_safetensors_output(self):
@@ -129,7 +129,7 @@ class UpdateBnTest(TempDirTest):
     def test_model_without_batchnorm(self):
         p, out = self.run_bn(model="mlp.ts", checkpoint="mlp_weights.pt")
         self.assertIn("no BatchNorm", p.stderr)
-        found, want = torch.load(out), torch.load(bn("mlp_weights.pt"))
+        found, want = torch.load(out, weights_only=False), torch.load(bn("mlp_weights.pt"), weights_only=False)
         self.assertEqual(list(found), list(want))
         for k in want:
             self.assertTrue(same_bits(found[k], want[k]), k)
@@ -144,7 +144,7 @@ class UpdateBnTest(TempDirTest):
             self.assertEqual(p.returncode, 2, p.stderr)
             self.assertIn("CUDA", p.stderr)
             return
-        found, want = torch.load(out), expected("cnn_bs16")
+        found, want = torch.load(out, weights_only=False), expected("cnn_bs16")
         for k in want:
             if k.endswith(STATS[:2]):
                 torch.testing.assert_close(found[k], want[k], rtol=1e-4, atol=1e-5)
