@@ -1,0 +1,221 @@
+"""The malformed-input suite (scripts/fixtures/hostile.py): every case through swavg inspect, convert
+and average (and update-bn --model where a TorchScript module is expected).
+
+For each run: the expected exit code, never a crash (no signal, no code >= 128, no sanitizer report);
+on failure a message that names the file and the problem, nothing on stdout, no output file and no
+temp file left. For pickles that would run code: the payload does not run (its marker file is never
+created), inspect lists it as opaque, and convert writes only the tensors. The payloads are checked
+to be live: Python's own pickle module does create the marker.
+"""
+import concurrent.futures
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import zipfile
+
+from common import FIXTURES, SWAVG
+
+import torch
+
+HOSTILE = os.path.join(FIXTURES, "hostile")
+MANIFEST = json.load(open(os.path.join(HOSTILE, "manifest.json")))
+CASES = MANIFEST["cases"]
+GOOD = os.path.join(HOSTILE, MANIFEST["good"])
+BN_DATA = os.path.join(FIXTURES, "bn", "data.npy")
+TIMEOUT = 300
+# SWAVG_REPLAY=1: SWAVG_BIN is swavg-replay (fuzz/replay.cpp), `swavg inspect` without LibTorch, as
+# the sanitizer build runs it: only inspect, and no case that needs LibTorch.
+REPLAY = os.environ.get("SWAVG_REPLAY") == "1"
+
+
+def has_update_bn():
+    if REPLAY:
+        return False
+    p = subprocess.run([SWAVG, "update-bn", "--help"], capture_output=True, text=True, timeout=TIMEOUT)
+    return p.returncode == 0 and "--model" in p.stdout
+
+
+def make_special(kind, folder):
+    """Things that are not regular files, made at run time (no FIFO or symlink loop in fixtures)."""
+    path = os.path.join(folder, kind + ".pt")
+    if kind == "directory":
+        os.mkdir(path)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dangling":
+        os.symlink(os.path.join(folder, "nowhere.pt"), path)
+    elif kind == "loop":
+        os.symlink(os.path.join(folder, "loop2.pt"), path)
+        os.symlink(path, os.path.join(folder, "loop2.pt"))
+    elif kind != "missing":
+        raise ValueError(kind)
+    return path
+
+
+class Run:
+    """One swavg invocation of one case, made in its own empty working folder."""
+
+    def __init__(self, case, command, inputs, workdir):
+        self.case, self.command, self.inputs, self.workdir = case, command, inputs, workdir
+        self.output = os.path.join(workdir, "out", "result.pt")
+        os.makedirs(os.path.dirname(self.output))
+        bad = case["inputs"][case["bad"]] if case.get("bad") is not None else None
+        self.bad = inputs[case["inputs"].index(bad)] if bad else None
+        if command == "inspect":
+            self.args = ["inspect", "--json", inputs[0]]
+        elif command == "convert":
+            self.args = ["convert", inputs[0], "-o", self.output]
+        elif command == "average":
+            self.args = ["average", inputs[0], GOOD, "-o", self.output]
+        elif command == "average_pair":
+            self.args = ["average", *inputs, "-o", self.output]
+        elif command == "update_bn_model":
+            self.args = ["update-bn", "--model", inputs[0], "--data", BN_DATA, "-o", self.output]
+        else:
+            raise ValueError(command)
+
+    def __call__(self):
+        try:
+            self.p = subprocess.run([SWAVG, *self.args], capture_output=True, text=True, cwd=self.workdir,
+                                    timeout=TIMEOUT)
+        except subprocess.TimeoutExpired as e:
+            self.p = e
+        self.left = sorted(os.listdir(os.path.dirname(self.output)))
+        return self
+
+
+class HostileTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="swavg-hostile-")
+        cls.update_bn = has_update_bn()
+        runs = []
+        for i, case in enumerate(CASES):
+            special = os.path.join(cls.tmp, "special-%d" % i)
+            os.mkdir(special)
+            if case.get("special"):
+                inputs = [make_special(case["special"], special)]
+            else:
+                inputs = [os.path.join(HOSTILE, f) for f in case["inputs"]]
+            for command in case["commands"]:
+                if command == "update_bn_model" and not cls.update_bn:
+                    continue
+                if REPLAY and (command != "inspect" or case.get("torchscript")):
+                    continue
+                workdir = os.path.join(cls.tmp, "%s-%s" % (case["name"], command))
+                os.mkdir(workdir)
+                runs.append(Run(case, command, inputs, workdir))
+        # swavg starts LibTorch each time: run the cases side by side.
+        workers = max(2, os.cpu_count() or 1)
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            done = list(pool.map(lambda r: r(), runs))
+        cls.runs = {}
+        for r in done:
+            cls.runs.setdefault(r.case["name"], []).append(r)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def check_run(self, r):
+        case = r.case
+        what = "swavg %s (case %s)" % (" ".join(r.args), case["name"])
+        self.assertNotIsInstance(r.p, subprocess.TimeoutExpired, "%s: hung" % what)
+        p = r.p
+        detail = "%s: exit %d\nstderr: %s\nstdout: %s" % (what, p.returncode, p.stderr[-3000:], p.stdout[-500:])
+        self.assertTrue(0 <= p.returncode < 128, "crashed: " + detail)
+        for needle in ("Sanitizer", "runtime error:", "internal error", "terminate called"):
+            self.assertNotIn(needle, p.stderr, detail)
+        self.assertEqual(p.returncode, case["exit"], detail)
+        for needle in case["message"]:
+            self.assertIn(needle, p.stderr, detail)
+        if case["exit"] != 0:
+            if r.bad:
+                self.assertIn(r.bad, p.stderr, "the message does not name the file: " + detail)
+            self.assertEqual(p.stdout, "", "stdout is not empty: " + detail)
+            self.assertEqual(r.left, [], "an output or temp file was left: " + detail)
+            self.assertFalse(os.path.lexists(r.output), detail)
+        marker = case.get("marker")
+        if marker:
+            self.assertFalse(os.path.lexists(os.path.join(r.workdir, marker)), "the payload ran: " + detail)
+            self.assertFalse(os.path.lexists(os.path.join(HOSTILE, marker)), "the payload ran: " + detail)
+        if case["exit"] == 0 and r.command == "inspect":
+            doc = json.loads(p.stdout)
+            listed = {o["path"]: o["type"] for o in doc["opaque"]}
+            for path, type_ in case.get("opaque", {}).items():
+                self.assertEqual(listed.get(path), type_, "not reported as opaque: " + detail)
+            self.assertEqual([t["name"] for t in doc["tensors"]], ["w"], detail)
+        if case["exit"] == 0 and r.command in ("convert", "average"):
+            self.assertEqual(r.left, ["result.pt"], detail)
+            state = torch.load(r.output, weights_only=True) if "weights_only" in torch.load.__code__.co_varnames \
+                else torch.load(r.output)
+            self.assertEqual(list(state.keys()), ["w"], "the output holds more than the tensors: " + detail)
+
+    def test_suite_is_complete(self):
+        names = {c["name"] for c in CASES}
+        for required in ["empty", "directory", "fifo", "missing", "dangling", "loop", "truncated_zip",
+                         "corrupt_central_directory", "record_past_end", "deflated_storage", "huge_record_size",
+                         "pickle_global_os_system", "pickle_global_posix_system", "pickle_global_builtins_eval",
+                         "pickle_stack_underflow", "pickle_bad_memo_index", "pickle_unknown_opcode",
+                         "pickle_truncated", "storage_short", "negative_size", "negative_stride", "negative_offset",
+                         "size_overflow", "stride_overflow", "offset_overflow", "numel_itemsize_overflow",
+                         "st_header_len_max", "st_header_past_end", "st_invalid_utf8", "st_invalid_json",
+                         "st_duplicate_name", "st_nul_in_name", "st_unknown_dtype", "st_overlap", "st_gap",
+                         "st_out_of_range", "st_trailing_bytes", "pair_names", "pair_shape", "pair_dtype", "nan",
+                         "inf", "update_bn_model_checkpoint", "fake_torchscript"]:
+            self.assertIn(required, names)
+
+    def test_payloads_are_live(self):
+        """Python's pickle does run each payload (so the cases above test something)."""
+        for case in CASES:
+            if not case.get("live"):
+                continue
+            with self.subTest(case=case["name"]), tempfile.TemporaryDirectory() as cwd:
+                with zipfile.ZipFile(os.path.join(HOSTILE, case["inputs"][0])) as z:
+                    data = z.read("archive/data.pkl")
+                code = (
+                    "import io, pickle, sys\n"
+                    "class U(pickle.Unpickler):\n"
+                    "    def find_class(self, module, name):\n"
+                    "        if module.startswith(('torch', 'collections')):\n"
+                    "            return lambda *a, **k: None\n"
+                    "        return super().find_class(module, name)\n"
+                    "    def persistent_load(self, pid):\n"
+                    "        return None\n"
+                    "try:\n"
+                    "    U(io.BytesIO(sys.stdin.buffer.read())).load()\n"
+                    "except Exception:\n"
+                    "    pass\n")
+                subprocess.run([sys.executable, "-c", code], input=data, cwd=cwd, timeout=60,
+                               capture_output=True)
+                marker = os.path.join(cwd, case["marker"])
+                for _ in range(50):  # subprocess.Popen's child may finish after Python exits
+                    if os.path.exists(marker):
+                        break
+                    time.sleep(0.1)
+                self.assertTrue(os.path.exists(marker),
+                                "Python's pickle did not create %s: the payload is not live" % case["marker"])
+
+
+def _add_case_test(case):
+    def test(self):
+        runs = self.runs.get(case["name"], [])
+        if not runs:
+            self.skipTest("no command applies here (update-bn missing, or needs LibTorch)")
+        for r in runs:
+            with self.subTest(command=r.command):
+                self.check_run(r)
+    setattr(HostileTest, "test_" + case["name"], test)
+
+
+for _case in CASES:
+    _add_case_test(_case)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=1)
