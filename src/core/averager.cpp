@@ -11,6 +11,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "core/fold_kernels.h"
 #include "core/tensor_bridge.h"
 #include "io/save.h"
 #include "io/torchscript.h"
@@ -305,6 +306,7 @@ class folder {
         if (k == 0) {
           acc = x.to(acc_type, /*non_blocking=*/false, /*copy=*/true);
           weight_total = c_.mode == fold_mode::weighted ? c_.weights[input] : 0.0;
+        } else if (c_.mode == fold_mode::swa && swa_step_fused(acc, x, k + 1)) {
         } else if (c_.mode == fold_mode::swa) {
           if (!diff.defined() || diff.numel() != length || diff.scalar_type() != acc_type)
             diff = at::empty({length}, acc.options());

@@ -17,6 +17,7 @@ namespace swavg {
 namespace {
 
 constexpr size_t kBufferSize = 4 << 20;
+constexpr size_t kDirectWrite = 256 << 10;  // larger writes skip the buffer's copy
 constexpr const char* kTempMarker = ".swavg-tmp-";
 
 std::string parent_dir(const std::string& path) {
@@ -88,14 +89,12 @@ void atomic_file::flush() {
 
 void atomic_file::write(const void* data, uint64_t size) {
   const char* p = static_cast<const char*>(data);
-  if (buffer_.size() + size <= kBufferSize) {
-    buffer_.insert(buffer_.end(), p, p + size);
-  } else {
+  if (size >= kDirectWrite) {
     flush();
-    if (size >= kBufferSize)
-      write_all(fd_, p, size, target_);
-    else
-      buffer_.insert(buffer_.end(), p, p + size);
+    write_all(fd_, p, size, target_);
+  } else {
+    if (buffer_.size() + size > kBufferSize) flush();
+    buffer_.insert(buffer_.end(), p, p + size);
   }
   written_ += size;
 }
