@@ -54,7 +54,7 @@ TEST_CASE("training checkpoint: model found, opaque objects listed", "[torch_fil
 
 TEST_CASE("a --key picks a nested dict, and a wrong key says what is there", "[torch_file]") {
   check_against_manifest(read("training.pt", "model"), "training.json");
-  CHECK_THROWS_WITH(read("training.pt", "nope"), Catch::Contains("no key 'nope'") && Catch::Contains("'model'"));
+  CHECK_THROWS_WITH(read("training.pt", "nope"), Catch::Contains("no entry 'nope'") && Catch::Contains("'model'"));
   CHECK_THROWS_WITH(read("training.pt", "epoch"), Catch::Contains("type int, expected a dict of tensors"));
   CHECK_THROWS_AS(read("training.pt", "model.conv1.weight.x"), usage_error);
 }

@@ -18,14 +18,7 @@ namespace {
 
 constexpr char kNpyMagic[] = "\x93NUMPY";
 constexpr size_t kNpyMagicSize = 6;
-constexpr size_t kMaxListed = 20;
 
-std::string list_text(const std::vector<std::string>& items) {
-  std::string s;
-  for (size_t i = 0; i < items.size() && i < kMaxListed; ++i) s += (i ? ", '" : "'") + items[i] + "'";
-  if (items.size() > kMaxListed) s += ", ... (" + std::to_string(items.size()) + " in all)";
-  return s.empty() ? "none" : s;
-}
 
 // The subset of Python literal syntax numpy writes in .npy headers: a dict of string keys whose
 // values are strings, True/False or tuples of integers.
@@ -210,92 +203,23 @@ dataset read_npy(const std::shared_ptr<const mapped_file>& file) {
 bool is_tensor(const pickle_node* n) { return n && n->kind == pickle_kind::tensor; }
 bool is_sequence(const pickle_node* n) { return n && (n->kind == pickle_kind::list || n->kind == pickle_kind::tuple); }
 
-std::string key_text(const pickle_node* k) {
-  if (!k) return "?";
-  if (k->kind == pickle_kind::string) return k->text;
-  if (k->kind == pickle_kind::integer) return std::to_string(k->int_value);
-  return "<" + pickle_type_name(*k) + ">";
-}
-
-std::vector<std::string> keys_of(const pickle_node* n) {
-  std::vector<std::string> keys;
-  if (n->kind == pickle_kind::dict)
-    for (const auto& [k, v] : n->entries) keys.push_back(key_text(k));
-  else if (is_sequence(n))
-    for (size_t i = 0; i < n->items.size(); ++i) keys.push_back(std::to_string(i));
-  return keys;
-}
-
-const pickle_node* child(const pickle_node* n, const std::string& part) {
-  if (n->kind == pickle_kind::dict) {
-    for (const auto& [k, v] : n->entries)
-      if (key_text(k) == part) return v;
-    return nullptr;
-  }
-  if (is_sequence(n)) {
-    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos || part.size() > 9) return nullptr;
-    const size_t i = std::stoul(part);
-    return i < n->items.size() ? n->items[i] : nullptr;
-  }
-  return nullptr;
-}
-
-// The entry at a dotted --data-key; a dict key containing dots is matched whole first.
-const pickle_node* resolve(const pickle_node* root, const std::string& key, const std::string& path) {
-  const pickle_node* node = root;
-  std::string rest = key, walked;
-  while (!rest.empty()) {
-    if (!node || (node->kind != pickle_kind::dict && !is_sequence(node)))
-      throw usage_error(path + ": --data-key '" + key + "': '" + (walked.empty() ? "<top level>" : walked) + "' is a " +
-                        (node ? pickle_type_name(*node) : "None") + ", not a dict, list or tuple");
-    const pickle_node* next = nullptr;
-    size_t used = rest.size();
-    for (size_t end = rest.size();;) {
-      if ((next = child(node, rest.substr(0, end)))) {
-        used = end;
-        break;
-      }
-      const size_t dot = rest.rfind('.', end - 1);
-      if (dot == std::string::npos || dot == 0) break;
-      end = dot;
-    }
-    if (!next)
-      throw usage_error(path + ": --data-key '" + key + "': no entry '" + rest.substr(0, rest.find('.')) + "' in " +
-                        (walked.empty() ? "the top level" : "'" + walked + "'") +
-                        "; entries there: " + list_text(keys_of(node)));
-    walked = walked.empty() ? rest.substr(0, used) : walked + "." + rest.substr(0, used);
-    rest = used < rest.size() ? rest.substr(used + 1) : "";
-    node = next;
-  }
-  return node;
-}
-
 dataset read_torch_data(const std::shared_ptr<const mapped_file>& file, const std::string& key) {
   const std::string& path = file->path();
-  zip_reader zip(file->data(), file->size(), path);
-  if (is_torchscript_archive(zip))
-    throw input_error(path +
-                      ": is a TorchScript archive (torch.jit.save), expected data (a tensor saved with torch.save)");
-  bool npz = !zip.entries().empty();
-  for (const auto& e : zip.entries()) npz &= e.name.size() > 4 && e.name.compare(e.name.size() - 4, 4, ".npy") == 0;
-  if (npz) throw input_error(path + ": is an .npz archive; save the array alone with numpy.save (.npy)");
-  const std::string prefix = zip.root() + "/";
-  if (const zip_entry* order = zip.find(prefix + "byteorder")) {
-    const zip_entry& e = zip.stored(order->name);
-    std::string value(reinterpret_cast<const char*>(zip.bytes(e)), e.size);
-    if (value != "little")
-      throw input_error(path + ": byteorder record says '" + value + "'; swavg reads little-endian archives only");
+  {
+    zip_reader zip(file->data(), file->size(), path);
+    bool npz = !zip.entries().empty();
+    for (const auto& e : zip.entries()) npz &= e.name.size() > 4 && e.name.compare(e.name.size() - 4, 4, ".npy") == 0;
+    if (npz) throw input_error(path + ": is an .npz archive; save the array alone with numpy.save (.npy)");
   }
-  const zip_entry& pkl = zip.stored(prefix + "data.pkl");
-  auto doc = unpickle(zip.bytes(pkl), pkl.size, path + ": " + pkl.name);
-  const pickle_node* root = doc->root();
+  const torch_archive archive = open_torch_archive(file, "data (a tensor saved with torch.save)");
+  const pickle_node* root = archive.doc->root();
 
   dataset d;
   d.path = path;
   d.format = "torch";
   const pickle_node* chosen = nullptr;
   if (!key.empty()) {
-    chosen = resolve(root, key, path);
+    chosen = resolve_pickle_path(root, key, path, "--data-key");
     if (!is_tensor(chosen))
       throw usage_error(path + ": --data-key '" + key + "' is a " + (chosen ? pickle_type_name(*chosen) : "None") +
                         ", expected a tensor");
@@ -303,7 +227,11 @@ dataset read_torch_data(const std::shared_ptr<const mapped_file>& file, const st
   } else if (is_tensor(root)) {
     chosen = root;
   } else if (root && (root->kind == pickle_kind::dict || is_sequence(root))) {
-    const std::vector<std::string> keys = keys_of(root);
+    std::vector<std::string> keys;
+    if (root->kind == pickle_kind::dict)
+      for (const auto& [k, v] : root->entries) keys.push_back(pickle_key_text(k));
+    else
+      for (size_t i = 0; i < root->items.size(); ++i) keys.push_back(std::to_string(i));
     for (size_t i = 0; i < keys.size() && !chosen; ++i) {
       const pickle_node* v = root->kind == pickle_kind::dict ? root->entries[i].second : root->items[i];
       if (is_tensor(v)) {
@@ -313,7 +241,7 @@ dataset read_torch_data(const std::shared_ptr<const mapped_file>& file, const st
     }
     if (!chosen)
       throw input_error(path + ": the " + pickle_type_name(*root) + " at the top level holds no tensor (entries: " +
-                        list_text(keys) + "); choose one with --data-key");
+                        quoted_list(keys) + "); choose one with --data-key");
     spdlog::info("{}: took the input tensor at '{}' (choose another with --data-key)", path, d.key);
   } else {
     throw input_error(path + ": the top level is a " + (root ? pickle_type_name(*root) : "None") +
@@ -321,26 +249,9 @@ dataset read_torch_data(const std::shared_ptr<const mapped_file>& file, const st
   }
 
   const pickle_tensor_ref& t = *chosen->tensor;
-  const std::string record = prefix + "data/" + t.storage.key;
-  const zip_entry& e = zip.stored(record);
-  auto expected = checked_mul(t.storage.numel, itemsize(t.storage.type));
-  if (!expected || *expected != e.size)
-    throw input_error(path + ": storage record '" + record + "' holds " + std::to_string(e.size) + " bytes but its " +
-                      storage_class_name(t.storage.type) + " of " + std::to_string(t.storage.numel) +
-                      " elements needs " + (expected ? std::to_string(*expected) : std::string("more than 2^64")));
-  const std::string bounds = check_view_bounds(t.shape, t.strides, t.offset, t.storage.numel);
-  if (!bounds.empty()) throw input_error(path + ": the input tensor " + bounds);
+  d.samples = torch_storage_reader(archive).view_of("the input tensor", t);
   if (t.shape.empty())
     throw input_error(path + ": the input tensor is 0-dimensional; expected samples along the first dimension");
-  d.samples.type = t.storage.type;
-  d.samples.shape = t.shape;
-  d.samples.strides = t.strides;
-  d.samples.offset = t.offset;
-  d.samples.storage = zip.bytes(e);
-  d.samples.storage_bytes = e.size;
-  d.samples.storage_key = t.storage.key;
-  d.samples.owner = file;
-  d.samples.evictable = file->mapped();
   return d;
 }
 
@@ -356,11 +267,11 @@ dataset read_safetensors_data(const std::shared_ptr<const mapped_file>& file, co
   if (!key.empty()) {
     for (const auto& t : content.tensors)
       if (t.name == key) chosen = &t;
-    if (!chosen) throw usage_error(path + ": --data-key '" + key + "': no such tensor; tensors: " + list_text(names));
+    if (!chosen) throw usage_error(path + ": --data-key '" + key + "': no such tensor; tensors: " + quoted_list(names));
   } else if (content.tensors.size() == 1) {
     chosen = &content.tensors.front();
   } else {
-    throw usage_error(path + ": holds " + std::to_string(names.size()) + " tensors (" + list_text(names) +
+    throw usage_error(path + ": holds " + std::to_string(names.size()) + " tensors (" + quoted_list(names) +
                       "); name the input with --data-key");
   }
   if (chosen->view.shape.empty())
@@ -461,7 +372,7 @@ npy_header parse_npy_header(const uint8_t* data, size_t size, const std::string&
     if (!have_descr) missing.push_back("descr");
     if (!have_order) missing.push_back("fortran_order");
     if (!have_shape) missing.push_back("shape");
-    throw input_error(path + ": malformed .npy header: missing " + list_text(missing));
+    throw input_error(path + ": malformed .npy header: missing " + quoted_list(missing));
   }
   h.data_offset = start + length;
   return h;

@@ -2,7 +2,6 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "io/pickle.h"
@@ -15,25 +14,18 @@ namespace swavg {
 
 const std::vector<std::string> kStateDictKeys = {"state_dict_ema", "model_ema", "ema",
                                                  "state_dict",     "model",     "module"};
+const char* const kSwavgRecord = "swavg.json";
 
 namespace {
 
 constexpr int kMaxWalkDepth = 64;
 constexpr size_t kMaxListedOpaque = 1000;
+constexpr size_t kMaxListed = 20;
 
 bool is_tensor(const pickle_node* n) { return n && n->kind == pickle_kind::tensor; }
 bool is_dict(const pickle_node* n) { return n && n->kind == pickle_kind::dict; }
 bool is_string(const pickle_node* n) { return n && n->kind == pickle_kind::string; }
-
-// The text a path component shows for a dict key or list index.
-std::string key_text(const pickle_node* k) {
-  if (!k) return "?";
-  switch (k->kind) {
-    case pickle_kind::string: return k->text;
-    case pickle_kind::integer: return std::to_string(k->int_value);
-    default: return "<" + pickle_type_name(*k) + ">";
-  }
-}
+bool is_sequence(const pickle_node* n) { return n && (n->kind == pickle_kind::list || n->kind == pickle_kind::tuple); }
 
 std::string join(const std::string& path, const std::string& part) { return path.empty() ? part : path + "." + part; }
 
@@ -58,46 +50,27 @@ const pickle_node* dict_get(const pickle_node* d, const std::string& key) {
   return nullptr;
 }
 
-std::vector<std::string> string_keys(const pickle_node* d) {
+std::vector<std::string> entry_names(const pickle_node* n) {
   std::vector<std::string> keys;
-  if (is_dict(d))
-    for (const auto& [k, v] : d->entries) keys.push_back(key_text(k));
+  if (is_dict(n))
+    for (const auto& [k, v] : n->entries) keys.push_back(pickle_key_text(k));
+  else if (is_sequence(n))
+    for (size_t i = 0; i < n->items.size(); ++i) keys.push_back(std::to_string(i));
   return keys;
 }
 
-std::string list_text(const std::vector<std::string>& items, size_t max_items = 20) {
-  std::string s;
-  for (size_t i = 0; i < items.size() && i < max_items; ++i) s += (i ? ", '" : "'") + items[i] + "'";
-  if (items.size() > max_items) s += ", ... (" + std::to_string(items.size()) + " in all)";
-  return s.empty() ? "none" : s;
-}
-
-// Follows a dotted path; a key that itself contains dots is matched whole first.
-const pickle_node* resolve_path(const pickle_node* node, const std::string& path, const std::string& file) {
-  std::string rest = path;
-  std::string walked;
-  while (!rest.empty()) {
-    if (!is_dict(node))
-      throw usage_error(file + ": --key '" + path + "': '" + (walked.empty() ? "<top level>" : walked) + "' is a " +
-                        pickle_type_name(*node) + ", not a dict");
-    const pickle_node* next = nullptr;
-    size_t used = 0;
-    for (size_t end = rest.size(); end != std::string::npos && end > 0; end = rest.rfind('.', end - 1)) {
-      if ((next = dict_get(node, rest.substr(0, end)))) {
-        used = end;
-        break;
-      }
-      if (end == 0) break;
-    }
-    if (!next)
-      throw usage_error(file + ": --key '" + path + "': no key '" + rest.substr(0, rest.find('.')) + "' in " +
-                        (walked.empty() ? "the top level" : "'" + walked + "'") + "; keys there: " +
-                        list_text(string_keys(node)));
-    walked = join(walked, rest.substr(0, used));
-    rest = used < rest.size() ? rest.substr(used + 1) : "";
-    node = next;
+const pickle_node* child(const pickle_node* n, const std::string& part) {
+  if (is_dict(n)) {
+    for (const auto& [k, v] : n->entries)
+      if (pickle_key_text(k) == part) return v;
+    return nullptr;
   }
-  return node;
+  if (is_sequence(n)) {
+    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos || part.size() > 9) return nullptr;
+    const size_t i = std::stoul(part);
+    return i < n->items.size() ? n->items[i] : nullptr;
+  }
+  return nullptr;
 }
 
 std::string scalar_text(const pickle_node& n) {
@@ -125,60 +98,11 @@ void collect_opaque(const pickle_node* n, const std::string& path, int depth, st
     return;
   }
   if (n->kind == pickle_kind::dict) {
-    for (const auto& [k, v] : n->entries) collect_opaque(v, join(path, key_text(k)), depth + 1, seen, out);
+    for (const auto& [k, v] : n->entries) collect_opaque(v, join(path, pickle_key_text(k)), depth + 1, seen, out);
   } else if (n->kind == pickle_kind::list || n->kind == pickle_kind::tuple || n->kind == pickle_kind::set) {
     for (size_t i = 0; i < n->items.size(); ++i) collect_opaque(n->items[i], join(path, std::to_string(i)), depth + 1, seen, out);
   }
 }
-
-struct storage_check {
-  dtype type;
-  const zip_entry* entry;
-};
-
-class archive_reader {
- public:
-  archive_reader(const std::shared_ptr<const mapped_file>& file, const zip_reader& zip)
-      : file_(file), zip_(zip), prefix_(zip.root() + "/") {}
-
-  tensor_view view_of(const std::string& name, const pickle_tensor_ref& t) {
-    const pickle_storage_ref& s = t.storage;
-    const std::string record = prefix_ + "data/" + s.key;
-    auto it = storages_.find(s.key);
-    if (it == storages_.end()) {
-      const zip_entry& e = zip_.stored(record);
-      auto expected = checked_mul(s.numel, itemsize(s.type));
-      if (!expected || *expected != e.size)
-        throw input_error(file_->path() + ": tensor '" + name + "': storage record '" + record + "' holds " +
-                          std::to_string(e.size) + " bytes but its " + storage_class_name(s.type) + " of " +
-                          std::to_string(s.numel) + " elements needs " +
-                          (expected ? std::to_string(*expected) : std::string("more than 2^64")));
-      it = storages_.emplace(s.key, storage_check{s.type, &e}).first;
-    } else if (it->second.type != s.type) {
-      throw input_error(file_->path() + ": tensor '" + name + "': storage '" + s.key + "' is used as " +
-                        dtype_name(s.type) + " here but as " + dtype_name(it->second.type) + " elsewhere");
-    }
-    std::string bounds = check_view_bounds(t.shape, t.strides, t.offset, s.numel);
-    if (!bounds.empty()) throw input_error(file_->path() + ": tensor '" + name + "' " + bounds);
-    tensor_view v;
-    v.type = s.type;
-    v.shape = t.shape;
-    v.strides = t.strides;
-    v.offset = t.offset;
-    v.storage = zip_.bytes(*it->second.entry);
-    v.storage_bytes = it->second.entry->size;
-    v.storage_key = s.key;
-    v.owner = file_;
-    v.evictable = file_->mapped();
-    return v;
-  }
-
- private:
-  std::shared_ptr<const mapped_file> file_;
-  const zip_reader& zip_;
-  std::string prefix_;
-  std::unordered_map<std::string, storage_check> storages_;
-};
 
 // swavg's own metadata, a JSON object of strings in a record loaders ignore.
 std::map<std::string, std::string> read_swavg_record(const zip_reader& zip, const std::string& name,
@@ -198,7 +122,55 @@ std::map<std::string, std::string> read_swavg_record(const zip_reader& zip, cons
 
 }  // namespace
 
-const char* const kSwavgRecord = "swavg.json";
+torch_archive::torch_archive() = default;
+torch_archive::torch_archive(torch_archive&&) noexcept = default;
+torch_archive::~torch_archive() = default;
+
+std::string pickle_key_text(const pickle_node* k) {
+  if (!k) return "?";
+  switch (k->kind) {
+    case pickle_kind::string: return k->text;
+    case pickle_kind::integer: return std::to_string(k->int_value);
+    default: return "<" + pickle_type_name(*k) + ">";
+  }
+}
+
+std::string quoted_list(const std::vector<std::string>& items) {
+  std::string s;
+  for (size_t i = 0; i < items.size() && i < kMaxListed; ++i) s += (i ? ", '" : "'") + items[i] + "'";
+  if (items.size() > kMaxListed) s += ", ... (" + std::to_string(items.size()) + " in all)";
+  return s.empty() ? "none" : s;
+}
+
+const pickle_node* resolve_pickle_path(const pickle_node* root, const std::string& dotted, const std::string& file,
+                                       const std::string& option) {
+  const pickle_node* node = root;
+  std::string rest = dotted, walked;
+  while (!rest.empty()) {
+    if (!is_dict(node) && !is_sequence(node))
+      throw usage_error(file + ": " + option + " '" + dotted + "': '" + (walked.empty() ? "<top level>" : walked) +
+                        "' is a " + (node ? pickle_type_name(*node) : "None") + ", not a dict, list or tuple");
+    const pickle_node* next = nullptr;
+    size_t used = rest.size();
+    for (size_t end = rest.size();;) {
+      if ((next = child(node, rest.substr(0, end)))) {
+        used = end;
+        break;
+      }
+      const size_t dot = rest.rfind('.', end - 1);
+      if (dot == std::string::npos || dot == 0) break;
+      end = dot;
+    }
+    if (!next)
+      throw usage_error(file + ": " + option + " '" + dotted + "': no entry '" + rest.substr(0, rest.find('.')) +
+                        "' in " + (walked.empty() ? "the top level" : "'" + walked + "'") +
+                        "; entries there: " + quoted_list(entry_names(node)));
+    walked = join(walked, rest.substr(0, used));
+    rest = used < rest.size() ? rest.substr(used + 1) : "";
+    node = next;
+  }
+  return node;
+}
 
 bool is_torchscript_archive(const zip_reader& zip) {
   const std::string prefix = zip.root() + "/";
@@ -208,35 +180,75 @@ bool is_torchscript_archive(const zip_reader& zip) {
   return false;
 }
 
-state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const std::string& key) {
+torch_archive open_torch_archive(const std::shared_ptr<const mapped_file>& file, const std::string& expected) {
   const std::string& path = file->path();
-  zip_reader zip(file->data(), file->size(), path);
-  if (is_torchscript_archive(zip))
-    throw input_error(path + ": is a TorchScript archive (torch.jit.save), expected a torch.save checkpoint here");
-  const std::string prefix = zip.root() + "/";
-  if (const zip_entry* order = zip.find(prefix + "byteorder")) {
-    const zip_entry& e = zip.stored(order->name);
-    std::string value(reinterpret_cast<const char*>(zip.bytes(e)), e.size);
+  torch_archive a;
+  a.file = file;
+  a.zip = std::make_unique<zip_reader>(file->data(), file->size(), path);
+  if (is_torchscript_archive(*a.zip))
+    throw input_error(path + ": is a TorchScript archive (torch.jit.save), expected " + expected);
+  a.prefix = a.zip->root() + "/";
+  if (const zip_entry* order = a.zip->find(a.prefix + "byteorder")) {
+    const zip_entry& e = a.zip->stored(order->name);
+    std::string value(reinterpret_cast<const char*>(a.zip->bytes(e)), e.size);
     if (value != "little")
       throw input_error(path + ": byteorder record says '" + value + "'; swavg reads little-endian archives only");
   }
-  const zip_entry& pkl = zip.stored(prefix + "data.pkl");
-  std::map<std::string, std::string> metadata = read_swavg_record(zip, prefix + kSwavgRecord, path);
-  auto doc = unpickle(zip.bytes(pkl), pkl.size, path + ": " + pkl.name);
+  const zip_entry& pkl = a.zip->stored(a.prefix + "data.pkl");
+  a.doc = unpickle(a.zip->bytes(pkl), pkl.size, path + ": " + pkl.name);
+  return a;
+}
 
+tensor_view torch_storage_reader::view_of(const std::string& what, const pickle_tensor_ref& t) {
+  const std::string& path = archive_.file->path();
+  const pickle_storage_ref& s = t.storage;
+  const std::string record = archive_.prefix + "data/" + s.key;
+  auto it = checked_.find(s.key);
+  if (it == checked_.end()) {
+    const zip_entry& e = archive_.zip->stored(record);
+    auto expected = checked_mul(s.numel, itemsize(s.type));
+    if (!expected || *expected != e.size)
+      throw input_error(path + ": " + what + ": storage record '" + record + "' holds " + std::to_string(e.size) +
+                        " bytes but its " + storage_class_name(s.type) + " of " + std::to_string(s.numel) +
+                        " elements needs " + (expected ? std::to_string(*expected) : std::string("more than 2^64")));
+    it = checked_.emplace(s.key, std::make_pair(s.type, &e)).first;
+  } else if (it->second.first != s.type) {
+    throw input_error(path + ": " + what + ": storage '" + s.key + "' is used as " + dtype_name(s.type) +
+                      " here but as " + dtype_name(it->second.first) + " elsewhere");
+  }
+  const std::string bounds = check_view_bounds(t.shape, t.strides, t.offset, s.numel);
+  if (!bounds.empty()) throw input_error(path + ": " + what + " " + bounds);
+  const zip_entry& entry = *it->second.second;
+  tensor_view v;
+  v.type = s.type;
+  v.shape = t.shape;
+  v.strides = t.strides;
+  v.offset = t.offset;
+  v.storage = archive_.zip->bytes(entry);
+  v.storage_bytes = entry.size;
+  v.storage_key = s.key;
+  v.owner = archive_.file;
+  v.evictable = archive_.file->mapped();
+  return v;
+}
+
+state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const std::string& key) {
+  const std::string& path = file->path();
+  torch_archive archive = open_torch_archive(file, "a torch.save checkpoint here");
   state_dict sd;
   sd.path = path;
   sd.format = file_format::torch;
-  sd.metadata = std::move(metadata);
+  sd.metadata = read_swavg_record(*archive.zip, archive.prefix + kSwavgRecord, path);
   std::unordered_set<const pickle_node*> seen;
-  collect_opaque(doc->root(), "", 0, seen, sd.opaque);
+  collect_opaque(archive.doc->root(), "", 0, seen, sd.opaque);
 
-  const pickle_node* root = doc->root();
+  const pickle_node* root = archive.doc->root();
   const pickle_node* chosen = nullptr;
   if (!key.empty()) {
-    chosen = resolve_path(root, key, path);
+    chosen = resolve_pickle_path(root, key, path, "--key");
     if (!is_dict(chosen))
-      throw usage_error(path + ": --key '" + key + "' holds a value of type " + pickle_type_name(*chosen) + ", expected a dict of tensors");
+      throw usage_error(path + ": --key '" + key + "' holds a value of type " +
+                        (chosen ? pickle_type_name(*chosen) : "None") + ", expected a dict of tensors");
     sd.key = key;
   } else if (maps_names_to_tensors(root)) {
     chosen = root;
@@ -251,24 +263,23 @@ state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const
     }
     if (!chosen && has_tensors(root)) chosen = root;
     if (!chosen) {
-      std::string what = is_dict(root) ? "top-level keys: " + list_text(string_keys(root))
+      std::string what = is_dict(root) ? "top-level keys: " + quoted_list(entry_names(root))
                                        : "the top level is a " + pickle_type_name(*root);
       throw input_error(path + ": no state dict found (expected a dict of tensors at the top level or under one of " +
-                        list_text(kStateDictKeys) + "); " + what + "; choose one with --key");
+                        quoted_list(kStateDictKeys) + "); " + what + "; choose one with --key");
     }
   }
 
-  archive_reader reader(file, zip);
+  torch_storage_reader reader(archive);
   std::unordered_set<std::string> names;
   for (const auto& [k, v] : chosen->entries) {
-    std::string name = join(sd.key, key_text(k));
     if (is_tensor(v) && is_string(k)) {
-      if (!names.insert(k->text).second)
-        throw input_error(path + ": tensor name '" + k->text + "' appears twice");
+      if (!names.insert(k->text).second) throw input_error(path + ": tensor name '" + k->text + "' appears twice");
       tensor_kind kind = v->tensor->is_parameter ? tensor_kind::parameter : tensor_kind::unknown;
-      sd.tensors.push_back(named_tensor{k->text, reader.view_of(k->text, *v->tensor), kind});
+      sd.tensors.push_back(named_tensor{k->text, reader.view_of("tensor '" + k->text + "'", *v->tensor), kind});
     } else {
-      sd.others.push_back(other_entry{key_text(k), v ? pickle_type_name(*v) : "None", v ? scalar_text(*v) : ""});
+      sd.others.push_back(
+          other_entry{pickle_key_text(k), v ? pickle_type_name(*v) : "None", v ? scalar_text(*v) : ""});
     }
   }
   return sd;

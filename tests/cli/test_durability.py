@@ -176,7 +176,8 @@ class DurabilityTest(TempDirTest):
         if p.returncode != 0 and "ptrace" in p.stderr:
             self.skipTest("ptrace is not permitted here")
         self.assertEqual(p.returncode, 0, p.stderr)
-        calls = open(log).read().splitlines()
+        with open(log) as f:
+            calls = f.read().splitlines()
         os.remove(log)
 
         def index(pred, what):

@@ -6,23 +6,12 @@ import unittest
 
 import torch
 
-import safetensors_ref
 from common import TempDirTest, fixture, same_bits, swavg
+from reference import load_safetensors
 
 
 def load_weights_only(path):
     return torch.load(path, weights_only=True)
-
-
-def load_safetensors(path):
-    """Reads through the spec-following reader (which validates the file) into torch tensors."""
-    tensors, _ = safetensors_ref.read(path)
-    out = collections.OrderedDict()
-    for name, st_dtype, shape, data in tensors:
-        dtype = safetensors_ref.DTYPES[st_dtype][1]
-        flat = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
-        out[name] = flat.view(dtype).reshape(shape) if data else torch.empty(shape, dtype=dtype)
-    return out
 
 
 class RoundTripTest(TempDirTest):
@@ -64,7 +53,7 @@ class RoundTripTest(TempDirTest):
         want = torch.load(fixture("resnet18.pt"), weights_only=False)
         st = self.path("resnet18.safetensors")
         swavg("convert", fixture("resnet18.pt"), "-o", st)
-        got = load_safetensors(st)
+        got, _ = load_safetensors(st)
         self.assertEqual(list(got), list(want))
         for k in want:
             self.assertTrue(same_bits(got[k], want[k]), k)
@@ -83,7 +72,7 @@ class RoundTripTest(TempDirTest):
         src_path = self.path("real_only.pt")
         torch.save(src, src_path)
         swavg("convert", src_path, "-o", st)
-        got = load_safetensors(st)
+        got, _ = load_safetensors(st)
         for k in src:
             self.assertTrue(same_bits(got[k], src[k]), k)
 
