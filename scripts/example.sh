@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a generated example: a small CNN trained for a few epochs leaves training
-# checkpoints in example/; swavg averages them (SWA and EMA) and shows the result.
+# checkpoints in example/; swavg averages them (SWA, EMA, and SWA with BatchNorm statistics
+# recomputed on the training data) and shows the result.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SWAVG=${SWAVG:-build/swavg}
@@ -8,9 +9,12 @@ rm -rf example && mkdir -p example
 /usr/bin/python3 scripts/make_example.py example 6
 "$SWAVG" average --sort natural example/ckpt_*.pt -o example/swa.pt --report example/swa_report.json
 "$SWAVG" ema --decay 0.9 --sort natural example/ckpt_*.pt -o example/ema.safetensors
+"$SWAVG" average --sort natural example/ckpt_*.pt --update-bn --model example/net.ts --data example/train.pt \
+  --batch-size 32 -o example/swa_bn.pt
 "$SWAVG" inspect example/swa.pt
 /usr/bin/python3 - <<'PY'
 import torch
-sd = torch.load("example/swa.pt", weights_only=True)
-print("example/swa.pt loads with torch.load(weights_only=True):", len(sd), "tensors")
+for path in ["example/swa.pt", "example/swa_bn.pt"]:
+    sd = torch.load(path, weights_only=True)
+    print(path, "loads with torch.load(weights_only=True):", len(sd), "tensors")
 PY
