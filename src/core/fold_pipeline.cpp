@@ -18,13 +18,6 @@ struct temp_output {
   ~temp_output() { ::unlink(path.c_str()); }
 };
 
-std::string temp_beside(const std::string& output) {
-  const auto slash = output.rfind('/');
-  const std::string dir = slash == std::string::npos ? "" : output.substr(0, slash + 1);
-  const std::string base = slash == std::string::npos ? output : output.substr(slash + 1);
-  return dir + "." + base + ".swavg-fold-" + std::to_string(::getpid());
-}
-
 }  // namespace
 
 pipeline_report run_fold_pipeline(const fold_job& job, const std::optional<bn_step>& bn) {
@@ -41,7 +34,7 @@ pipeline_report run_fold_pipeline(const fold_job& job, const std::optional<bn_st
   const output_format format = choose_output_format(job.output, job.format);
   const dataset data = open_dataset(bn->data);
 
-  temp_output folded{temp_beside(job.output)};
+  temp_output folded{temp_path_beside(job.output, "fold")};
   fold_job fold = job;
   fold.output = folded.path;
   fold.format = format == output_format::torch ? "torch" : "safetensors";

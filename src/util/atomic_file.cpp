@@ -69,8 +69,7 @@ atomic_file::atomic_file(std::string target) : target_(std::move(target)) {
     throw io_error(target_ + ": output folder '" + dir + "' does not exist");
   remove_stale_temps(dir, base_name(target_));
   std::random_device rd;
-  temp_ = dir + "/." + base_name(target_) + kTempMarker + std::to_string(::getpid()) + "-" +
-          std::to_string(rd() % 1000000);
+  temp_ = temp_path_beside(target_, std::to_string(rd() % 1000000));
   fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd_ < 0) throw io_error(target_ + ": cannot create temp file " + temp_ + ": " + errno_text(errno));
   buffer_.reserve(kBufferSize);
@@ -130,6 +129,10 @@ void atomic_file::commit() {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+std::string temp_path_beside(const std::string& target, const std::string& tag) {
+  return parent_dir(target) + "/." + base_name(target) + kTempMarker + std::to_string(::getpid()) + "-" + tag;
 }
 
 void check_output_path(const std::string& output, const std::vector<std::string>& inputs, bool force) {

@@ -38,6 +38,10 @@ class atomic_file {
   bool committed_ = false;
 };
 
+// A name for a temporary file beside `target` that a later run writing `target` removes if the
+// process that made it is gone: ".<target>.swavg-tmp-<pid>-<tag>".
+std::string temp_path_beside(const std::string& target, const std::string& tag);
+
 // Refuses an output that is one of the inputs (same device and inode, so also through symlinks and
 // hard links: usage_error) and an existing output without `force` (usage_error). Called before any
 // input is read.
