@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Builds the parsers, their unit tests, the fuzz targets (as replay drivers) and the swavg binary
-# with AddressSanitizer and UndefinedBehaviorSanitizer into build-asan/, then runs under them: the
-# reader unit tests, the malformed-input suite and the durability tests through the real binary,
-# and every fuzz target over the suite and the regression inputs.
+# Builds the parsers (swavg_formats), their unit tests, the fuzz targets (as replay drivers) and
+# swavg-replay (swavg inspect without LibTorch: fuzz/replay.cpp) with AddressSanitizer and
+# UndefinedBehaviorSanitizer into build-asan/, then runs under them: the reader unit tests, the
+# malformed-input suite through swavg-replay, and every fuzz target over the suite and the
+# regression inputs. Nothing here compiles LibTorch code, which keeps it to a few minutes.
+#
+# SWAVG_SANITIZE_FULL=1 also builds the swavg binary itself sanitized (LibTorch code: about 15 more
+# CPU-minutes) and runs the whole suite and the durability tests through it.
 # Run after scripts/setup.sh (same packages). Environment: BUILD_DIR (default build-asan),
 # JOBS (default nproc).
 set -euo pipefail
@@ -13,17 +17,24 @@ JOBS=${JOBS:-$(nproc)}
 start=$(date +%s)
 
 # -O1 keeps the instrumented binaries quick without the compile time of -O2/-O3.
+# shellcheck disable=SC2086
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
       -DSWAVG_SANITIZE=ON ${CMAKE_ARGS:-}
-cmake --build "$BUILD_DIR" -j"$JOBS" --target \
-  test_pickle test_zip test_safetensors test_torch_file \
-  fuzz_unpickle fuzz_zip fuzz_safetensors fuzz_torch_file swavg
+targets=(test_pickle test_zip test_safetensors test_torch_file
+         fuzz_unpickle fuzz_zip fuzz_safetensors fuzz_torch_file swavg-replay)
+tests='^(make_fixtures|pickle:|zip:|safetensors:|torch_file:|fuzz_replay:|hostile_replay)'
+if [ "${SWAVG_SANITIZE_FULL:-0}" = 1 ]; then
+  targets+=(swavg)
+  tests='^(make_fixtures|pickle:|zip:|safetensors:|torch_file:|fuzz_replay:|hostile_replay|cli:test_hostile|cli:test_durability)'
+fi
+cmake --build "$BUILD_DIR" -j"$JOBS" --target "${targets[@]}"
 
-# Any report is fatal. LibTorch itself is not instrumented and keeps allocations alive until exit
-# (its registries): leak checking would only report those.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=0:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}
+# Any report is fatal. Leaks too, except with the full build: LibTorch is not instrumented and
+# keeps allocations alive until exit (its registries), leak checking would only report those.
+leaks=1
+[ "${SWAVG_SANITIZE_FULL:-0}" = 1 ] && leaks=0
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=$leaks:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$JOBS" \
-  -R '^(make_fixtures|pickle: |zip: |safetensors: |torch_file: |fuzz_replay:|cli:test_hostile|cli:test_durability)'
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$JOBS" -R "$tests"
 echo "sanitizer build and tests: $(( $(date +%s) - start )) s"

@@ -215,6 +215,12 @@ tensor_view torch_storage_reader::view_of(const std::string& what, const pickle_
   } else if (it->second.first != s.type) {
     throw input_error(path + ": " + what + ": storage '" + s.key + "' is used as " + dtype_name(s.type) +
                       " here but as " + dtype_name(it->second.first) + " elsewhere");
+  } else if (s.numel != it->second.second->size / itemsize(s.type)) {
+    // The record was checked against the first reference's element count; a later reference that
+    // declares more would let its view reach past the record.
+    throw input_error(path + ": " + what + ": storage '" + s.key + "' is declared with " + std::to_string(s.numel) +
+                      " elements here but " + std::to_string(it->second.second->size / itemsize(s.type)) +
+                      " elsewhere");
   }
   const std::string bounds = check_view_bounds(t.shape, t.strides, t.offset, s.numel);
   if (!bounds.empty()) throw input_error(path + ": " + what + " " + bounds);

@@ -23,7 +23,8 @@ from common import FIXTURES, SWAVG
 import torch
 
 HOSTILE = os.path.join(FIXTURES, "hostile")
-MANIFEST = json.load(open(os.path.join(HOSTILE, "manifest.json")))
+with open(os.path.join(HOSTILE, "manifest.json")) as _f:
+    MANIFEST = json.load(_f)
 CASES = MANIFEST["cases"]
 GOOD = os.path.join(HOSTILE, MANIFEST["good"])
 BN_DATA = os.path.join(FIXTURES, "bn", "data.npy")
@@ -166,7 +167,7 @@ class HostileTest(unittest.TestCase):
                          "size_overflow", "stride_overflow", "offset_overflow", "numel_itemsize_overflow",
                          "st_header_len_max", "st_header_past_end", "st_invalid_utf8", "st_invalid_json",
                          "st_duplicate_name", "st_nul_in_name", "st_unknown_dtype", "st_overlap", "st_gap",
-                         "st_out_of_range", "st_trailing_bytes", "pair_names", "pair_shape", "pair_dtype", "nan",
+                         "st_out_of_range", "st_trailing_bytes", "storage_numel_redeclared", "regression_storage_numel_redeclared", "pair_names", "pair_shape", "pair_dtype", "nan",
                          "inf", "update_bn_model_checkpoint", "fake_torchscript"]:
             self.assertIn(required, names)
 
