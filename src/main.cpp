@@ -1,13 +1,47 @@
 #include <torch/version.h>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <climits>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
 #include "util/error.h"
 #include "util/log.h"
+
+namespace {
+
+constexpr const char* kHandedOver = "SWAVG_HANDED_OVER";
+
+// The binary built without LibTorch met a job that needs it: run the same command line in
+// swavg-torch, installed beside this binary. Returns only if that fails.
+int hand_over(char** argv, const swavg::needs_libtorch& why) {
+  using namespace swavg;
+  if (std::getenv(kHandedOver) != nullptr) {  // swavg-torch itself: never loop
+    spdlog::error("internal error: {}", why.what());
+    return static_cast<int>(exit_code::internal);
+  }
+  char self[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string dir = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
+  dir = dir.find('/') == std::string::npos ? "." : dir.substr(0, dir.rfind('/'));
+  const std::string full = dir + "/swavg-torch";
+  spdlog::debug("{}: running {}", why.what(), full);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  setenv(kHandedOver, "1", 1);
+  execv(full.c_str(), argv);
+  spdlog::error("{}, and {} could not be started: {}", why.what(), full, errno_text(errno));
+  return static_cast<int>(exit_code::internal);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace swavg;
@@ -46,6 +80,8 @@ int main(int argc, char** argv) {
   try {
     for (const auto& c : commands)
       if (c.app->parsed()) c.run();
+  } catch (const needs_libtorch& e) {
+    return hand_over(argv, e);
   } catch (const error& e) {
     spdlog::error("{}", e.what());
     return static_cast<int>(e.code());

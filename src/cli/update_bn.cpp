@@ -30,6 +30,7 @@ struct update_bn_options {
 };
 
 void run_update_bn(update_bn_options o) {
+  require_libtorch("update-bn");
   if (o.output.empty() && o.module_output.empty())
     throw usage_error("update-bn: nothing to write: give -o OUT (the state dict) and/or --save-module OUT.ts");
   std::vector<std::string> inputs = {o.model, o.data.path};

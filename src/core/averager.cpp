@@ -1,18 +1,18 @@
 #include "core/averager.h"
 
-#include <ATen/Functions.h>
-#include <ATen/Context.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <stdexcept>
 #include <unordered_map>
 
-#include "core/fold_kernels.h"
-#include "core/tensor_bridge.h"
+#include "core/fold_plan.h"
+#include "core/native_kernels.h"
 #include "io/save.h"
 #include "io/torchscript.h"
 #include "util/atomic_file.h"
@@ -22,7 +22,6 @@
 namespace swavg {
 namespace {
 
-constexpr int64_t kChunkElements = int64_t{1} << 18;
 constexpr int kMetadataVersion = 1;
 constexpr const char* kModulePrefix = "module.";
 constexpr const char* kNAveraged = "n_averaged";
@@ -34,20 +33,6 @@ struct resume_state {
   std::map<std::string, const tensor_view*> tensors;
   int64_t n = 0;
   std::map<std::string, int64_t> counts;  // only where it differs from n (--allow-missing)
-};
-
-struct source {
-  size_t input;  // index into the inputs
-  const tensor_view* view;
-};
-
-struct tensor_plan {
-  std::string name;
-  std::vector<source> sources;  // inputs holding the tensor, in fold order
-  const tensor_view* resumed = nullptr;
-  int64_t resumed_count = 0;
-  tensor_outcome outcome;
-  std::optional<double> rule_decay;
 };
 
 dtype accumulator_for(dtype t, accumulate_policy p) {
@@ -179,65 +164,58 @@ std::vector<std::string> find_mismatches(const std::vector<state_dict>& inputs, 
   return out;
 }
 
-// A flat 1-D slice [begin, begin + length) of a contiguous view, as a tensor on `device`.
-at::Tensor chunk_of(const at::Tensor& flat, int64_t begin, int64_t length, const at::Device& device) {
-  at::Tensor c = flat.narrow(0, begin, length);
-  return device.is_cpu() ? c : c.to(device);
-}
-
-at::Tensor flat_tensor(const tensor_view& v) {
-  at::Tensor t = to_tensor(v);
-  return (v.is_contiguous() ? t : t.contiguous()).reshape({-1});
+// The view's values as contiguous aligned bytes: the mapping itself where possible, else a copy.
+const uint8_t* contiguous_data(const tensor_view& v, std::vector<uint8_t>& copy) {
+  if (v.is_contiguous() && reinterpret_cast<uintptr_t>(v.data()) % itemsize(v.type) == 0) return v.data();
+  copy.resize(v.nbytes());
+  gather_contiguous(v, copy.data());
+  return copy.data();
 }
 
 int64_t count_nonfinite(const tensor_view& v) {
-  at::Tensor t = to_tensor(v);
-  if (!t.is_floating_point() && !t.is_complex()) return 0;
-  return at::logical_not(at::isfinite(t)).sum().item<int64_t>();
+  std::vector<uint8_t> copy;
+  return count_nonfinite(v.type, contiguous_data(v, copy), v.numel());
 }
 
-bool all_finite(const at::Tensor& t) {
-  if (!t.is_floating_point() && !t.is_complex()) return true;
-  if (t.is_floating_point() && std::isfinite(t.sum().item<double>())) return true;  // the fast path
-  return at::isfinite(t).all().item<bool>();
+// Integer tensors compare by value; bool ones as truth values, whatever their bytes.
+bool same_values(dtype t, const uint8_t* a, const uint8_t* b, int64_t n) {
+  if (t != dtype::bool_) return std::memcmp(a, b, static_cast<size_t>(n) * itemsize(t)) == 0;
+  for (int64_t i = 0; i < n; ++i)
+    if ((a[i] != 0) != (b[i] != 0)) return false;
+  return true;
 }
 
 class folder {
  public:
   folder(const fold_job& job, const std::vector<state_dict>& inputs, tensor_sink& sink, progress& bar)
-      : job_(job), c_(job.config), inputs_(inputs), sink_(sink), bar_(bar), device_(parse_device(job.config.device)) {}
+      : job_(job), c_(job.config), inputs_(inputs), sink_(sink), bar_(bar) {}
 
   void run(const tensor_plan& p) {
     switch (p.outcome.action) {
       case tensor_action::drop: return;
       case tensor_action::latest:
-      case tensor_action::first: return copy_one(p);
-      case tensor_action::average: return average(p);
+      case tensor_action::first: copy_one(p); break;
+      case tensor_action::average: {
+        const chunk_writer write = [this, &p](const void* data, uint64_t bytes) {
+          check_finite(p, data, bytes);
+          sink_.write(data, bytes);
+        };
+        if (native_average_covers(c_, p))
+          native_average(c_, p, write);
+        else
+          aten_average(c_, p, write);
+        break;
+      }
     }
+    account(p);
   }
 
   uint64_t bytes_read() const { return bytes_read_; }
 
  private:
-  static at::Device parse_device(const std::string& d) {
-    try {
-      at::Device dev(d);
-      if (dev.is_cuda() && !at::hasCUDA())
-        throw usage_error("--device " + d + ": this swavg was built without CUDA or no GPU is visible");
-      if (!dev.is_cpu() && !dev.is_cuda()) throw usage_error("--device: expected cpu or cuda[:N], got '" + d + "'");
-      return dev;
-    } catch (const c10::Error&) {
-      throw usage_error("--device: expected cpu or cuda[:N], got '" + d + "'");
-    }
-  }
-
-  void write(const at::Tensor& t) {
-    at::Tensor c = t.device().is_cpu() ? t.contiguous() : t.to(at::kCPU).contiguous();
-    sink_.write(c.data_ptr(), c.nbytes());
-  }
-
-  void check_finite(const tensor_plan& p, const at::Tensor& result) {
-    if (c_.allow_nonfinite || all_finite(result)) return;
+  void check_finite(const tensor_plan& p, const void* data, uint64_t bytes) {
+    const dtype t = p.outcome.output_type;
+    if (c_.allow_nonfinite || count_nonfinite(t, data, static_cast<int64_t>(bytes / itemsize(t))) == 0) return;
     std::vector<std::string> where;
     for (const auto& s : p.sources)
       if (int64_t bad = count_nonfinite(*s.view))
@@ -261,81 +239,29 @@ class folder {
       v = first ? p.sources.front().view : p.sources.back().view;
     else
       v = p.resumed;
+    std::vector<uint8_t> copy;
+    const uint8_t* data = contiguous_data(*v, copy);
+    const int64_t n = v->numel();
     if (c_.ints == int_policy::error && !is_floating(p.outcome.input_type) && !is_complex(p.outcome.input_type)) {
-      at::Tensor ref = to_tensor(*v);
-      for (const auto& s : p.sources)
-        if (!at::equal(to_tensor(*s.view), ref))
+      for (const auto& s : p.sources) {
+        std::vector<uint8_t> other_copy;
+        if (!same_values(v->type, contiguous_data(*s.view, other_copy), data, n))
           throw mismatch_error(inputs_[s.input].path + ": integer tensor '" + p.name + "' differs from " +
                                (p.sources.front().view == v ? inputs_[p.sources.front().input].path : job_.resume) +
                                "; --int error forbids that (use --int latest or --int first)");
-    }
-    at::Tensor t = to_tensor(*v);
-    if (t.scalar_type() != to_scalar_type(p.outcome.output_type)) t = t.to(to_scalar_type(p.outcome.output_type));
-    check_finite(p, t);
-    write(t);
-    account(p);
-  }
-
-  void average(const tensor_plan& p) {
-    const auto acc_type = to_scalar_type(p.outcome.accumulate_type);
-    const auto out_type = to_scalar_type(p.outcome.output_type);
-    std::vector<at::Tensor> flats;
-    for (const auto& s : p.sources) {
-      flats.push_back(flat_tensor(*s.view));
-      if (flats.back().data_ptr() != static_cast<const void*>(s.view->data())) release_pages(*s.view);  // a copy
-    }
-    at::Tensor resumed = p.resumed ? flat_tensor(*p.resumed) : at::Tensor();
-    const int64_t numel = flats.empty() ? resumed.numel() : flats.front().numel();
-    // Lerp may take a fused multiply-add path on vector lanes and not on the scalar tail, so EMA and
-    // weighted folds run on whole tensors, exactly as PyTorch splits them.
-    const int64_t chunk = c_.mode == fold_mode::swa ? kChunkElements : std::max<int64_t>(numel, 1);
-    at::Tensor diff;
-    for (int64_t begin = 0; begin < numel || (numel == 0 && begin == 0); begin += chunk) {
-      const int64_t length = std::min(chunk, numel - begin);
-      int64_t k = 0;
-      double weight_total = 0.0;
-      at::Tensor acc;
-      if (p.resumed) {
-        acc = chunk_of(resumed, begin, length, device_).to(acc_type, /*non_blocking=*/false, /*copy=*/true);
-        k = p.resumed_count;
       }
-      for (size_t j = 0; j < flats.size(); ++j) {
-        at::Tensor x = chunk_of(flats[j], begin, length, device_);
-        const size_t input = p.sources[j].input;
-        const tensor_view& view = *p.sources[j].view;
-        if (k == 0) {
-          acc = x.to(acc_type, /*non_blocking=*/false, /*copy=*/true);
-          weight_total = c_.mode == fold_mode::weighted ? c_.weights[input] : 0.0;
-        } else if (c_.mode == fold_mode::swa && swa_step_fused(acc, x, k + 1)) {
-        } else if (c_.mode == fold_mode::swa) {
-          if (!diff.defined() || diff.numel() != length || diff.scalar_type() != acc_type)
-            diff = at::empty({length}, acc.options());
-          at::sub_out(diff, x, acc);
-          diff.div_(at::scalar_tensor(k + 1, at::TensorOptions().dtype(at::kLong).device(device_)));
-          acc.add_(diff);
-        } else {
-          double w;
-          if (c_.mode == fold_mode::ema) {
-            w = 1.0 - ema_decay_at(c_, k, p.rule_decay);
-          } else {
-            weight_total += c_.weights[input];
-            w = weight_total > 0 ? c_.weights[input] / weight_total : 1.0;
-          }
-          acc.lerp_(x.scalar_type() == acc_type ? x : x.to(acc_type), w);
-        }
-        ++k;
-        // Done with these input bytes: drop their pages so memory does not grow with the inputs.
-        if (flats[j].data_ptr() == static_cast<const void*>(view.data())) {
-          const uint64_t item = itemsize(view.type);
-          release_pages(view, (static_cast<uint64_t>(view.offset) + begin) * item, static_cast<uint64_t>(length) * item);
-        }
-      }
-      at::Tensor out = acc.scalar_type() == out_type ? acc : acc.to(out_type);
-      check_finite(p, out);
-      write(out);
-      if (numel == 0) break;
     }
-    account(p);
+    const dtype out = p.outcome.output_type;
+    if (out != v->type) {
+      std::vector<uint8_t> converted(static_cast<size_t>(n) * itemsize(out));
+      if (!native_convert(v->type, data, out, converted.data(), n))
+        throw std::logic_error("no conversion from " + std::string(dtype_name(v->type)) + " to " + dtype_name(out));
+      copy.swap(converted);
+      data = copy.data();
+    }
+    const uint64_t bytes = static_cast<uint64_t>(n) * itemsize(out);
+    check_finite(p, data, bytes);
+    sink_.write(data, bytes);
   }
 
   void account(const tensor_plan& p) {
@@ -348,13 +274,11 @@ class folder {
     bar_.advance(bytes);
   }
 
- private:
   const fold_job& job_;
   const fold_config& c_;
   const std::vector<state_dict>& inputs_;
   tensor_sink& sink_;
   progress& bar_;
-  at::Device device_;
   uint64_t bytes_read_ = 0;
 };
 
@@ -407,10 +331,17 @@ double ema_decay_at(const fold_config& c, int64_t n, std::optional<double> rule_
   return decay;
 }
 
+double fold_weight(const fold_config& c, const tensor_plan& p, size_t input, int64_t k, double& weight_total) {
+  if (c.mode == fold_mode::ema) return 1.0 - ema_decay_at(c, k, p.rule_decay);
+  weight_total += c.weights[input];
+  return weight_total > 0 ? c.weights[input] / weight_total : 1.0;
+}
+
 fold_report run_fold(const fold_job& job) {
   const auto start = std::chrono::steady_clock::now();
   const fold_config& c = job.config;
   validate_config(job);
+  if (c.device != "cpu") check_device(c.device);
   {
     std::vector<std::string> guarded = job.inputs;
     if (!job.model.empty()) guarded.push_back(job.model);
@@ -453,7 +384,7 @@ fold_report run_fold(const fold_job& job) {
     p.name = name;
     for (size_t i = 0; i < inputs.size(); ++i)
       for (const auto& t : inputs[i].tensors)
-        if (t.name == name) p.sources.push_back(source{i, &t.view});
+        if (t.name == name) p.sources.push_back(fold_source{i, &t.view});
     if (resume) {
       auto it = resume->tensors.find(name);
       if (it != resume->tensors.end()) {
@@ -490,6 +421,11 @@ fold_report run_fold(const fold_job& job) {
     o.count = p.resumed_count + static_cast<int64_t>(p.sources.size());
     plans.push_back(std::move(p));
   }
+
+  for (const auto& p : plans)
+    if (p.outcome.action == tensor_action::average && !native_average_covers(c, p))
+      require_libtorch("averaging tensor '" + p.name + "' (" + dtype_name(p.outcome.input_type) + " accumulated in " +
+                       dtype_name(p.outcome.accumulate_type) + " on " + c.device + ")");
 
   // Metadata, stored where loaders ignore it, so --resume can continue.
   const int64_t n = (resume ? resume->n : 0) + static_cast<int64_t>(inputs.size());

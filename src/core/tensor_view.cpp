@@ -1,5 +1,7 @@
 #include "core/tensor_view.h"
 
+#include <cstring>
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -29,6 +31,38 @@ bool tensor_view::is_contiguous() const {
 
 const uint8_t* tensor_view::data() const {
   return storage + static_cast<uint64_t>(offset) * itemsize(type);
+}
+
+void gather_contiguous(const tensor_view& v, void* dst) {
+  const size_t item = itemsize(v.type);
+  const int64_t n = v.numel();
+  if (n == 0) return;
+  const uint8_t* base = v.storage + static_cast<size_t>(v.offset) * item;
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  if (v.is_contiguous()) {
+    std::memcpy(out, base, static_cast<size_t>(n) * item);
+    return;
+  }
+  // Rows along the last dimension; the index of the outer dimensions counts like an odometer.
+  const size_t dims = v.shape.size();
+  const int64_t row = dims == 0 ? 1 : v.shape[dims - 1];
+  const int64_t step = dims == 0 ? 0 : v.strides[dims - 1];
+  std::vector<int64_t> index(dims == 0 ? 0 : dims - 1, 0);
+  for (int64_t done = 0; done < n; done += row) {
+    int64_t start = 0;
+    for (size_t d = 0; d + 1 < dims; ++d) start += index[d] * v.strides[d];
+    const uint8_t* src = base + start * static_cast<int64_t>(item);
+    if (step == 1) {
+      std::memcpy(out, src, static_cast<size_t>(row) * item);
+      out += static_cast<size_t>(row) * item;
+    } else {
+      for (int64_t i = 0; i < row; ++i, out += item) std::memcpy(out, src + i * step * static_cast<int64_t>(item), item);
+    }
+    for (size_t d = index.size(); d-- > 0;) {
+      if (++index[d] < v.shape[d]) break;
+      index[d] = 0;
+    }
+  }
 }
 
 void release_pages(const tensor_view& v) {

@@ -33,6 +33,9 @@ struct tensor_view {
   const uint8_t* data() const;
 };
 
+// Copies the view's elements in row-major order to `dst` (nbytes() bytes), following its strides.
+void gather_contiguous(const tensor_view& v, void* dst);
+
 // Drops the view's storage pages from this process's memory once they are no longer needed (they
 // stay in the page cache and are re-read on the next access). No-op unless the view is evictable.
 void release_pages(const tensor_view& v);

@@ -30,7 +30,8 @@ file_format detect(const std::shared_ptr<const mapped_file>& f) {
     zip_reader zip(f->data(), f->size(), path);
     return is_torchscript_archive(zip) ? file_format::torchscript : file_format::torch;
   }
-  if (looks_like_safetensors(f->data(), f->size())) return file_format::safetensors;
+  // A .safetensors file that does not look like one goes to the parser anyway, which says what is wrong.
+  if (looks_like_safetensors(f->data(), f->size()) || has_safetensors_extension(path)) return file_format::safetensors;
   if (f->size() >= 2 && f->data()[0] == 0x80 && f->data()[1] <= 5)
     throw input_error(path + ": legacy torch.save format (a bare pickle stream, PyTorch < 1.6 or "
                              "_use_new_zipfile_serialization=False) is not supported; re-save it with torch.save in "

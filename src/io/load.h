@@ -2,7 +2,8 @@
  * Opens any checkpoint swavg reads, telling the format by content (never by extension):
  * a ZIP archive is torch.save or, with code/ inside, TorchScript; an 8-byte length followed by a
  * JSON object is safetensors. The pre-1.6 torch.save format (a bare pickle stream) is recognised
- * and refused with advice.
+ * and refused with advice. The extension only decides which error a broken file gets: one named
+ * .safetensors is reported by the safetensors parser.
  */
 #pragma once
 

@@ -277,6 +277,11 @@ entry parse_entry(const header_parser& p, const std::string& name, const json& v
 
 }  // namespace
 
+bool has_safetensors_extension(const std::string& path) {
+  const std::string ext = ".safetensors";
+  return path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+}
+
 bool looks_like_safetensors(const uint8_t* data, size_t size) {
   if (size < 9) return false;
   const uint64_t n = load_le<uint64_t>(data);

@@ -29,6 +29,8 @@ class mapped_file;
 constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;  // the reference implementation's limit
 
 // True when the first 8 bytes are a plausible header length followed by '{'.
+// Whether the path ends in ".safetensors".
+bool has_safetensors_extension(const std::string& path);
 bool looks_like_safetensors(const uint8_t* data, size_t size);
 
 struct safetensors_content {

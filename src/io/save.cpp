@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "core/tensor_bridge.h"
 #include "io/safetensors.h"
 #include "io/torch_file.h"
 #include "io/torch_writer.h"
@@ -16,10 +15,7 @@ output_format choose_output_format(const std::string& path, const std::string& r
   if (requested == "torch") return output_format::torch;
   if (requested == "safetensors") return output_format::safetensors;
   if (!requested.empty()) throw usage_error("--format: expected torch or safetensors, got '" + requested + "'");
-  const std::string ext = ".safetensors";
-  if (path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0)
-    return output_format::safetensors;
-  return output_format::torch;
+  return has_safetensors_extension(path) ? output_format::safetensors : output_format::torch;
 }
 
 uint64_t save_state_dict(const std::string& path, const std::vector<named_tensor>& tensors, output_format format,
@@ -37,8 +33,9 @@ uint64_t save_state_dict(const std::string& path, const std::vector<named_tensor
       if (t.view.is_contiguous()) {
         writer.write(t.view.data(), t.view.nbytes());
       } else {
-        at::Tensor c = to_tensor(t.view).contiguous();
-        writer.write(c.data_ptr(), c.nbytes());
+        std::vector<uint8_t> c(t.view.nbytes());
+        gather_contiguous(t.view, c.data());
+        writer.write(c.data(), c.size());
       }
     }
     writer.finish();

@@ -41,6 +41,16 @@ struct io_error : error {
   explicit io_error(const std::string& m) : error(exit_code::io, m) {}
 };
 
+// This build of swavg runs without LibTorch and the job needs it (TorchScript, update-bn, a GPU, a
+// dtype the built-in kernels do not cover). main() hands the same command line to swavg-torch.
+struct needs_libtorch : error {
+  explicit needs_libtorch(const std::string& why)
+      : error(exit_code::internal, why + " needs LibTorch, which this swavg binary does not load") {}
+};
+
+// Throws needs_libtorch(why) in the binary built without LibTorch; nothing in the one with it.
+void require_libtorch(const std::string& why);
+
 // Throws input_error(message) unless cond holds.
 inline void check_input(bool cond, const std::string& message) {
   if (!cond) throw input_error(message);

@@ -1,0 +1,215 @@
+#include "core/native_kernels.h"
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <torch/version.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace swavg {
+namespace {
+
+using c10::BFloat16;
+using c10::Half;
+
+template <typename acc_t, typename in_t>
+inline void swa_loop(acc_t* __restrict acc, const in_t* __restrict x, int64_t n, acc_t divisor) {
+  for (int64_t i = 0; i < n; ++i) {
+    const acc_t a = acc[i];
+    const acc_t diff = static_cast<acc_t>(x[i]) - a;
+    acc[i] = a + diff / divisor;
+  }
+}
+
+template <typename acc_t, typename in_t>
+inline void lerp_loop(acc_t* __restrict acc, const in_t* __restrict x, int64_t n, acc_t weight, lerp_form form) {
+  if (std::abs(weight) < acc_t(0.5)) {
+    for (int64_t i = 0; i < n; ++i) {
+      const acc_t a = acc[i];
+      acc[i] = std::fma(weight, static_cast<acc_t>(x[i]) - a, a);
+    }
+    return;
+  }
+  const acc_t coeff = form == lerp_form::one_minus_w ? -(acc_t(1) - weight) : weight - acc_t(1);
+  for (int64_t i = 0; i < n; ++i) {
+    const acc_t v = static_cast<acc_t>(x[i]);
+    acc[i] = std::fma(coeff, v - acc[i], v);
+  }
+}
+
+template <typename to_t, typename from_t>
+inline void convert_loop(to_t* __restrict dst, const from_t* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<to_t>(src[i]);
+}
+
+template <typename t>
+inline int64_t nonfinite_loop(const t* data, int64_t n) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad += !std::isfinite(static_cast<float>(data[i]));
+  return bad;
+}
+inline int64_t nonfinite_bits(const uint32_t* bits, int64_t n) {  // float32, and parts of complex64
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad += (bits[i] & 0x7f800000u) == 0x7f800000u;
+  return bad;
+}
+inline int64_t nonfinite_bits(const uint64_t* bits, int64_t n) {  // float64, and parts of complex128
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad += (bits[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+  return bad;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define SWAVG_AVX2_CLONES 1
+template <typename acc_t, typename in_t>
+__attribute__((target("avx2,fma"))) void swa_loop_avx2(acc_t* __restrict acc, const in_t* __restrict x, int64_t n,
+                                                      acc_t divisor) {
+  swa_loop(acc, x, n, divisor);
+}
+template <typename acc_t, typename in_t>
+__attribute__((target("avx2,fma"))) void lerp_loop_avx2(acc_t* __restrict acc, const in_t* __restrict x, int64_t n,
+                                                       acc_t weight, lerp_form form) {
+  lerp_loop(acc, x, n, weight, form);
+}
+template <typename to_t, typename from_t>
+__attribute__((target("avx2,fma"))) void convert_loop_avx2(to_t* __restrict dst, const from_t* __restrict src,
+                                                          int64_t n) {
+  convert_loop(dst, src, n);
+}
+#endif
+
+template <typename acc_t, typename in_t>
+void swa(acc_t* acc, const in_t* x, int64_t n, acc_t divisor) {
+#ifdef SWAVG_AVX2_CLONES
+  if (cpu_has_avx2_fma()) return swa_loop_avx2(acc, x, n, divisor);
+#endif
+  swa_loop(acc, x, n, divisor);
+}
+
+template <typename acc_t, typename in_t>
+void lerp(acc_t* acc, const in_t* x, int64_t n, acc_t weight, lerp_form form) {
+#ifdef SWAVG_AVX2_CLONES
+  if (cpu_has_avx2_fma()) return lerp_loop_avx2(acc, x, n, weight, form);
+#endif
+  lerp_loop(acc, x, n, weight, form);
+}
+
+template <typename to_t, typename from_t>
+void convert(void* dst, const void* src, int64_t n) {
+#ifdef SWAVG_AVX2_CLONES
+  if (cpu_has_avx2_fma())
+    return convert_loop_avx2(static_cast<to_t*>(dst), static_cast<const from_t*>(src), n);
+#endif
+  convert_loop(static_cast<to_t*>(dst), static_cast<const from_t*>(src), n);
+}
+
+// Calls f(pointer to x typed as its element type) for the floating input dtypes.
+template <typename fn>
+bool with_float_input(dtype t, const void* x, fn&& f) {
+  switch (t) {
+    case dtype::float32: f(static_cast<const float*>(x)); return true;
+    case dtype::float64: f(static_cast<const double*>(x)); return true;
+    case dtype::float16: f(static_cast<const Half*>(x)); return true;
+    case dtype::bfloat16: f(static_cast<const BFloat16*>(x)); return true;
+    default: return false;
+  }
+}
+
+template <typename to_t>
+bool convert_from(dtype from, const void* src, void* dst, int64_t n) {
+  switch (from) {
+    case dtype::float32: convert<to_t, float>(dst, src, n); return true;
+    case dtype::float64: convert<to_t, double>(dst, src, n); return true;
+    case dtype::float16: convert<to_t, Half>(dst, src, n); return true;
+    case dtype::bfloat16: convert<to_t, BFloat16>(dst, src, n); return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+bool cpu_has_avx2_fma() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+#else
+  return false;
+#endif
+}
+
+// Verified for LibTorch 1.13 (tests/test_native_kernels.cpp). Other versions are left to
+// swavg-torch, which probes the lerp of the LibTorch it loads.
+std::optional<lerp_form> built_lerp_form() {
+#if TORCH_VERSION_MAJOR == 1
+  return lerp_form::one_minus_w;
+#else
+  return std::nullopt;
+#endif
+}
+
+bool native_swa_step(dtype acc_type, void* acc, dtype x_type, const void* x, int64_t n, int64_t divisor) {
+  if (acc_type == dtype::float32 && x_type != dtype::float64) {
+    float* a = static_cast<float*>(acc);
+    const float d = static_cast<float>(divisor);
+    return with_float_input(x_type, x, [&](auto* in) { swa(a, in, n, d); });
+  }
+  if (acc_type == dtype::float64) {
+    double* a = static_cast<double*>(acc);
+    const double d = static_cast<double>(divisor);
+    return with_float_input(x_type, x, [&](auto* in) { swa(a, in, n, d); });
+  }
+  return false;
+}
+
+bool native_lerp_step(dtype acc_type, void* acc, dtype x_type, const void* x, int64_t n, double weight,
+                      lerp_form form) {
+  if (acc_type == dtype::float32) {
+    float* a = static_cast<float*>(acc);
+    const float w = static_cast<float>(weight);
+    return with_float_input(x_type, x, [&](auto* in) { lerp(a, in, n, w, form); });
+  }
+  if (acc_type == dtype::float64) {
+    double* a = static_cast<double*>(acc);
+    return with_float_input(x_type, x, [&](auto* in) { lerp(a, in, n, weight, form); });
+  }
+  return false;
+}
+
+bool native_convert(dtype from, const void* src, dtype to, void* dst, int64_t n) {
+  if (from == to) {
+    if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * itemsize(from));
+    return true;
+  }
+  switch (to) {
+    case dtype::float32: return convert_from<float>(from, src, dst, n);
+    case dtype::float64: return convert_from<double>(from, src, dst, n);
+    case dtype::float16: return convert_from<Half>(from, src, dst, n);
+    case dtype::bfloat16: return convert_from<BFloat16>(from, src, dst, n);
+    default: return false;
+  }
+}
+
+int64_t count_nonfinite(dtype t, const void* data, int64_t n) {
+  switch (t) {
+    case dtype::float32: return nonfinite_bits(static_cast<const uint32_t*>(data), n);
+    case dtype::float64: return nonfinite_bits(static_cast<const uint64_t*>(data), n);
+    case dtype::complex64: {  // a value counts once, however many of its parts are bad
+      const uint32_t* p = static_cast<const uint32_t*>(data);
+      int64_t bad = 0;
+      for (int64_t i = 0; i < n; ++i) bad += nonfinite_bits(p + 2 * i, 2) > 0;
+      return bad;
+    }
+    case dtype::complex128: {
+      const uint64_t* p = static_cast<const uint64_t*>(data);
+      int64_t bad = 0;
+      for (int64_t i = 0; i < n; ++i) bad += nonfinite_bits(p + 2 * i, 2) > 0;
+      return bad;
+    }
+    case dtype::float16: return nonfinite_loop(static_cast<const Half*>(data), n);
+    case dtype::bfloat16: return nonfinite_loop(static_cast<const BFloat16*>(data), n);
+    default: return 0;
+  }
+}
+
+}  // namespace swavg
