@@ -4,10 +4,10 @@ WORKDIR /src
 COPY . .
 RUN bash scripts/setup.sh && ctest --test-dir build --output-on-failure
 
-# Final stage: the swavg binary and the LibTorch runtime only.
+# Final stage: the swavg binaries (swavg-torch beside swavg) and the LibTorch runtime only.
 FROM debian:12-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libtorch1.13 \
  && rm -rf /var/lib/apt/lists/*
-COPY --from=build /src/build/swavg /usr/local/bin/swavg
+COPY --from=build /src/build/swavg /src/build/swavg-torch /usr/local/bin/
 ENTRYPOINT ["swavg"]

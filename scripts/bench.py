@@ -19,7 +19,8 @@ the peak RSS of that child alone (ru_maxrss from os.wait4):
    peer (scripts/bench_peer.py: torch.load each file, fold it the way AveragedModel / EMA do,
    torch.save, which does not fsync); and the I/O floor (read every input once with 16 MiB reads,
    write one output of the same size and fsync it, as swavg fsyncs its output). `swavg --version`
-   gives the start-up time and the LibTorch baseline RSS.
+   gives the start-up time and baseline RSS (swavg does not load LibTorch for these jobs;
+   `swavg-torch --version` shows what loading it costs).
 3. Memory scaling: peak RSS of `swavg average` for --scale-ns inputs (hard links to the distinct
    files under other names) and for models of --scale-mb MiB (sizes above --model-mb from two
    distinct files linked N times, to bound disk), against 3 x largest tensor + 64 MiB above the
@@ -369,7 +370,8 @@ def fold_jobs(b, s):
 def time_main(b, sets):
     """The alternating rounds: start-up, average/ema/floor per set, inspect. Returns {key: Job}."""
     f32 = sets[0]
-    jobs = [Job("version", [b.args.swavg, "--version"])]
+    jobs = [Job("version", [b.args.swavg, "--version"]),
+            Job("version/torch", [b.args.swavg + "-torch", "--version"])]
     for s in sets:
         jobs += fold_jobs(b, s)
     jobs += [Job("inspect/swavg", [b.args.swavg, "inspect", f32.paths[0]]),
@@ -641,6 +643,8 @@ def main_table(res, jobs, sets):
                         jobs["update-bn/swavg"], jobs["update-bn/peer"]))
     rows.append(["swavg --version (start-up; baseline RSS)", _s(res["startup_s"]), None, None, None,
                  None, None, f"({_mib(base)})", None, None, None])
+    rows.append(["swavg-torch --version (LibTorch loaded)", _s(res["startup_torch_s"]), None, None, None,
+                 None, None, f"({_mib(res['baseline_torch_rss_bytes'])})", None, None, None])
     return table(["case", "swavg s", "(work)", "peer s", "floor s", "swavg/peer", "swavg/floor",
                   "swavg RSS+", "RSS budget", "peer RSS", "floor RSS"], rows)
 
@@ -733,7 +737,9 @@ def run_bench(b):
     jobs = time_main(b, sets)
     res = {"machine": info, "args": vars(args),
            "sets": [dict(dataclasses.asdict(s), total_bytes=s.total_bytes) for s in sets],
-           "baseline_rss_bytes": jobs["version"].peak_rss(), "startup_s": jobs["version"].median()}
+           "baseline_rss_bytes": jobs["version"].peak_rss(), "startup_s": jobs["version"].median(),
+           "baseline_torch_rss_bytes": jobs["version/torch"].peak_rss(),
+           "startup_torch_s": jobs["version/torch"].median()}
     res["correctness"] = check_outputs(jobs, sets)
     log("memory scaling ...")
     res["scaling"] = memory_scaling(b, sets[0], sizes, res["baseline_rss_bytes"])
@@ -748,9 +754,11 @@ def run_bench(b):
 
 
 def snapshot_binary(swavg, outdir):
-    """A private copy of the binary, so that a rebuild during the run cannot change or break it."""
+    """A private copy of the binaries (swavg and the swavg-torch it hands LibTorch jobs to), so that
+    a rebuild during the run cannot change or break them."""
     copy = os.path.join(outdir, "swavg")
     shutil.copy2(swavg, copy)
+    shutil.copy2(swavg + "-torch", copy + "-torch")
     res = subprocess.run([copy, "--version"], capture_output=True, text=True)
     if res.returncode != 0:
         raise SystemExit(f"{swavg} --version fails (being rebuilt?): {res.stderr.strip()}")

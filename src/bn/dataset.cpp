@@ -196,7 +196,7 @@ dataset read_npy(const std::shared_ptr<const mapped_file>& file) {
   d.samples.storage_bytes = needed;
   d.samples.storage_key = "npy";
   d.samples.owner = file;
-  d.samples.evictable = file->mapped();
+  d.samples.mapping = file.get();
   return d;
 }
 
@@ -305,7 +305,7 @@ dataset read_raw(const std::shared_ptr<const mapped_file>& file, const dataset_o
   d.samples.storage_bytes = file->size();
   d.samples.storage_key = "raw";
   d.samples.owner = file;
-  d.samples.evictable = file->mapped();
+  d.samples.mapping = file.get();
   return d;
 }
 

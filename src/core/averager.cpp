@@ -164,14 +164,6 @@ std::vector<std::string> find_mismatches(const std::vector<state_dict>& inputs, 
   return out;
 }
 
-// The view's values as contiguous aligned bytes: the mapping itself where possible, else a copy.
-const uint8_t* contiguous_data(const tensor_view& v, std::vector<uint8_t>& copy) {
-  if (v.is_contiguous() && reinterpret_cast<uintptr_t>(v.data()) % itemsize(v.type) == 0) return v.data();
-  copy.resize(v.nbytes());
-  gather_contiguous(v, copy.data());
-  return copy.data();
-}
-
 int64_t count_nonfinite(const tensor_view& v) {
   std::vector<uint8_t> copy;
   return count_nonfinite(v.type, contiguous_data(v, copy), v.numel());

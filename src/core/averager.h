@@ -6,11 +6,12 @@
  *                                                    AveragedModel.update_parameters uses on CPU)
  *   EMA       avg = avg.lerp(x, 1 - decay_n)        (get_ema_multi_avg_fn; decay_n from --warmup)
  *   weighted  avg = avg.lerp(x, w_n / (w_1 + ... + w_n))
- * elementwise in the accumulator dtype, with the same ATen kernels PyTorch runs, so float32 results
- * equal PyTorch's bit for bit.
+ * elementwise in the accumulator dtype, rounding each element exactly as the ATen kernels PyTorch
+ * runs (swavg's own kernels where they reproduce ATen, ATen itself elsewhere; see fold_plan.h), so
+ * results equal PyTorch's bit for bit.
  *
- * Work is streamed tensor by tensor across all inputs (all memory-mapped), and for SWA in chunks
- * of a tensor (sub, div and add round each element alone, so chunking changes no bit): each
+ * Work is streamed tensor by tensor across all inputs (all memory-mapped), and in slices of a
+ * tensor (each element is computed alone, so slicing changes no bit): each
  * finished tensor is written and its input pages released, so peak memory stays a few times the
  * largest tensor, whatever the number of checkpoints or the model size. Every input is checked
  * against the others (names, shapes, dtypes) before a byte is written.

@@ -7,6 +7,7 @@
  */
 #include <ATen/Context.h>
 #include <ATen/Functions.h>
+#include <spdlog/spdlog.h>
 
 #include <array>
 #include <cmath>
@@ -93,6 +94,10 @@ std::optional<lerp_form> lerp_form_for(dtype acc, dtype in) {
           k = static_cast<int8_t>(f);
           break;
         }
+    spdlog::debug("lerp of {} into {}: {}", dtype_name(in), dtype_name(acc),
+                  k == static_cast<int8_t>(lerp_form::one_minus_w)   ? "x - (x - avg) * (1 - w) as one FMA (swavg's kernel)"
+                  : k == static_cast<int8_t>(lerp_form::w_minus_one) ? "fma(w - 1, x - avg, x) (swavg's kernel)"
+                                                                     : "not reproduced, ATen computes it");
   }
   return k > 0 ? std::optional<lerp_form>(static_cast<lerp_form>(k)) : std::nullopt;
 }

@@ -23,16 +23,8 @@ bool is_native_float(dtype t) {
 // (whose source pages are then dropped).
 class flat_input {
  public:
-  explicit flat_input(const tensor_view& v) : view_(v) {
-    const auto address = reinterpret_cast<uintptr_t>(v.data());
-    if (v.is_contiguous() && address % itemsize(v.type) == 0) {
-      data_ = v.data();
-    } else {
-      copy_.resize(v.nbytes());
-      gather_contiguous(v, copy_.data());
-      data_ = copy_.data();
-      release_pages(v);
-    }
+  explicit flat_input(const tensor_view& v) : view_(v), data_(contiguous_data(v, copy_)) {
+    if (!copy_.empty()) release_pages(v);
   }
   const uint8_t* at(int64_t element) const { return data_ + element * static_cast<int64_t>(itemsize(view_.type)); }
   // Drops the mapped pages behind elements [begin, begin + length) once they have been used.
@@ -44,8 +36,8 @@ class flat_input {
 
  private:
   const tensor_view& view_;
-  const uint8_t* data_ = nullptr;
-  std::vector<uint8_t> copy_;
+  std::vector<uint8_t> copy_;  // before data_, which may point into it
+  const uint8_t* data_;
 };
 
 void check(bool ok, const tensor_plan& p, const char* step) {

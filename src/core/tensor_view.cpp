@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "util/checked.h"
+#include "util/mapped_file.h"
 
 namespace swavg {
 
@@ -65,22 +66,43 @@ void gather_contiguous(const tensor_view& v, void* dst) {
   }
 }
 
-void release_pages(const tensor_view& v) {
-  if (!v.evictable || v.storage_bytes == 0) return;
+const uint8_t* contiguous_data(const tensor_view& v, std::vector<uint8_t>& copy) {
+  if (v.is_contiguous() && reinterpret_cast<uintptr_t>(v.data()) % itemsize(v.type) == 0) return v.data();
+  copy.resize(v.nbytes());
+  gather_contiguous(v, copy.data());
+  return copy.data();
+}
+
+namespace {
+
+// How far from a touched byte the kernel may map file pages along with it: fault-around maps 64 KiB
+// windows, and a large page-cache folio (ext4 and XFS on recent kernels) is mapped whole, up to a
+// PMD, 2 MiB on x86-64. Measured on Linux 6.18/ext4: reading one byte maps 2 MiB.
+constexpr uintptr_t kMapAround = 2 * 1024 * 1024;
+
+// madvise(MADV_DONTNEED) on [first, last), widened to whole pages and clamped to the mapping.
+void drop(const mapped_file& m, uintptr_t first, uintptr_t last) {
   static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  uintptr_t begin = reinterpret_cast<uintptr_t>(v.storage) / page * page;
-  uintptr_t end = reinterpret_cast<uintptr_t>(v.storage) + v.storage_bytes;
-  ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(m.data());
+  const uintptr_t hi = lo + m.size();
+  first = std::max(first, lo) / page * page;
+  last = std::min(last, hi);
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
+}  // namespace
+
+void release_pages(const tensor_view& v) {
+  if (v.mapping == nullptr || !v.mapping->mapped() || v.storage_bytes == 0) return;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(v.storage);
+  drop(*v.mapping, start > kMapAround ? start - kMapAround : 0, start + v.storage_bytes + kMapAround);
 }
 
 void release_pages(const tensor_view& v, uint64_t offset, uint64_t length) {
-  if (!v.evictable || offset >= v.storage_bytes) return;
+  if (v.mapping == nullptr || !v.mapping->mapped() || offset >= v.storage_bytes) return;
   length = std::min(length, v.storage_bytes - offset);
-  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const uintptr_t first = reinterpret_cast<uintptr_t>(v.storage) + offset;
-  const uintptr_t begin = (first + page - 1) / page * page;
-  const uintptr_t end = (first + length) / page * page;
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  drop(*v.mapping, first > kMapAround ? first - kMapAround : 0, first + length + kMapAround);
 }
 
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {

@@ -15,6 +15,8 @@
 
 namespace swavg {
 
+class mapped_file;
+
 struct tensor_view {
   dtype type = dtype::float32;
   std::vector<int64_t> shape;
@@ -24,7 +26,8 @@ struct tensor_view {
   uint64_t storage_bytes = 0;
   std::string storage_key;  // identifies the storage within its file: equal keys share bytes
   std::shared_ptr<const void> owner;
-  bool evictable = false;  // the storage is a read-only file mapping: its pages may be dropped
+  // The file mapping the storage lies in (kept alive by owner), if any: its pages may be dropped.
+  const mapped_file* mapping = nullptr;
 
   int64_t numel() const;
   uint64_t nbytes() const;  // numel * itemsize
@@ -35,12 +38,16 @@ struct tensor_view {
 
 // Copies the view's elements in row-major order to `dst` (nbytes() bytes), following its strides.
 void gather_contiguous(const tensor_view& v, void* dst);
+// The view's elements, contiguous and aligned to their size: the view's own bytes when they already
+// are, else a gathered copy held in `copy`.
+const uint8_t* contiguous_data(const tensor_view& v, std::vector<uint8_t>& copy);
 
 // Drops the view's storage pages from this process's memory once they are no longer needed (they
-// stay in the page cache and are re-read on the next access). No-op unless the view is evictable.
+// stay in the page cache and are mapped again on the next access), with the pages around it that
+// the kernel maps along with touched ones (fault-around, large folios). No-op without a mapping.
+// Dropping pages still to be read costs only a minor fault when they are.
 void release_pages(const tensor_view& v);
-// The same for `length` bytes of the storage starting `offset` bytes in; only whole pages inside
-// the range are dropped.
+// The same for the `length` bytes of the storage starting `offset` bytes in, and the pages around.
 void release_pages(const tensor_view& v, uint64_t offset, uint64_t length);
 
 // Row-major strides for `shape`.

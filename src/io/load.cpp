@@ -67,6 +67,7 @@ state_dict load_state_dict(const std::string& path, const load_options& options)
       break;
     }
   }
+  if (file) file->release_pages();
   strip_prefixes(sd, options.strip_prefixes);
   for (const auto& o : sd.opaque)
     spdlog::debug("{}: '{}' is a {} object, kept opaque (not interpreted, never written out)", path, o.path, o.type);

@@ -377,7 +377,7 @@ safetensors_content read_safetensors(const std::shared_ptr<const mapped_file>& f
     t.view.storage_bytes = e.end - e.begin;
     t.view.storage_key = e.name;
     t.view.owner = file;
-    t.view.evictable = file->mapped();
+    t.view.mapping = file.get();
     out.tensors.push_back(std::move(t));
   }
   return out;

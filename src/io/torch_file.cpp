@@ -234,7 +234,7 @@ tensor_view torch_storage_reader::view_of(const std::string& what, const pickle_
   v.storage_bytes = entry.size;
   v.storage_key = s.key;
   v.owner = archive_.file;
-  v.evictable = archive_.file->mapped();
+  v.mapping = archive_.file.get();
   return v;
 }
 

@@ -79,4 +79,8 @@ void mapped_file::will_need(uint64_t offset, uint64_t length) const {
   ::madvise(const_cast<uint8_t*>(data_) + start, end - start, MADV_WILLNEED);
 }
 
+void mapped_file::release_pages() const {
+  if (mapped_ && size_ > 0) ::madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);
+}
+
 }  // namespace swavg

@@ -34,6 +34,10 @@ class mapped_file {
 
   // Tells the kernel the range will be read sequentially soon (readahead).
   void will_need(uint64_t offset, uint64_t length) const;
+  // Drops the pages this process has mapped (they stay in the page cache and are mapped again on
+  // the next access). Parsing touches headers all over the file, and the kernel maps their
+  // neighbours too; dropping them keeps memory flat however many files are open.
+  void release_pages() const;
 
  private:
   mapped_file() = default;
