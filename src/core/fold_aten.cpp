@@ -48,10 +48,12 @@ at::Device parse_device(const std::string& d) {
   }
 }
 
-// Values that separate the candidate lerp forms: mixed signs and magnitudes, subnormals, signed
-// zeros, near-equal pairs, and weights on both branches.
+// Values that separate the candidate lerp forms: mixed signs and magnitudes (some overflowing
+// 16-bit types), zeros of both signs, near-equal pairs, weights on both branches; and enough of them
+// for ATen to split the work between threads, so that every vector tail it leaves is probed too
+// (LibTorch 2.x rounds tails differently from vector lanes, which no elementwise kernel can match).
 bool probe_lerp(dtype acc_type, dtype in_type, lerp_form form) {
-  constexpr int64_t kProbe = 4099;  // not a multiple of any vector width: tails are probed too
+  constexpr int64_t kProbe = 100003;
   std::vector<double> a(kProbe), b(kProbe);
   uint64_t state = 0x9e3779b97f4a7c15ull;
   auto next = [&state]() {
@@ -62,11 +64,13 @@ bool probe_lerp(dtype acc_type, dtype in_type, lerp_form form) {
   };
   auto unit = [&next]() { return static_cast<double>(next() >> 11) / 9007199254740992.0 - 0.5; };
   for (int64_t i = 0; i < kProbe; ++i) {
-    const int scale = static_cast<int>(next() % 41) - 20;
+    const int scale = static_cast<int>(next() % 61) - 30;
     a[i] = std::ldexp(unit(), scale);
     b[i] = (i % 7 == 0) ? a[i] * (1 + std::ldexp(unit(), -20)) : std::ldexp(unit(), scale + static_cast<int>(next() % 5) - 2);
+    if (i % 11 == 0) a[i] = 0.0;
+    if (i % 13 == 5) b[i] = -0.0;
+    if (i % 17 == 3) a[i] = -0.0;
   }
-  a[0] = 0.0, b[0] = -0.0, a[1] = -0.0, b[1] = 0.0, a[2] = 1e-40, b[2] = -3e-41, a[3] = 3.0, b[3] = 3.0;
   const auto options = at::TensorOptions().dtype(at::kDouble);
   const at::Tensor start = at::from_blob(a.data(), {kProbe}, options).to(to_scalar_type(acc_type));
   const at::Tensor end = at::from_blob(b.data(), {kProbe}, options).to(to_scalar_type(in_type));
