@@ -1,5 +1,6 @@
 #include <torch/version.h>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "core/input_list.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -21,7 +23,7 @@ constexpr const char* kHandedOver = "SWAVG_HANDED_OVER";
 
 // The binary built without LibTorch met a job that needs it: run the same command line in
 // swavg-torch, installed beside this binary. Returns only if that fails.
-int hand_over(char** argv, const swavg::needs_libtorch& why) {
+int hand_over(int argc, char** argv, const swavg::needs_libtorch& why) {
   using namespace swavg;
   if (std::getenv(kHandedOver) != nullptr) {  // swavg-torch itself: never loop
     spdlog::error("internal error: {}", why.what());
@@ -33,10 +35,29 @@ int hand_over(char** argv, const swavg::needs_libtorch& why) {
   dir = dir.find('/') == std::string::npos ? "." : dir.substr(0, dir.rfind('/'));
   const std::string full = dir + "/swavg-torch";
   spdlog::debug("{}: running {}", why.what(), full);
+  // Paths already read from stdin go along in a memory file named in place of '-'.
+  std::vector<std::string> args(argv, argv + argc);
+  if (const auto* listed = stdin_inputs()) {
+    const int fd = memfd_create("swavg-inputs", 0);
+    std::string text;
+    for (const auto& p : *listed) text += p + "\n";
+    if (fd < 0 || write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()) || lseek(fd, 0, SEEK_SET) != 0) {
+      spdlog::error("{}, and the --inputs-from list cannot be passed on: {}", why.what(), errno_text(errno));
+      return static_cast<int>(exit_code::io);
+    }
+    const std::string named = "/dev/fd/" + std::to_string(fd);
+    for (size_t i = 1; i < args.size(); ++i) {
+      if (args[i] == "--inputs-from=-") args[i] = "--inputs-from=" + named;
+      if (args[i] == "-" && args[i - 1] == "--inputs-from") args[i] = named;
+    }
+  }
+  std::vector<char*> pointers;
+  for (auto& a : args) pointers.push_back(a.data());
+  pointers.push_back(nullptr);
   std::fflush(stdout);
   std::fflush(stderr);
   setenv(kHandedOver, "1", 1);
-  execv(full.c_str(), argv);
+  execv(full.c_str(), pointers.data());
   spdlog::error("{}, and {} could not be started: {}", why.what(), full, errno_text(errno));
   return static_cast<int>(exit_code::internal);
 }
@@ -81,7 +102,7 @@ int main(int argc, char** argv) {
     for (const auto& c : commands)
       if (c.app->parsed()) c.run();
   } catch (const needs_libtorch& e) {
-    return hand_over(argv, e);
+    return hand_over(argc, argv, e);
   } catch (const error& e) {
     spdlog::error("{}", e.what());
     return static_cast<int>(e.code());

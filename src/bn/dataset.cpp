@@ -206,7 +206,7 @@ bool is_sequence(const pickle_node* n) { return n && (n->kind == pickle_kind::li
 dataset read_torch_data(const std::shared_ptr<const mapped_file>& file, const std::string& key) {
   const std::string& path = file->path();
   {
-    zip_reader zip(file->data(), file->size(), path);
+    zip_reader zip = read_zip(*file);
     bool npz = !zip.entries().empty();
     for (const auto& e : zip.entries()) npz &= e.name.size() > 4 && e.name.compare(e.name.size() - 4, 4, ".npy") == 0;
     if (npz) throw input_error(path + ": is an .npz archive; save the array alone with numpy.save (.npy)");

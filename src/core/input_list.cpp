@@ -5,11 +5,17 @@
 #include <algorithm>
 #include <fstream>
 #include <iostream>
+#include <memory>
 
 #include "util/error.h"
 
 namespace swavg {
 namespace {
+
+std::unique_ptr<std::vector<std::string>>& stdin_list() {
+  static std::unique_ptr<std::vector<std::string>> list;
+  return list;
+}
 
 std::vector<std::string> read_lines(std::istream& in) {
   std::vector<std::string> lines;
@@ -49,12 +55,15 @@ bool natural_less(const std::string& a, const std::string& b) {
   return a.size() - i < b.size() - j;
 }
 
+const std::vector<std::string>* stdin_inputs() { return stdin_list().get(); }
+
 std::vector<std::string> select_inputs(const input_selection& s) {
   std::vector<std::string> paths = s.paths;
   if (!s.inputs_from.empty()) {
     std::vector<std::string> listed;
     if (s.inputs_from == "-") {
       listed = read_lines(std::cin);
+      stdin_list() = std::make_unique<std::vector<std::string>>(listed);
     } else {
       std::ifstream in(s.inputs_from);
       if (!in) throw io_error(s.inputs_from + ": cannot open --inputs-from list");

@@ -22,6 +22,10 @@ struct input_selection {
 // Throws usage_error for bad options or an empty result, io_error for an unreadable list file.
 std::vector<std::string> select_inputs(const input_selection& s);
 
+// The paths select_inputs read from stdin (--inputs-from -), or nullptr. Stdin can be read only
+// once: a process that hands its command line on passes these along.
+const std::vector<std::string>* stdin_inputs();
+
 // Natural order: digit runs compare as numbers.
 bool natural_less(const std::string& a, const std::string& b);
 

@@ -43,22 +43,17 @@ inline void convert_loop(to_t* __restrict dst, const from_t* __restrict src, int
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<to_t>(src[i]);
 }
 
-template <typename t>
-inline int64_t nonfinite_loop(const t* data, int64_t n) {
+// Values whose exponent bits are all ones (Inf and NaN), for an IEEE layout with that exponent mask.
+template <typename bits_t, bits_t kExponent>
+inline int64_t nonfinite_bits(const bits_t* bits, int64_t n) {
   int64_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) bad += !std::isfinite(static_cast<float>(data[i]));
+  for (int64_t i = 0; i < n; ++i) bad += (bits[i] & kExponent) == kExponent;
   return bad;
 }
-inline int64_t nonfinite_bits(const uint32_t* bits, int64_t n) {  // float32, and parts of complex64
-  int64_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) bad += (bits[i] & 0x7f800000u) == 0x7f800000u;
-  return bad;
-}
-inline int64_t nonfinite_bits(const uint64_t* bits, int64_t n) {  // float64, and parts of complex128
-  int64_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) bad += (bits[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
-  return bad;
-}
+constexpr auto nonfinite_f64 = nonfinite_bits<uint64_t, 0x7ff0000000000000ull>;
+constexpr auto nonfinite_f32 = nonfinite_bits<uint32_t, 0x7f800000u>;
+constexpr auto nonfinite_f16 = nonfinite_bits<uint16_t, 0x7c00u>;
+constexpr auto nonfinite_bf16 = nonfinite_bits<uint16_t, 0x7f80u>;
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define SWAVG_AVX2_CLONES 1
@@ -192,22 +187,22 @@ bool native_convert(dtype from, const void* src, dtype to, void* dst, int64_t n)
 
 int64_t count_nonfinite(dtype t, const void* data, int64_t n) {
   switch (t) {
-    case dtype::float32: return nonfinite_bits(static_cast<const uint32_t*>(data), n);
-    case dtype::float64: return nonfinite_bits(static_cast<const uint64_t*>(data), n);
+    case dtype::float32: return nonfinite_f32(static_cast<const uint32_t*>(data), n);
+    case dtype::float64: return nonfinite_f64(static_cast<const uint64_t*>(data), n);
+    case dtype::float16: return nonfinite_f16(static_cast<const uint16_t*>(data), n);
+    case dtype::bfloat16: return nonfinite_bf16(static_cast<const uint16_t*>(data), n);
     case dtype::complex64: {  // a value counts once, however many of its parts are bad
       const uint32_t* p = static_cast<const uint32_t*>(data);
       int64_t bad = 0;
-      for (int64_t i = 0; i < n; ++i) bad += nonfinite_bits(p + 2 * i, 2) > 0;
+      for (int64_t i = 0; i < n; ++i) bad += nonfinite_f32(p + 2 * i, 2) > 0;
       return bad;
     }
     case dtype::complex128: {
       const uint64_t* p = static_cast<const uint64_t*>(data);
       int64_t bad = 0;
-      for (int64_t i = 0; i < n; ++i) bad += nonfinite_bits(p + 2 * i, 2) > 0;
+      for (int64_t i = 0; i < n; ++i) bad += nonfinite_f64(p + 2 * i, 2) > 0;
       return bad;
     }
-    case dtype::float16: return nonfinite_loop(static_cast<const Half*>(data), n);
-    case dtype::bfloat16: return nonfinite_loop(static_cast<const BFloat16*>(data), n);
     default: return 0;
   }
 }

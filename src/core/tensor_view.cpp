@@ -2,9 +2,6 @@
 
 #include <cstring>
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 
 #include "util/checked.h"
@@ -73,36 +70,16 @@ const uint8_t* contiguous_data(const tensor_view& v, std::vector<uint8_t>& copy)
   return copy.data();
 }
 
-namespace {
-
-// How far from a touched byte the kernel may map file pages along with it: fault-around maps 64 KiB
-// windows, and a large page-cache folio (ext4 and XFS on recent kernels) is mapped whole, up to a
-// PMD, 2 MiB on x86-64. Measured on Linux 6.18/ext4: reading one byte maps 2 MiB.
-constexpr uintptr_t kMapAround = 2 * 1024 * 1024;
-
-// madvise(MADV_DONTNEED) on [first, last), widened to whole pages and clamped to the mapping.
-void drop(const mapped_file& m, uintptr_t first, uintptr_t last) {
-  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(m.data());
-  const uintptr_t hi = lo + m.size();
-  first = std::max(first, lo) / page * page;
-  last = std::min(last, hi);
-  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
-}
-
-}  // namespace
-
 void release_pages(const tensor_view& v) {
-  if (v.mapping == nullptr || !v.mapping->mapped() || v.storage_bytes == 0) return;
-  const uintptr_t start = reinterpret_cast<uintptr_t>(v.storage);
-  drop(*v.mapping, start > kMapAround ? start - kMapAround : 0, start + v.storage_bytes + kMapAround);
+  if (v.mapping == nullptr || v.storage_bytes == 0) return;
+  const uint64_t start = static_cast<uint64_t>(v.storage - v.mapping->data());
+  v.mapping->release_pages(start, start + v.storage_bytes);
 }
 
 void release_pages(const tensor_view& v, uint64_t offset, uint64_t length) {
-  if (v.mapping == nullptr || !v.mapping->mapped() || offset >= v.storage_bytes) return;
-  length = std::min(length, v.storage_bytes - offset);
-  const uintptr_t first = reinterpret_cast<uintptr_t>(v.storage) + offset;
-  drop(*v.mapping, first > kMapAround ? first - kMapAround : 0, first + length + kMapAround);
+  if (v.mapping == nullptr || offset >= v.storage_bytes) return;
+  const uint64_t start = static_cast<uint64_t>(v.storage - v.mapping->data()) + offset;
+  v.mapping->release_pages(start, start + std::min(length, v.storage_bytes - offset));
 }
 
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {

@@ -42,12 +42,10 @@ void gather_contiguous(const tensor_view& v, void* dst);
 // are, else a gathered copy held in `copy`.
 const uint8_t* contiguous_data(const tensor_view& v, std::vector<uint8_t>& copy);
 
-// Drops the view's storage pages from this process's memory once they are no longer needed (they
-// stay in the page cache and are mapped again on the next access), with the pages around it that
-// the kernel maps along with touched ones (fault-around, large folios). No-op without a mapping.
-// Dropping pages still to be read costs only a minor fault when they are.
+// Drops the view's storage pages from this process's memory once they are no longer needed, as
+// mapped_file::release_pages does (with the pages mapped around them). No-op without a mapping.
 void release_pages(const tensor_view& v);
-// The same for the `length` bytes of the storage starting `offset` bytes in, and the pages around.
+// The same for the `length` bytes of the storage starting `offset` bytes in.
 void release_pages(const tensor_view& v, uint64_t offset, uint64_t length);
 
 // Row-major strides for `shape`.

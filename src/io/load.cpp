@@ -27,7 +27,7 @@ file_format detect(const std::shared_ptr<const mapped_file>& f) {
   const std::string& path = f->path();
   if (f->size() == 0) throw input_error(path + ": empty file, expected a checkpoint");
   if (looks_like_zip(f->data(), f->size())) {
-    zip_reader zip(f->data(), f->size(), path);
+    zip_reader zip = read_zip(*f);
     return is_torchscript_archive(zip) ? file_format::torchscript : file_format::torch;
   }
   // A .safetensors file that does not look like one goes to the parser anyway, which says what is wrong.

@@ -184,7 +184,7 @@ torch_archive open_torch_archive(const std::shared_ptr<const mapped_file>& file,
   const std::string& path = file->path();
   torch_archive a;
   a.file = file;
-  a.zip = std::make_unique<zip_reader>(file->data(), file->size(), path);
+  a.zip = std::make_unique<zip_reader>(read_zip(*file));
   if (is_torchscript_archive(*a.zip))
     throw input_error(path + ": is a TorchScript archive (torch.jit.save), expected " + expected);
   a.prefix = a.zip->root() + "/";

@@ -13,6 +13,7 @@
 #include "util/atomic_file.h"
 #include "util/checked.h"
 #include "util/error.h"
+#include "util/mapped_file.h"
 
 namespace swavg {
 namespace {
@@ -232,7 +233,7 @@ bool looks_like_zip(const uint8_t* data, size_t size) {
 // ----------------------------------------------------------------------------------------------
 // Reader
 
-zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context)
+zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context, const done_fn& done_with)
     : data_(data), size_(size), context_(std::move(context)) {
   auto fail = [this](const std::string& what) { throw input_error(context_ + ": " + what); };
   auto u16 = [this](uint64_t at) { return load_le<uint16_t>(data_ + at); };
@@ -418,6 +419,7 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context)
       fail(rec() + " runs into the central directory (its bytes end at offset " + str(*data_end) +
            ", the directory starts at offset " + str(cd_offset) + ")");
 
+    if (done_with) done_with(local, data_offset);
     e.header_offset = local;
     e.data_offset = data_offset;
     e.size = uncompressed;
@@ -479,6 +481,11 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context)
 const std::string& zip_reader::root() const {
   if (root_.empty()) throw input_error(context_ + ": " + root_error_);
   return root_;
+}
+
+zip_reader read_zip(const mapped_file& file) {
+  return zip_reader(file.data(), file.size(), file.path(),
+                    [&file](uint64_t begin, uint64_t end) { file.release_pages(begin, end); });
 }
 
 const zip_entry* zip_reader::find(std::string_view name) const {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,12 +33,17 @@ struct zip_entry {
 // record, as an archive without records does).
 bool looks_like_zip(const uint8_t* data, size_t size);
 
+class mapped_file;
 class zip_reader {
  public:
+  // Called with each byte range [begin, end) the reader has finished reading (the local headers,
+  // spread all over the file), so that a caller reading through a file mapping can drop its pages.
+  using done_fn = std::function<void(uint64_t begin, uint64_t end)>;
+
   // Parses and validates the whole directory. `context` (the file path) starts error messages.
   // Throws input_error on anything malformed: truncation, bad signatures, entries whose bytes fall
   // outside the file, duplicate names.
-  zip_reader(const uint8_t* data, size_t size, std::string context);
+  zip_reader(const uint8_t* data, size_t size, std::string context, const done_fn& done_with = nullptr);
 
   const std::vector<zip_entry>& entries() const { return entries_; }
   // nullptr when absent.
@@ -59,6 +65,10 @@ class zip_reader {
   std::string root_;
   std::string root_error_;  // why there is no root, when root_ is empty
 };
+
+// A zip_reader over a mapped file that drops the pages of each local header once read (the headers
+// are spread over the whole file, and each touch maps up to 2 MiB around it).
+zip_reader read_zip(const mapped_file& file);
 
 class zip_writer {
  public:

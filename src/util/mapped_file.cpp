@@ -79,8 +79,17 @@ void mapped_file::will_need(uint64_t offset, uint64_t length) const {
   ::madvise(const_cast<uint8_t*>(data_) + start, end - start, MADV_WILLNEED);
 }
 
-void mapped_file::release_pages() const {
-  if (mapped_ && size_ > 0) ::madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);
+// How far from a touched byte the kernel may map file pages along with it: fault-around maps 64 KiB
+// windows, and a large page-cache folio (ext4 and XFS on recent kernels) is mapped whole, up to a
+// PMD, 2 MiB on x86-64. Measured on Linux 6.18/ext4: reading one byte maps 2 MiB.
+constexpr uint64_t kMapAround = 2 * 1024 * 1024;
+
+void mapped_file::release_pages(uint64_t begin, uint64_t end) const {
+  if (!mapped_ || begin >= size_) return;
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  begin = (begin > kMapAround ? begin - kMapAround : 0) / page * page;
+  end = std::min<uint64_t>(size_, end > size_ - kMapAround ? size_ : end + kMapAround);
+  if (end > begin) ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_DONTNEED);
 }
 
 }  // namespace swavg

@@ -11,7 +11,7 @@ import unittest
 
 import torch
 
-from common import TempDirTest, fixture, same_bits, swavg
+from common import SWAVG, TempDirTest, fixture, same_bits, swavg
 from reference import (averaged_model_reference, bf16_ulp, copy_state, float64_weighted_mean,
                        is_buffer_name, lerp_fold, load_output, load_safetensors, model_for, nan_equal,
                        run_paths, save_state, state_dict_of, swa_fold, swavg_input, weighted_weights,
@@ -534,6 +534,15 @@ class SelectionTest(AverageTest):
         p = swavg_input("\n".join([self.nat[10], self.nat[2]]) + "\n",
                         "average", "--inputs-from", "-", "--sort", "natural", "-o", out, "--json")
         self.assertEqual(p.returncode, 0, p.stderr)
+        self.assert_selected([2, 10], (json.loads(p.stdout)["inputs"], load_output(out)["w"],
+                                       int(load_output(out)["step"])))
+        # A job that needs LibTorch (here: reading a TorchScript --model) is handed to swavg-torch after
+        # stdin was read: the listed paths go along.
+        p = swavg_input("\n".join([self.nat[10], self.nat[2]]) + "\n", "-v", "average", "--inputs-from", "-",
+                        "--sort", "natural", "--model", fixture("scripted.ts"), "-o", out, "--force", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        if os.path.basename(SWAVG) == "swavg":
+            self.assertIn("swavg-torch", p.stderr)
         self.assert_selected([2, 10], (json.loads(p.stdout)["inputs"], load_output(out)["w"],
                                        int(load_output(out)["step"])))
 
