@@ -7,6 +7,10 @@
 #include <cmath>
 #include <cstring>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 namespace swavg {
 namespace {
 
@@ -74,29 +78,54 @@ __attribute__((target("avx2,fma"))) void convert_loop_avx2(to_t* __restrict dst,
 }
 #endif
 
+// Runs f(begin, end) over [0, n) split among OpenMP's threads (each element is computed alone, so
+// the split changes no bit), or in one piece when n is too small to be worth it.
+template <typename fn>
+void split_range(int64_t n, fn&& f) {
+  constexpr int64_t kParallelMin = 1 << 16;
+#ifdef _OPENMP
+  if (n >= kParallelMin && omp_get_max_threads() > 1) {
+#pragma omp parallel
+    {
+      const int64_t t = omp_get_thread_num(), k = omp_get_num_threads();
+      f(n * t / k, n * (t + 1) / k);
+    }
+    return;
+  }
+#endif
+  f(int64_t{0}, n);
+}
+
 template <typename acc_t, typename in_t>
 void swa(acc_t* acc, const in_t* x, int64_t n, acc_t divisor) {
+  split_range(n, [&](int64_t b, int64_t e) {
 #ifdef SWAVG_AVX2_CLONES
-  if (cpu_has_avx2_fma()) return swa_loop_avx2(acc, x, n, divisor);
+    if (cpu_has_avx2_fma()) return swa_loop_avx2(acc + b, x + b, e - b, divisor);
 #endif
-  swa_loop(acc, x, n, divisor);
+    swa_loop(acc + b, x + b, e - b, divisor);
+  });
 }
 
 template <typename acc_t, typename in_t>
 void lerp(acc_t* acc, const in_t* x, int64_t n, acc_t weight, lerp_form form) {
+  split_range(n, [&](int64_t b, int64_t e) {
 #ifdef SWAVG_AVX2_CLONES
-  if (cpu_has_avx2_fma()) return lerp_loop_avx2(acc, x, n, weight, form);
+    if (cpu_has_avx2_fma()) return lerp_loop_avx2(acc + b, x + b, e - b, weight, form);
 #endif
-  lerp_loop(acc, x, n, weight, form);
+    lerp_loop(acc + b, x + b, e - b, weight, form);
+  });
 }
 
 template <typename to_t, typename from_t>
 void convert(void* dst, const void* src, int64_t n) {
+  to_t* d = static_cast<to_t*>(dst);
+  const from_t* f = static_cast<const from_t*>(src);
+  split_range(n, [&](int64_t b, int64_t e) {
 #ifdef SWAVG_AVX2_CLONES
-  if (cpu_has_avx2_fma())
-    return convert_loop_avx2(static_cast<to_t*>(dst), static_cast<const from_t*>(src), n);
+    if (cpu_has_avx2_fma()) return convert_loop_avx2(d + b, f + b, e - b);
 #endif
-  convert_loop(static_cast<to_t*>(dst), static_cast<const from_t*>(src), n);
+    convert_loop(d + b, f + b, e - b);
+  });
 }
 
 // Calls f(pointer to x typed as its element type) for the floating input dtypes.

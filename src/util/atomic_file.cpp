@@ -18,6 +18,7 @@ namespace {
 
 constexpr size_t kBufferSize = 4 << 20;
 constexpr size_t kDirectWrite = 256 << 10;  // larger writes skip the buffer's copy
+constexpr uint64_t kWritebackStep = 32 << 20;
 constexpr const char* kTempMarker = ".swavg-tmp-";
 
 std::string parent_dir(const std::string& path) {
@@ -84,6 +85,17 @@ void atomic_file::flush() {
   if (buffer_.empty()) return;
   write_all(fd_, buffer_.data(), buffer_.size(), target_);
   buffer_.clear();
+  start_writeback();
+}
+
+// Starts writing back what is in the file so far without waiting for it, so that the disk works
+// while the next tensors are computed and commit()'s fsync has little left to wait for.
+void atomic_file::start_writeback() {
+  const uint64_t on_file = written_ - buffer_.size();
+  if (on_file < writeback_from_ + kWritebackStep) return;
+  ::sync_file_range(fd_, static_cast<off_t>(writeback_from_), static_cast<off_t>(on_file - writeback_from_),
+                    SYNC_FILE_RANGE_WRITE);
+  writeback_from_ = on_file;
 }
 
 void atomic_file::write(const void* data, uint64_t size) {
@@ -91,11 +103,13 @@ void atomic_file::write(const void* data, uint64_t size) {
   if (size >= kDirectWrite) {
     flush();
     write_all(fd_, p, size, target_);
+    written_ += size;
+    start_writeback();
   } else {
     if (buffer_.size() + size > kBufferSize) flush();
     buffer_.insert(buffer_.end(), p, p + size);
+    written_ += size;
   }
-  written_ += size;
 }
 
 void atomic_file::pwrite(const void* data, uint64_t size, uint64_t offset) {

@@ -30,10 +30,12 @@ class atomic_file {
 
  private:
   void flush();
+  void start_writeback();
   std::string target_;
   std::string temp_;
   int fd_ = -1;
   uint64_t written_ = 0;
+  uint64_t writeback_from_ = 0;  // bytes before this offset are being written back
   std::vector<char> buffer_;
   bool committed_ = false;
 };
