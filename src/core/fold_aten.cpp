@@ -92,7 +92,7 @@ std::optional<lerp_form> lerp_form_for(dtype acc, dtype in) {
   int8_t& k = known[static_cast<size_t>(acc)][static_cast<size_t>(in)];
   if (k == 0) {
     k = -1;
-    if ((acc == dtype::float32 || acc == dtype::float64) && is_floating(in))
+    if (is_native_accumulator(acc) && is_floating(in))
       for (lerp_form f : {lerp_form::one_minus_w, lerp_form::w_minus_one})
         if (probe_lerp(acc, in, f)) {
           k = static_cast<int8_t>(f);

@@ -15,10 +15,6 @@
 namespace swavg {
 namespace {
 
-bool is_native_float(dtype t) {
-  return t == dtype::float32 || t == dtype::float64 || t == dtype::float16 || t == dtype::bfloat16;
-}
-
 // The view's elements, contiguous and aligned: the mapping itself when it already is, else a copy
 // (whose source pages are then dropped).
 class flat_input {
@@ -48,12 +44,12 @@ void check(bool ok, const tensor_plan& p, const char* step) {
 
 bool native_average_covers(const fold_config& c, const tensor_plan& p) {
   const dtype acc = p.outcome.accumulate_type;
-  if (c.device != "cpu" || (acc != dtype::float32 && acc != dtype::float64) || !is_native_float(p.outcome.output_type))
+  if (c.device != "cpu" || !is_native_accumulator(acc) || !is_floating(p.outcome.output_type))
     return false;
-  if (p.resumed && !is_native_float(p.resumed->type)) return false;
+  if (p.resumed && !is_floating(p.resumed->type)) return false;
   for (const auto& s : p.sources) {
     const dtype in = s.view->type;
-    if (!is_native_float(in)) return false;
+    if (!is_floating(in)) return false;
     if (c.mode == fold_mode::swa ? (acc == dtype::float32 && in == dtype::float64) : !lerp_form_for(acc, in))
       return false;
   }

@@ -23,6 +23,9 @@ namespace swavg {
 
 enum class lerp_form : int8_t { one_minus_w = 1, w_minus_one = 2 };
 
+// The accumulator dtypes the kernels fold into: float32 and float64.
+inline bool is_native_accumulator(dtype t) { return t == dtype::float32 || t == dtype::float64; }
+
 // The form LibTorch computes lerp in for this accumulator and input dtype, or nullopt where swavg's
 // kernel cannot reproduce it. With LibTorch loaded this is probed against at::lerp once per pair;
 // without it, it is the form of the LibTorch swavg was built against, on CPUs where that LibTorch

@@ -22,7 +22,7 @@ void require_libtorch(const std::string& why) { throw needs_libtorch(why); }
 // LibTorch this was built against, on its FMA path, with no CPU capability forced.
 std::optional<lerp_form> lerp_form_for(dtype acc, dtype in) {
   if (!cpu_has_avx2_fma() || std::getenv("ATEN_CPU_CAPABILITY") != nullptr) return std::nullopt;
-  if ((acc != dtype::float32 && acc != dtype::float64) || !is_floating(in)) return std::nullopt;
+  if (!is_native_accumulator(acc) || !is_floating(in)) return std::nullopt;
   return built_lerp_form();
 }
 

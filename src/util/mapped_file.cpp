@@ -88,7 +88,7 @@ void mapped_file::release_pages(uint64_t begin, uint64_t end) const {
   if (!mapped_ || begin >= size_) return;
   static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   begin = (begin > kMapAround ? begin - kMapAround : 0) / page * page;
-  end = std::min<uint64_t>(size_, end > size_ - kMapAround ? size_ : end + kMapAround);
+  end = std::min<uint64_t>(size_, std::min<uint64_t>(end, size_) + kMapAround);
   if (end > begin) ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_DONTNEED);
 }
 
