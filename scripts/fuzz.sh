@@ -3,12 +3,12 @@
 #
 #   scripts/fuzz.sh SECONDS [TARGET...]     # targets: unpickle zip safetensors torch_file (default: all)
 #
-# Builds fuzz/ with clang-14 into build-fuzz/ (Debian: apt-get install clang-14 libclang-rt-14-dev),
+# Builds tests/fuzz/ with clang-14 into build-fuzz/ (Debian: apt-get install clang-14 libclang-rt-14-dev),
 # seeds one corpus per target from the real fixtures (build/fixtures, made by scripts/make_fixtures.py
-# when missing), the malformed-input suite and fuzz/regressions/, then runs the targets one after
+# when missing), the malformed-input suite and tests/fuzz/regressions/, then runs the targets one after
 # the other for SECONDS each at low priority. Prints each target's executions, exec/s and coverage;
 # exits 1 when a target crashed (the input is in build-fuzz/artifacts/<target>/: add it to
-# fuzz/regressions/<target>/ and fuzz/regressions/cases.json once fixed).
+# tests/fuzz/regressions/<target>/ and tests/fuzz/regressions/cases.json once fixed).
 # Environment: BUILD_DIR (build-fuzz), FIXTURES (build/fixtures), CXX (clang++-14), JOBS (nproc),
 # FUZZ_ARGS (extra libFuzzer flags, e.g. -jobs=2).
 set -euo pipefail
@@ -52,7 +52,7 @@ ARTIFACTS=$BUILD_DIR/artifacts
 LOGS=$BUILD_DIR/logs
 mkdir -p "$CORPUS" "$ARTIFACTS" "$LOGS"
 # Seeds: small regular files only (big checkpoints slow every execution down).
-"$PYTHON" - "$FIXTURES" "$CORPUS" "$ROOT/fuzz/regressions" "${TARGETS[@]}" <<'EOF'
+"$PYTHON" - "$FIXTURES" "$CORPUS" "$ROOT/tests/fuzz/regressions" "${TARGETS[@]}" <<'EOF'
 import hashlib, os, sys, zipfile
 fixtures, corpus, regressions, targets = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 MAX = 64 << 10
@@ -105,8 +105,8 @@ for t in "${TARGETS[@]}"; do
   log=$LOGS/$t.log
   echo "fuzzing $t for $SECONDS_EACH s (log: $log)"
   set +e
-  nice -n 10 "$BUILD_DIR/fuzz/fuzz_$t" "$CORPUS/$t" -max_total_time="$SECONDS_EACH" -print_final_stats=1 \
-    -timeout=10 -rss_limit_mb=2048 -max_len=65536 -dict="fuzz/${DICT[$t]}" \
+  nice -n 10 "$BUILD_DIR/tests/fuzz/fuzz_$t" "$CORPUS/$t" -max_total_time="$SECONDS_EACH" -print_final_stats=1 \
+    -timeout=10 -rss_limit_mb=2048 -max_len=65536 -dict="tests/fuzz/${DICT[$t]}" \
     -artifact_prefix="$ARTIFACTS/$t/" ${FUZZ_ARGS:-} >"$log" 2>&1
   rc=$?
   set -e

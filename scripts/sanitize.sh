@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the parsers (swavg_formats), their unit tests, the fuzz targets (as replay drivers) and
-# swavg-replay (swavg inspect without LibTorch: fuzz/replay.cpp) with AddressSanitizer and
+# swavg-replay (swavg inspect without LibTorch: tests/fuzz/replay.cpp) with AddressSanitizer and
 # UndefinedBehaviorSanitizer into build-asan/, then runs under them: the reader unit tests, the
 # malformed-input suite through swavg-replay, and every fuzz target over the suite and the
 # regression inputs. Nothing here compiles LibTorch code, which keeps it to a few minutes.

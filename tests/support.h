@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor_view.h"
+#include "tensor/tensor_view.h"
 
 namespace swavg::test {
 

@@ -7,9 +7,9 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 
-#include "core/tensor_bridge.h"
-#include "io/load.h"
-#include "io/zip.h"
+#include "libtorch/tensor_bridge.h"
+#include "formats/load.h"
+#include "formats/zip.h"
 #include "support.h"
 #include "util/error.h"
 

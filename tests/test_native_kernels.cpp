@@ -4,8 +4,8 @@
 
 #include <cstring>
 
-#include "core/native_kernels.h"
-#include "core/tensor_bridge.h"
+#include "fold/native_kernels.h"
+#include "libtorch/tensor_bridge.h"
 
 using namespace swavg;
 

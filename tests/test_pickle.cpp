@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/pickle.h"
+#include "formats/pickle.h"
 #include "util/error.h"
 
 using namespace swavg;

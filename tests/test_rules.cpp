@@ -1,10 +1,7 @@
-// Per-tensor rules, buffer names, input selection and the EMA decay schedules.
+// Per-tensor rules and buffer names.
 #include <catch2/catch.hpp>
-#include <cmath>
 
-#include "core/averager.h"
-#include "core/input_list.h"
-#include "core/rules.h"
+#include "fold/rules.h"
 #include "util/error.h"
 
 using namespace swavg;
@@ -53,45 +50,6 @@ TEST_CASE("standard buffer names", "[rules]") {
   CHECK(is_standard_buffer_name("num_batches_tracked"));
   CHECK_FALSE(is_standard_buffer_name("bn.weight"));
   CHECK_FALSE(is_standard_buffer_name("running_mean_proj.weight"));
-}
-
-TEST_CASE("natural order puts ckpt_2 before ckpt_10", "[rules]") {
-  input_selection s;
-  s.paths = {"ckpt_10.pt", "ckpt_2.pt", "ckpt_1.pt", "ckpt_02b.pt", "a.pt"};
-  s.sort = "natural";
-  CHECK(select_inputs(s) == std::vector<std::string>{"a.pt", "ckpt_1.pt", "ckpt_2.pt", "ckpt_02b.pt", "ckpt_10.pt"});
-  s.sort = "name";
-  CHECK(select_inputs(s) == std::vector<std::string>{"a.pt", "ckpt_02b.pt", "ckpt_1.pt", "ckpt_10.pt", "ckpt_2.pt"});
-}
-
-TEST_CASE("thinning with every and last", "[rules]") {
-  input_selection s;
-  for (int i = 1; i <= 7; ++i) s.paths.push_back("c" + std::to_string(i));
-  s.every = 2;
-  CHECK(select_inputs(s) == std::vector<std::string>{"c2", "c4", "c6"});
-  s.last = 2;
-  CHECK(select_inputs(s) == std::vector<std::string>{"c4", "c6"});
-  s.every = 0;
-  CHECK_THROWS_AS(select_inputs(s), usage_error);
-  input_selection empty;
-  CHECK_THROWS_WITH(select_inputs(empty), Catch::Contains("no input"));
-}
-
-TEST_CASE("EMA decay schedules", "[rules]") {
-  fold_config c;
-  c.decay = 0.999;
-  CHECK(ema_decay_at(c, 5, std::nullopt) == 0.999);
-  CHECK(ema_decay_at(c, 5, 0.5) == 0.5);
-  c.warmup = warmup_kind::torch_ema;
-  CHECK(ema_decay_at(c, 1, std::nullopt) == 2.0 / 11.0);
-  CHECK(ema_decay_at(c, 100000, std::nullopt) == 0.999);
-  c.warmup = warmup_kind::power;
-  c.inv_gamma = 1.0;
-  c.power = 2.0 / 3.0;
-  CHECK(ema_decay_at(c, 7, std::nullopt) == Approx(1.0 - std::pow(8.0, -2.0 / 3.0)));
-  c.min_decay = 0.9;
-  CHECK(ema_decay_at(c, 1, std::nullopt) == 0.9);
-  CHECK(ema_decay_at(c, 1000000000, std::nullopt) == 0.999);
 }
 
 TEST_CASE("the shipped example rules parse and do what they say", "[rules]") {

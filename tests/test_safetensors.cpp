@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "util/atomic_file.h"
 #include "util/checked.h"
 #include "util/error.h"

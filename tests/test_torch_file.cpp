@@ -1,9 +1,9 @@
 // torch.save archives written by real PyTorch, read by swavg and compared with what Python read.
 #include <catch2/catch.hpp>
 
-#include "io/torch_file.h"
-#include "io/torch_writer.h"
-#include "io/zip.h"
+#include "formats/torch_file.h"
+#include "formats/torch_writer.h"
+#include "formats/zip.h"
 #include "support.h"
 #include "util/atomic_file.h"
 #include "util/error.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "io/zip.h"
+#include "formats/zip.h"
 #include "util/atomic_file.h"
 #include "util/checked.h"
 #include "util/error.h"

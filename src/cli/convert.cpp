@@ -2,8 +2,9 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
-#include "io/load.h"
-#include "io/save.h"
+#include "cli/options.h"
+#include "formats/load.h"
+#include "formats/save.h"
 #include "util/atomic_file.h"
 
 namespace swavg {
@@ -12,7 +13,7 @@ namespace {
 struct convert_options {
   std::string input;
   std::string output;
-  std::string format;
+  std::optional<output_format> format;
   load_options load;
   bool force = false;
 };
@@ -32,7 +33,9 @@ command setup_convert(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand("convert", "Write a checkpoint's state dict as torch.save or safetensors");
   app->add_option("input", o->input, "Checkpoint to read (torch.save, TorchScript or safetensors)")->required();
   app->add_option("-o,--output", o->output, "File to write")->required();
-  app->add_option("--format", o->format, "torch or safetensors (default: from the output's extension)");
+  add_enum_option(app, "--format", o->format,
+                  {{"torch", output_format::torch}, {"safetensors", output_format::safetensors}},
+                  "torch or safetensors (default: from the output's extension)");
   app->add_option("--key", o->load.key, "Dotted path of the state dict inside a torch.save object, e.g. model or ema.module");
   app->add_option("--strip-prefix", o->load.strip_prefixes, "Remove this prefix from tensor names (repeatable), e.g. module.");
   app->add_flag("--force", o->force, "Replace an existing output");

@@ -2,19 +2,17 @@
 
 #include "cli/commands.h"
 #include "cli/fold_options.h"
+#include "cli/options.h"
 
 namespace swavg {
 namespace {
 
 struct ema_options {
   fold_options fold;
-  std::string warmup = "none";
 };
 
 void run_ema(ema_options o) {
-  fold_config& c = o.fold.job.config;
-  c.mode = fold_mode::ema;
-  c.warmup = o.warmup == "torch_ema" ? warmup_kind::torch_ema : o.warmup == "power" ? warmup_kind::power : warmup_kind::none;
+  o.fold.job.config.mode = fold_mode::ema;
   run_fold_command(std::move(o.fold));
 }
 
@@ -25,9 +23,9 @@ command setup_ema(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand("ema", "Exponential moving average of checkpoints: avg.lerp(x, 1 - decay)");
   add_fold_options(app, o->fold);
   app->add_option("--decay", o->fold.job.config.decay, "Decay in [0, 1], e.g. 0.999")->required();
-  app->add_option("--warmup", o->warmup,
-                  "none; torch_ema: min(decay, (1+n)/(10+n)); power: 1-(1+n/G)^-P clamped to [min_decay, decay]")
-      ->check(CLI::IsMember({"none", "torch_ema", "power"}));
+  add_enum_option(app, "--warmup", o->fold.job.config.warmup,
+                  {{"none", warmup_kind::none}, {"torch_ema", warmup_kind::torch_ema}, {"power", warmup_kind::power}},
+                  "none; torch_ema: min(decay, (1+n)/(10+n)); power: 1-(1+n/G)^-P clamped to [min_decay, decay]");
   app->add_option("--inv-gamma", o->fold.job.config.inv_gamma, "G of the power warmup (default 1)");
   app->add_option("--power", o->fold.job.config.power, "P of the power warmup (default 2/3)");
   app->add_option("--min-decay", o->fold.job.config.min_decay, "Lower bound of the power warmup's decay (default 0)");

@@ -1,46 +1,53 @@
 #include "cli/fold_options.h"
 
 #include <CLI/CLI.hpp>
-#include <fstream>
-#include <iostream>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "cli/options.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace swavg {
 
 void add_fold_options(CLI::App* app, fold_options& o) {
+  fold_config& c = o.job.config;
   app->add_option("inputs", o.selection.paths, "Checkpoints to fold, in this order (any format swavg reads)");
   app->add_option("--inputs-from", o.selection.inputs_from, "Read more input paths from FILE, one per line ('-': stdin)");
-  app->add_option("--sort", o.selection.sort, "Order inputs by name, natural (ckpt_2 before ckpt_10), mtime or none")
-      ->check(CLI::IsMember({"none", "name", "natural", "mtime"}));
+  add_enum_option(app, "--sort", o.selection.sort,
+                  {{"none", sort_order::none}, {"name", sort_order::name}, {"natural", sort_order::natural},
+                   {"mtime", sort_order::mtime}},
+                  "Order inputs by name, natural (ckpt_2 before ckpt_10), mtime or none");
   app->add_option("--last", o.selection.last, "Keep only the last N inputs (after sorting)");
   app->add_option("--every", o.selection.every, "Keep every K-th input: the K-th, 2K-th, ... (after sorting)");
   app->add_option("-o,--output", o.job.output, "File to write (atomically)")->required();
-  app->add_option("--format", o.job.format, "torch or safetensors (default: from the output's extension)")
-      ->check(CLI::IsMember({"torch", "safetensors"}));
+  add_enum_option(app, "--format", o.job.format,
+                  {{"torch", output_format::torch}, {"safetensors", output_format::safetensors}},
+                  "torch or safetensors (default: from the output's extension)");
   app->add_flag("--force", o.job.force, "Replace an existing output");
   app->add_option("--key", o.job.load.key, "Dotted path of the state dict inside torch.save objects, e.g. model");
   app->add_option("--strip-prefix", o.job.load.strip_prefixes, "Remove this prefix from tensor names (repeatable)");
-  app->add_option("--buffers", o.buffers, "Buffers: latest (from the last input, like use_buffers=False) or average")
-      ->check(CLI::IsMember({"latest", "average"}));
-  app->add_option("--buffer", o.job.config.buffer_patterns, "Also treat tensors matching REGEX as buffers (repeatable)");
+  add_enum_option(app, "--buffers", c.buffers, {{"latest", buffer_policy::latest}, {"average", buffer_policy::average}},
+                  "Buffers: latest (from the last input, like use_buffers=False) or average");
+  app->add_option("--buffer", c.buffer_patterns, "Also treat tensors matching REGEX as buffers (repeatable)");
   app->add_option("--model", o.job.model, "TorchScript model whose parameter/buffer split decides what is a buffer");
-  app->add_option("--int", o.ints, "Integer and bool tensors: latest, first, or error when they differ")
-      ->check(CLI::IsMember({"latest", "first", "error"}));
+  add_enum_option(app, "--int", c.ints,
+                  {{"latest", int_policy::latest}, {"first", int_policy::first}, {"error", int_policy::error}},
+                  "Integer and bool tensors: latest, first, or error when they differ");
   app->add_option("--rules", o.rules_file, "JSON list of {\"match\": REGEX, \"action\": average|latest|first|drop, \"decay\": D}");
-  app->add_option("--accumulate", o.accumulate,
-                  "Accumulator precision: auto (float32 for float16/bfloat16, else native), native, float32, float64")
-      ->check(CLI::IsMember({"auto", "native", "float32", "float64"}));
-  app->add_option("--output-dtype", o.output_dtype, "Write floating tensors in this dtype (default: each input's)");
+  add_enum_option(app, "--accumulate", c.accumulate,
+                  {{"auto", accumulate_policy::automatic}, {"native", accumulate_policy::native},
+                   {"float32", accumulate_policy::float32}, {"float64", accumulate_policy::float64}},
+                  "Accumulator precision: auto (float32 for float16/bfloat16, else native), native, float32, float64");
+  add_dtype_option(app, "--output-dtype", c.output_dtype, /*floating_only=*/true,
+                   "Write floating tensors in this dtype (default: each input's)");
   app->add_option("--resume", o.job.resume, "Continue from an earlier output of the same mode");
-  app->add_option("--layout", o.layout, "state-dict (the inputs' names) or averaged-model (module.<name> + n_averaged)")
-      ->check(CLI::IsMember({"state-dict", "averaged-model"}));
-  app->add_flag("--allow-missing", o.job.config.allow_missing, "Average each tensor over the inputs that have it");
-  app->add_flag("--allow-nonfinite", o.job.config.allow_nonfinite, "Accept NaN and Inf values in the inputs");
-  app->add_option("--device", o.job.config.device, "Fold on cpu or cuda[:N]");
+  add_enum_option(app, "--layout", c.layout,
+                  {{"state-dict", output_layout::state_dict}, {"averaged-model", output_layout::averaged_model}},
+                  "state-dict (the inputs' names) or averaged-model (module.<name> + n_averaged)");
+  app->add_flag("--allow-missing", c.allow_missing, "Average each tensor over the inputs that have it");
+  app->add_flag("--allow-nonfinite", c.allow_nonfinite, "Accept NaN and Inf values in the inputs");
+  add_device_option(app, "--device", c.device, "Fold on cpu or cuda[:N]");
   app->add_option("--report", o.report_file, "Write a JSON report to FILE");
   app->add_flag("--json", o.json, "Print the JSON report on stdout");
 
@@ -53,59 +60,38 @@ void add_fold_options(CLI::App* app, fold_options& o) {
   app->add_option("--data-key", o.bn.data.key, "Entry holding the input tensor in a torch.save or safetensors file")
       ->group(bn);
   app->add_option("--shape", o.bn.data.shape, "Raw data: the shape of one sample, e.g. 3,32,32")->delimiter(',')->group(bn);
-  app->add_option("--dtype", o.bn.data.dtype, "Raw data: element type (default float32)")->group(bn);
+  add_dtype_option(app, "--dtype", o.bn.data.type, /*floating_only=*/false, "Raw data: element type (default float32)")
+      ->group(bn);
   app->add_option("--batch-size", o.bn.options.batch_size, "Samples per batch, as your DataLoader's batch_size")
       ->capture_default_str()
       ->group(bn);
   app->add_flag("--drop-last", o.bn.options.drop_last, "Drop the last partial batch")->group(bn);
   app->add_option("--max-batches", o.bn.options.max_batches, "Replay at most N batches")->group(bn);
-  app->add_option("--input-dtype", o.input_dtype, "Feed the model this dtype (default: the model's floating dtype)")
+  add_dtype_option(app, "--input-dtype", o.bn.options.input_type, /*floating_only=*/false,
+                   "Feed the model this dtype (default: the model's floating dtype)")
       ->group(bn);
 }
 
 void run_fold_command(fold_options o) {
-  fold_config& c = o.job.config;
   o.job.inputs = select_inputs(o.selection);
-  c.buffers = o.buffers == "average" ? buffer_policy::average : buffer_policy::latest;
-  c.ints = o.ints == "first" ? int_policy::first : o.ints == "error" ? int_policy::error : int_policy::latest;
-  if (!o.rules_file.empty()) c.rules = load_rules(o.rules_file);
-  if (o.accumulate == "native") c.accumulate = accumulate_policy::native;
-  else if (o.accumulate == "float32") c.accumulate = accumulate_policy::float32;
-  else if (o.accumulate == "float64") c.accumulate = accumulate_policy::float64;
-  if (!o.output_dtype.empty()) {
-    auto t = dtype_from_name(o.output_dtype);
-    if (!t || !is_floating(*t))
-      throw usage_error("--output-dtype: expected float32, float64, float16 or bfloat16, got '" + o.output_dtype + "'");
-    c.output_dtype = t;
-  }
-  c.layout = o.layout == "averaged-model" ? output_layout::averaged_model : output_layout::state_dict;
+  if (!o.rules_file.empty()) o.job.config.rules = load_rules(o.rules_file);
   if (!o.report_file.empty()) check_output_path(o.report_file, o.job.inputs, true);
-
   std::optional<bn_step> bn;
   if (o.update_bn) {
     if (o.bn.data.path.empty()) throw usage_error("--update-bn needs --data, the samples to replay");
-    if (!o.input_dtype.empty()) {
-      o.bn.options.input_type = dtype_from_name(o.input_dtype);
-      if (!o.bn.options.input_type) throw usage_error("--input-dtype: unknown element type '" + o.input_dtype + "'");
-    }
     bn = o.bn;
   } else if (!o.bn.data.path.empty()) {
     throw usage_error("--data is used with --update-bn; add --update-bn to recompute BatchNorm statistics");
   }
-  pipeline_report result = run_fold_pipeline(o.job, bn);
+
+  const pipeline_report result = run_fold_pipeline(o.job, bn);
   const fold_report& report = result.fold;
   spdlog::info("{}: {} of {} checkpoints ({} tensors), {:.1f} MB read, {:.1f} MB written in {:.2f} s", report.output,
                mode_name(report.mode), report.n, report.tensors.size(), report.bytes_read / 1e6,
                report.bytes_written / 1e6, report.wall_time_s);
   auto report_json = nlohmann::ordered_json::parse(fold_report_json(report));
   if (result.bn) report_json["update_bn"] = nlohmann::ordered_json::parse(bn_report_json(*result.bn));
-  const std::string json = report_json.dump(1);
-  if (!o.report_file.empty()) {
-    std::ofstream out(o.report_file);
-    out << json << "\n";
-    if (!out) throw io_error(o.report_file + ": cannot write the report");
-  }
-  if (o.json) std::cout << json << "\n";
+  emit_report(report_json.dump(1), o.report_file, o.json);
 }
 
 }  // namespace swavg

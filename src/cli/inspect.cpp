@@ -6,7 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
-#include "io/load.h"
+#include "formats/load.h"
 
 namespace swavg {
 namespace {

@@ -1,13 +1,15 @@
 #include <CLI/CLI.hpp>
-#include <fstream>
-#include <iostream>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "bn/update_bn.h"
 #include "cli/commands.h"
-#include "io/load.h"
-#include "io/save.h"
+#include "cli/options.h"
+#include "cli/pipeline.h"
+#include "cli/report.h"
+#include "formats/load.h"
+#include "formats/save.h"
+#include "libtorch/update_bn.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -20,55 +22,54 @@ struct update_bn_options {
   load_options load;
   dataset_options data;
   bn_options bn;
-  std::string input_dtype;
   std::string output;
-  std::string format;
+  std::optional<output_format> format;
   std::string module_output;
   std::string report_file;
   bool force = false;
   bool json = false;
 };
 
-void run_update_bn(update_bn_options o) {
-  require_libtorch("update-bn");
+// Refuses, before anything is read, outputs that are inputs or exist (without --force).
+void check_outputs(const update_bn_options& o) {
   if (o.output.empty() && o.module_output.empty())
     throw usage_error("update-bn: nothing to write: give -o OUT (the state dict) and/or --save-module OUT.ts");
   std::vector<std::string> inputs = {o.model, o.data.path};
   if (!o.checkpoint.empty()) inputs.push_back(o.checkpoint);
   if (!o.output.empty()) check_output_path(o.output, inputs, o.force);
   if (!o.module_output.empty()) {
-    if (o.module_output == o.output) throw usage_error("--save-module and -o name the same file: " + o.output);
+    if (o.module_output == o.output) throw usage_error(fmt::format("--save-module and -o name the same file: {}", o.output));
     check_output_path(o.module_output, inputs, o.force);
   }
   if (!o.report_file.empty()) check_output_path(o.report_file, inputs, true);
-  const output_format format = choose_output_format(o.output.empty() ? "out.pt" : o.output, o.format);
-  if (!o.input_dtype.empty()) {
-    o.bn.input_type = dtype_from_name(o.input_dtype);
-    if (!o.bn.input_type) throw usage_error("--input-dtype: unknown element type '" + o.input_dtype + "'");
-  }
+}
 
+void log_result(const update_bn_options& o, const bn_report& r) {
+  if (r.modules.empty()) return;
+  size_t unreached = 0;
+  for (const auto& m : r.modules) unreached += m.batches == 0;
+  spdlog::info("{}: {} BatchNorm modules{} updated from {} batches ({} samples) in {:.2f} s ({:.0f} samples/s)", o.model,
+               r.modules.size(), unreached ? fmt::format(" ({} not reached)", unreached) : "", r.batches, r.samples,
+               r.seconds, r.seconds > 0 ? r.samples / r.seconds : 0.0);
+}
+
+void run_update_bn(const update_bn_options& o) {
+  require_libtorch("update-bn");
+  check_outputs(o);
+  const output_format format = choose_output_format(o.output.empty() ? "out.pt" : o.output, o.format);
   const dataset data = open_dataset(o.data);
   spdlog::info("{}: {} data, {} samples of {} {}{}", data.path, data.format, data.size(), dtype_name(data.samples.type),
-               shape_string(data.sample_shape()), data.key.empty() ? "" : " (entry '" + data.key + "')");
+               shape_string(data.sample_shape()), data.key.empty() ? "" : fmt::format(" (entry '{}')", data.key));
   state_dict weights;
   if (!o.checkpoint.empty()) weights = load_state_dict(o.checkpoint, o.load);
   const update_bn_result result = update_batchnorm(o.model, weights.tensors, o.checkpoint, data, o.bn);
-  const bn_report& r = result.report;
-  if (!r.modules.empty()) {
-    size_t unreached = 0;
-    for (const auto& m : r.modules) unreached += m.batches == 0;
-    spdlog::info("{}: {} BatchNorm modules{} updated from {} batches ({} samples) in {:.2f} s ({:.0f} samples/s)",
-                 o.model, r.modules.size(), unreached ? " (" + std::to_string(unreached) + " not reached)" : "",
-                 r.batches, r.samples, r.seconds, r.seconds > 0 ? r.samples / r.seconds : 0.0);
-  }
+  log_result(o, result.report);
 
-  nlohmann::ordered_json report = nlohmann::ordered_json::parse(bn_report_json(r));
+  nlohmann::ordered_json report = nlohmann::ordered_json::parse(bn_report_json(result.report));
   report["checkpoint"] = o.checkpoint;
   report["layout"] = result.averaged_layout ? "averaged-model" : "state-dict";
   if (!o.output.empty()) {
-    std::map<std::string, std::string> metadata = weights.metadata;
-    metadata["swavg_update_bn"] = bn_report_json(r);
-    const uint64_t bytes = save_state_dict(o.output, result.tensors, format, metadata);
+    const uint64_t bytes = save_updated_state(o.output, format, result, weights.metadata);
     spdlog::info("wrote {} tensors ({} bytes) to {}", result.tensors.size(), bytes, o.output);
     report["output"] = o.output;
   }
@@ -77,13 +78,7 @@ void run_update_bn(update_bn_options o) {
     spdlog::info("wrote the updated TorchScript module ({} bytes) to {}", bytes, o.module_output);
     report["module_output"] = o.module_output;
   }
-  const std::string json = report.dump();
-  if (!o.report_file.empty()) {
-    std::ofstream out(o.report_file);
-    out << json << "\n";
-    if (!out) throw io_error(o.report_file + ": cannot write the report");
-  }
-  if (o.json) std::cout << json << "\n";
+  emit_report(report.dump(), o.report_file, o.json);
 }
 
 }  // namespace
@@ -102,17 +97,18 @@ command setup_update_bn(CLI::App& parent) {
   app->add_option("--data-key", o->data.key,
                   "Entry holding the input tensor: dotted path in a torch.save object, tensor name in safetensors");
   app->add_option("--shape", o->data.shape, "Raw data: the shape of one sample, e.g. 3,32,32")->delimiter(',');
-  app->add_option("--dtype", o->data.dtype, "Raw data: element type (default float32)");
+  add_dtype_option(app, "--dtype", o->data.type, /*floating_only=*/false, "Raw data: element type (default float32)");
   app->add_option("--batch-size", o->bn.batch_size, "Samples per batch, as your DataLoader's batch_size")
       ->capture_default_str();
   app->add_flag("--drop-last", o->bn.drop_last, "Drop the last partial batch");
   app->add_option("--max-batches", o->bn.max_batches, "Replay at most N batches");
-  app->add_option("--device", o->bn.device, "cpu or cuda[:N]")->capture_default_str();
-  app->add_option("--input-dtype", o->input_dtype,
-                  "Feed the model this dtype (default: the model's floating dtype for floating data, else as stored)");
+  add_device_option(app, "--device", o->bn.device, "cpu or cuda[:N] (default cpu)");
+  add_dtype_option(app, "--input-dtype", o->bn.input_type, /*floating_only=*/false,
+                   "Feed the model this dtype (default: the model's floating dtype for floating data, else as stored)");
   app->add_option("-o,--output", o->output, "State dict to write (torch.save or safetensors), atomically");
-  app->add_option("--format", o->format, "torch or safetensors (default: from the output's extension)")
-      ->check(CLI::IsMember({"torch", "safetensors"}));
+  add_enum_option(app, "--format", o->format,
+                  {{"torch", output_format::torch}, {"safetensors", output_format::safetensors}},
+                  "torch or safetensors (default: from the output's extension)");
   app->add_option("--save-module", o->module_output, "Also write the updated TorchScript module here");
   app->add_flag("--force", o->force, "Replace existing outputs");
   app->add_option("--report", o->report_file, "Write a JSON report to FILE");

@@ -29,7 +29,7 @@ CASES = MANIFEST["cases"]
 GOOD = os.path.join(HOSTILE, MANIFEST["good"])
 BN_DATA = os.path.join(FIXTURES, "bn", "data.npy")
 TIMEOUT = 300
-# SWAVG_REPLAY=1: SWAVG_BIN is swavg-replay (fuzz/replay.cpp), `swavg inspect` without LibTorch, as
+# SWAVG_REPLAY=1: SWAVG_BIN is swavg-replay (tests/fuzz/replay.cpp), `swavg inspect` without LibTorch, as
 # the sanitizer build runs it: only inspect, and no case that needs LibTorch.
 REPLAY = os.environ.get("SWAVG_REPLAY") == "1"
 

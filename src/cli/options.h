@@ -1,0 +1,68 @@
+/*
+ * Where strings become types: options whose values are names (modes, policies, formats, dtypes,
+ * devices) are parsed by CLI11 straight into the enum or struct the library takes, so a bad value
+ * is a usage error (exit 2) naming the option and the accepted values, and nothing below src/cli/
+ * sees the text.
+ */
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "tensor/device.h"
+#include "tensor/dtype.h"
+
+namespace swavg {
+
+template <typename E>
+using name_table = std::vector<std::pair<std::string, E>>;
+
+// An option taking one of `names` and handing the matching value to `set` (CLI11's
+// CheckedTransformer, with the names alone in --help and in the error).
+template <typename E>
+CLI::Option* add_enum_option_to(CLI::App* app, const std::string& flags, std::function<void(E)> set, name_table<E> names,
+                                const std::string& help) {
+  std::vector<std::string> keys;
+  for (const auto& n : names) keys.push_back(n.first);
+  const std::string list = fmt::format("{}", fmt::join(keys, "|"));
+  const auto setter = [set, names](const std::string& value) {
+    for (const auto& [key, e] : names)
+      if (key == value) set(e);
+  };
+  const auto validate = [names, list](std::string& value) {
+    for (const auto& n : names)
+      if (n.first == value) return std::string();
+    return fmt::format("expected {}, got '{}'", list, value);
+  };
+  return app->add_option_function<std::string>(flags, setter, help)->check(CLI::Validator(validate, list));
+}
+
+template <typename E, typename = std::enable_if_t<std::is_enum_v<E>>>
+CLI::Option* add_enum_option(CLI::App* app, const std::string& flags, E& target, name_table<E> names,
+                             const std::string& help) {
+  return add_enum_option_to<E>(app, flags, [&target](E e) { target = e; }, std::move(names), help);
+}
+
+// The same into an optional (unset: the library's default).
+template <typename E>
+CLI::Option* add_enum_option(CLI::App* app, const std::string& flags, std::optional<E>& target, name_table<E> names,
+                             const std::string& help) {
+  return add_enum_option_to<E>(app, flags, [&target](E e) { target = e; }, std::move(names), help);
+}
+
+// --device cpu|cuda|cuda:N.
+CLI::Option* add_device_option(CLI::App* app, const std::string& flags, device_spec& target, const std::string& help);
+
+// A dtype by PyTorch's name; `floating_only` accepts float32, float64, float16 and bfloat16 only.
+CLI::Option* add_dtype_option(CLI::App* app, const std::string& flags, std::optional<dtype>& target, bool floating_only,
+                              const std::string& help);
+
+}  // namespace swavg

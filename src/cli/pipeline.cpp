@@ -1,0 +1,115 @@
+#include "cli/pipeline.h"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "fold/aten.h"
+#include "fold/execute.h"
+#include "formats/torchscript.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace swavg {
+namespace {
+
+// The fold's own output, removed when the pipeline ends, whatever happens.
+struct temp_output {
+  std::string path;
+  ~temp_output() { ::unlink(path.c_str()); }
+};
+
+std::vector<state_dict> load_checkpoints(const fold_job& job) {
+  std::vector<state_dict> inputs;
+  inputs.reserve(job.inputs.size());
+  for (const auto& path : job.inputs) inputs.push_back(load_state_dict(path, job.load));
+  for (const auto& sd : inputs)
+    if (!sd.key.empty() && sd.key != inputs.front().key)
+      spdlog::warn("{}: took the state dict at '{}' but at '{}' in {}", sd.path, sd.key, inputs.front().key,
+                   inputs.front().path);
+  if (!inputs.front().key.empty()) spdlog::info("took the state dict at '{}' in each input", inputs.front().key);
+  return inputs;
+}
+
+fold_inputs load_fold_inputs(const fold_job& job) {
+  fold_inputs in;
+  in.checkpoints = load_checkpoints(job);
+  if (!job.resume.empty()) in.resume.emplace(open_resumed(load_state_dict(job.resume, load_options{}), job.config));
+  if (!job.model.empty())
+    for (const auto& t : read_torchscript(job.model).tensors) in.model_kinds[t.name] = t.kind;
+  return in;
+}
+
+}  // namespace
+
+fold_report run_fold_job(const fold_job& job) {
+  const auto start = std::chrono::steady_clock::now();
+  const fold_config& c = job.config;
+  validate_config(c, job.inputs.size(), !job.resume.empty());
+  if (!c.device.is_cpu()) check_device(c.device);
+  std::vector<std::string> guarded = job.inputs;
+  if (!job.model.empty()) guarded.push_back(job.model);
+  check_output_path(job.output, guarded, job.force);
+  const output_format format = choose_output_format(job.output, job.format);
+
+  const fold_result result = run_fold(c, load_fold_inputs(job), fold_target{job.output, format});
+
+  fold_report report;
+  report.inputs = job.inputs;
+  report.resume = job.resume;
+  report.output = job.output;
+  report.format = format;
+  report.mode = c.mode;
+  report.decay = c.decay;
+  report.n = result.n;
+  report.tensors = result.tensors;
+  report.bytes_read = result.bytes_read;
+  report.bytes_written = result.bytes_written;
+  report.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+uint64_t save_updated_state(const std::string& path, output_format format, const update_bn_result& updated,
+                            std::map<std::string, std::string> metadata) {
+  metadata["swavg_update_bn"] = bn_report_json(updated.report);
+  return save_state_dict(path, updated.tensors, format, metadata);
+}
+
+pipeline_report run_fold_pipeline(const fold_job& job, const std::optional<bn_step>& bn) {
+  pipeline_report report;
+  if (!bn) {
+    report.fold = run_fold_job(job);
+    return report;
+  }
+  if (job.model.empty()) throw usage_error("--update-bn needs --model NET.ts, the TorchScript model to replay data through");
+  require_libtorch("--update-bn");
+  std::vector<std::string> inputs = job.inputs;
+  inputs.push_back(job.model);
+  inputs.push_back(bn->data.path);
+  check_output_path(job.output, inputs, job.force);
+  const output_format format = choose_output_format(job.output, job.format);
+  const dataset data = open_dataset(bn->data);
+
+  temp_output folded{temp_path_beside(job.output, "fold")};
+  fold_job fold = job;
+  fold.output = folded.path;
+  fold.format = format;
+  fold.force = true;
+  report.fold = run_fold_job(fold);
+  report.fold.output = job.output;
+
+  state_dict averaged = load_state_dict(folded.path);
+  bn_options options = bn->options;
+  options.device = job.config.device;
+  update_bn_result updated = update_batchnorm(job.model, averaged.tensors, job.output, data, options);
+  spdlog::info("{}: {} BatchNorm modules updated from {} batches", job.model, updated.report.modules.size(),
+               updated.report.batches);
+  report.fold.bytes_written = save_updated_state(job.output, format, updated, averaged.metadata);
+  report.bn = std::move(updated.report);
+  return report;
+}
+
+}  // namespace swavg

@@ -1,0 +1,57 @@
+/*
+ * The jobs of average/ema, as the command line gives them: paths, formats and options, checked,
+ * loaded and handed to the fold engine (src/fold/), and, with --update-bn, chained with the
+ * BatchNorm recomputation: the fold goes to a temp file beside the output, and only the final,
+ * updated state dict is renamed into place, so the output is never a half-finished average.
+ */
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/report.h"
+#include "fold/config.h"
+#include "formats/dataset.h"
+#include "formats/load.h"
+#include "formats/save.h"
+#include "libtorch/update_bn.h"
+
+namespace swavg {
+
+struct fold_job {
+  std::vector<std::string> inputs;  // in fold order
+  load_options load;
+  std::string output;
+  std::optional<output_format> format;  // default: from the output's extension
+  bool force = false;
+  std::string resume;  // an earlier output to continue from
+  std::string model;   // TorchScript whose parameter/buffer split is used
+  fold_config config;
+};
+
+struct bn_step {
+  dataset_options data;
+  bn_options options;
+};
+
+struct pipeline_report {
+  fold_report fold;
+  std::optional<bn_report> bn;
+};
+
+// Checks the output path, loads the inputs, folds them and writes the average. Throws
+// swavg::error subclasses; nothing is written unless it succeeds.
+fold_report run_fold_job(const fold_job& job);
+
+// Runs `job` and, with `bn`, the BatchNorm recomputation on its result (job.model is the
+// TorchScript model, required then). Nothing appears at job.output unless every step succeeds.
+pipeline_report run_fold_pipeline(const fold_job& job, const std::optional<bn_step>& bn);
+
+// Writes update-bn's state dict to `path`, with `metadata` (the weights' own) and the report
+// under "swavg_update_bn". Returns the bytes written.
+uint64_t save_updated_state(const std::string& path, output_format format, const update_bn_result& updated,
+                            std::map<std::string, std::string> metadata);
+
+}  // namespace swavg

@@ -1,0 +1,86 @@
+#include "cli/report.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "util/error.h"
+
+namespace swavg {
+
+std::string fold_report_json(const fold_report& r) {
+  nlohmann::ordered_json j;
+  j["output"] = r.output;
+  j["format"] = output_format_name(r.format);
+  j["mode"] = mode_name(r.mode);
+  if (r.mode == fold_mode::ema) j["decay"] = r.decay;
+  j["n"] = r.n;
+  j["inputs"] = r.inputs;
+  if (!r.resume.empty()) j["resume"] = r.resume;
+  size_t processed = 0;
+  auto buffers = nlohmann::ordered_json::array();
+  auto rules = nlohmann::ordered_json::array();
+  auto actions = nlohmann::ordered_json::object();
+  auto tensors = nlohmann::ordered_json::array();
+  for (const auto& t : r.tensors) {
+    if (t.action != tensor_action::drop) ++processed;
+    if (t.buffer) buffers.push_back(t.name);
+    if (!t.rule.empty()) rules.push_back({{"name", t.name}, {"match", t.rule}, {"action", action_name(t.action)}});
+    actions[action_name(t.action)] = actions.value(action_name(t.action), 0) + 1;
+    tensors.push_back({{"name", t.name},
+                       {"action", action_name(t.action)},
+                       {"reason", t.reason},
+                       {"buffer", t.buffer},
+                       {"count", t.count},
+                       {"dtype", dtype_name(t.input_type)},
+                       {"accumulate", dtype_name(t.accumulate_type)},
+                       {"output_dtype", dtype_name(t.output_type)}});
+  }
+  j["tensors"] = processed;
+  j["actions"] = actions;
+  j["buffers"] = buffers;
+  j["rules"] = rules;
+  j["bytes_read"] = r.bytes_read;
+  j["bytes_written"] = r.bytes_written;
+  j["wall_time_s"] = r.wall_time_s;
+  j["details"] = tensors;
+  return j.dump(1);
+}
+
+std::string bn_report_json(const bn_report& r) {
+  nlohmann::ordered_json j;
+  j["model"] = r.model;
+  j["data"] = {{"file", r.data},
+               {"format", r.data_format},
+               {"key", r.data_key},
+               {"sample_shape", r.sample_shape},
+               {"dtype", dtype_name(r.data_type)}};
+  j["input_dtype"] = dtype_name(r.input_type);
+  j["device"] = r.device;
+  j["batch_size"] = r.batch_size;
+  j["batches"] = r.batches;
+  j["samples"] = r.samples;
+  auto modules = nlohmann::ordered_json::array();
+  for (const auto& m : r.modules) {
+    nlohmann::ordered_json e = {{"name", m.name}, {"type", m.type}, {"features", m.features}};
+    e["momentum"] = m.momentum ? nlohmann::ordered_json(*m.momentum) : nlohmann::ordered_json(nullptr);
+    e["batches"] = m.batches;
+    modules.push_back(e);
+  }
+  j["modules"] = modules;
+  j["seconds"] = r.seconds;
+  return j.dump();
+}
+
+void emit_report(const std::string& json, const std::string& report_file, bool to_stdout) {
+  if (!report_file.empty()) {
+    std::ofstream out(report_file);
+    out << json << "\n";
+    if (!out) throw io_error(fmt::format("{}: cannot write the report", report_file));
+  }
+  if (to_stdout) std::cout << json << "\n";
+}
+
+}  // namespace swavg

@@ -1,0 +1,41 @@
+/*
+ * The JSON reports of average/ema (--report FILE, --json) and update-bn, and the record update-bn
+ * leaves in the output's metadata. Field names and order are part of the CLI contract.
+ */
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fold/config.h"
+#include "fold/plan.h"
+#include "formats/save.h"
+#include "libtorch/update_bn.h"
+
+namespace swavg {
+
+struct fold_report {
+  std::vector<std::string> inputs;
+  std::string resume;
+  std::string output;
+  output_format format = output_format::torch;
+  fold_mode mode = fold_mode::swa;
+  double decay = 0.0;
+  int64_t n = 0;  // checkpoints in the average, resumed ones included
+  std::vector<tensor_outcome> tensors;
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+  double wall_time_s = 0.0;
+};
+
+// One JSON object: mode, n, inputs, tensors, buffers, rules, bytes, time, every tensor's outcome.
+std::string fold_report_json(const fold_report& report);
+
+// One JSON object: model, data, batches, the modules updated.
+std::string bn_report_json(const bn_report& report);
+
+// Writes `json` and a newline to `report_file` (unless empty) and to stdout when `to_stdout`.
+void emit_report(const std::string& json, const std::string& report_file, bool to_stdout);
+
+}  // namespace swavg

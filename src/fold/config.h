@@ -1,0 +1,58 @@
+/*
+ * What a fold computes, as the command line decided it: the mode and its schedule, which tensors
+ * are averaged and how (buffers, integer tensors, rules), precision, checks, device and layout.
+ * Every choice is an enum by the time it gets here; the strings stay in src/cli/.
+ */
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fold/rules.h"
+#include "tensor/device.h"
+#include "tensor/dtype.h"
+
+namespace swavg {
+
+enum class fold_mode { swa, ema, weighted };
+enum class buffer_policy { latest, average };
+enum class int_policy { latest, first, error };
+enum class warmup_kind { none, torch_ema, power };
+enum class accumulate_policy { automatic, native, float32, float64 };
+enum class output_layout { state_dict, averaged_model };
+
+// The names the command line and swavg's metadata use: "swa"; "torch_ema"; "averaged-model".
+const char* mode_name(fold_mode m);
+const char* warmup_name(warmup_kind w);
+const char* layout_name(output_layout l);
+
+struct fold_config {
+  fold_mode mode = fold_mode::swa;
+  double decay = 0.999;
+  warmup_kind warmup = warmup_kind::none;
+  double inv_gamma = 1.0;
+  double power = 2.0 / 3.0;
+  double min_decay = 0.0;
+  std::vector<double> weights;  // weighted mode: one per input, in fold order
+  buffer_policy buffers = buffer_policy::latest;
+  int_policy ints = int_policy::latest;
+  std::vector<tensor_rule> rules;
+  std::vector<std::string> buffer_patterns;  // extra buffer names (regex, searched)
+  accumulate_policy accumulate = accumulate_policy::automatic;
+  std::optional<dtype> output_dtype;  // for floating tensors
+  bool allow_missing = false;
+  bool allow_nonfinite = false;
+  device_spec device;
+  output_layout layout = output_layout::state_dict;
+};
+
+// Throws usage_error for a configuration no fold of `inputs` checkpoints (continuing an earlier
+// average when `resuming`) can run: a decay outside [0, 1], weights that do not fit, ...
+void validate_config(const fold_config& c, size_t inputs, bool resuming);
+
+// "0.99900000000000011": doubles in messages, exactly.
+std::string decimal(double v);
+
+}  // namespace swavg

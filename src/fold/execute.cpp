@@ -1,0 +1,200 @@
+#include "fold/execute.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstring>
+#include <stdexcept>
+
+#include "fold/aten.h"
+#include "fold/layout.h"
+#include "fold/native_fold.h"
+#include "fold/native_kernels.h"
+#include "util/error.h"
+#include "util/progress.h"
+
+namespace swavg {
+namespace {
+
+int64_t count_nonfinite(const tensor_view& v) {
+  std::vector<uint8_t> copy;
+  return count_nonfinite(v.type, contiguous_data(v, copy), v.numel());
+}
+
+// Integer tensors compare by value; bool ones as truth values, whatever their bytes.
+bool same_values(dtype t, const uint8_t* a, const uint8_t* b, int64_t n) {
+  if (t != dtype::bool_) return std::memcmp(a, b, static_cast<size_t>(n) * itemsize(t)) == 0;
+  for (int64_t i = 0; i < n; ++i)
+    if ((a[i] != 0) != (b[i] != 0)) return false;
+  return true;
+}
+
+// Folds planned tensors one after the other into the sink.
+class folder {
+ public:
+  folder(const fold_config& c, const fold_inputs& in, tensor_sink& sink, progress& bar)
+      : c_(c), in_(in), sink_(sink), bar_(bar) {}
+
+  void run(const tensor_plan& p) {
+    switch (p.outcome.action) {
+      case tensor_action::drop: return;
+      case tensor_action::latest:
+      case tensor_action::first: copy_one(p); break;
+      case tensor_action::average: {
+        const chunk_writer write = [this, &p](const void* data, uint64_t bytes) {
+          check_finite(p, data, bytes);
+          sink_.write(data, bytes);
+        };
+        if (native_average_covers(c_, p))
+          native_average(c_, p, write);
+        else
+          aten_average(c_, p, write);
+        break;
+      }
+    }
+    account(p);
+  }
+
+  uint64_t bytes_read() const { return bytes_read_; }
+
+ private:
+  const std::string& path_of(size_t input) const { return in_.checkpoints[input].path; }
+  const std::string& resume_path() const { return in_.resume->sd.path; }
+
+  void check_finite(const tensor_plan& p, const void* data, uint64_t bytes) {
+    const dtype t = p.outcome.output_type;
+    if (c_.allow_nonfinite || count_nonfinite(t, data, static_cast<int64_t>(bytes / itemsize(t))) == 0) return;
+    std::vector<std::string> where;
+    for (const auto& s : p.sources)
+      if (int64_t bad = count_nonfinite(*s.view)) where.push_back(fmt::format("{} ({} values)", path_of(s.input), bad));
+    if (p.resumed)
+      if (int64_t bad = count_nonfinite(*p.resumed)) where.push_back(fmt::format("{} ({} values)", resume_path(), bad));
+    const std::string list =
+        where.empty() ? "none of the inputs: the average overflowed" : fmt::format("{}", fmt::join(where, ", "));
+    throw input_error(fmt::format("tensor '{}' has NaN or Inf values in {}; pass --allow-nonfinite to average them anyway",
+                                  p.name, list));
+  }
+
+  // The tensor --int error compares the others with, and the file it came from.
+  const tensor_view* chosen(const tensor_plan& p) const {
+    const bool first = p.outcome.action == tensor_action::first;
+    if (first && p.resumed) return p.resumed;
+    if (!p.sources.empty()) return first ? p.sources.front().view : p.sources.back().view;
+    return p.resumed;
+  }
+
+  void check_same_ints(const tensor_plan& p, const tensor_view& v, const uint8_t* data) const {
+    const std::string& origin = p.sources.front().view == &v ? path_of(p.sources.front().input) : resume_path();
+    for (const auto& s : p.sources) {
+      std::vector<uint8_t> other_copy;
+      if (!same_values(v.type, contiguous_data(*s.view, other_copy), data, v.numel()))
+        throw mismatch_error(
+            fmt::format("{}: integer tensor '{}' differs from {}; --int error forbids that (use --int latest or --int first)",
+                        path_of(s.input), p.name, origin));
+    }
+  }
+
+  void copy_one(const tensor_plan& p) {
+    const tensor_view& v = *chosen(p);
+    std::vector<uint8_t> copy;
+    const uint8_t* data = contiguous_data(v, copy);
+    const int64_t n = v.numel();
+    if (c_.ints == int_policy::error && !is_floating(p.outcome.input_type) && !is_complex(p.outcome.input_type))
+      check_same_ints(p, v, data);
+    const dtype out = p.outcome.output_type;
+    if (out != v.type) {
+      std::vector<uint8_t> converted(static_cast<size_t>(n) * itemsize(out));
+      if (!native_convert(v.type, data, out, converted.data(), n))
+        throw std::logic_error(fmt::format("no conversion from {} to {}", dtype_name(v.type), dtype_name(out)));
+      copy.swap(converted);
+      data = copy.data();
+    }
+    const uint64_t bytes = static_cast<uint64_t>(n) * itemsize(out);
+    check_finite(p, data, bytes);
+    sink_.write(data, bytes);
+  }
+
+  void account(const tensor_plan& p) {
+    uint64_t bytes = 0;
+    for (const auto& s : p.sources) {
+      bytes += s.view->nbytes();
+      release_pages(*s.view);
+    }
+    bytes_read_ += bytes;
+    bar_.advance(bytes);
+  }
+
+  const fold_config& c_;
+  const fold_inputs& in_;
+  tensor_sink& sink_;
+  progress& bar_;
+  uint64_t bytes_read_ = 0;
+};
+
+// Hands the job to swavg-torch (in the binary without LibTorch) before anything is written when a
+// tensor needs ATen.
+void require_kernels(const fold_config& c, const fold_plan& plan) {
+  for (const auto& p : plan.tensors)
+    if (p.outcome.action == tensor_action::average && !native_average_covers(c, p))
+      require_libtorch(fmt::format("averaging tensor '{}' ({} accumulated in {} on {})", p.name,
+                                   dtype_name(p.outcome.input_type), dtype_name(p.outcome.accumulate_type),
+                                   device_name(c.device)));
+}
+
+std::vector<tensor_spec> output_specs(const fold_config& c, const fold_plan& plan) {
+  std::vector<tensor_spec> specs;
+  const std::string prefix = c.layout == output_layout::averaged_model ? kModulePrefix : "";
+  for (const auto& p : plan.tensors)
+    if (p.outcome.action != tensor_action::drop)
+      specs.push_back(tensor_spec{prefix + p.name, p.outcome.output_type, p.sources.front().view->shape});
+  if (c.layout == output_layout::averaged_model) specs.push_back(tensor_spec{kNAveraged, dtype::int64, {}});
+  if (specs.empty()) throw usage_error("every tensor was dropped by the rules: nothing to write");
+  return specs;
+}
+
+}  // namespace
+
+resume_record make_resume_record(const fold_config& c, const fold_plan& plan, const fold_inputs& in) {
+  resume_record r;
+  r.mode = c.mode;
+  r.n = plan.n;
+  if (c.mode == fold_mode::ema) {
+    r.decay = c.decay;
+    r.warmup = c.warmup;
+  }
+  for (const auto& p : plan.tensors) {
+    if (p.outcome.action == tensor_action::drop) continue;
+    if (p.outcome.count != plan.n) r.counts.emplace_back(p.name, p.outcome.count);
+    r.accumulate_differs |= p.outcome.accumulate_type != p.outcome.output_type;
+  }
+  r.layout = c.layout;
+  if (in.resume) r.inputs.push_back(in.resume->sd.path);
+  for (const auto& sd : in.checkpoints) r.inputs.push_back(sd.path);
+  return r;
+}
+
+fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_target& target) {
+  const fold_plan plan = plan_fold(c, in.checkpoints, in.resume ? &*in.resume : nullptr, in.model_kinds);
+  require_kernels(c, plan);
+  const std::vector<tensor_spec> specs = output_specs(c, plan);
+  uint64_t total_bytes = 0;
+  for (const auto& p : plan.tensors)
+    if (p.outcome.action != tensor_action::drop)
+      for (const auto& s : p.sources) total_bytes += s.view->nbytes();
+
+  tensor_sink sink(target.path, target.format, specs, {{kResumeKey, to_json(make_resume_record(c, plan, in))}});
+  progress bar(total_bytes, "folding");
+  folder f(c, in, sink, bar);
+  for (const auto& p : plan.tensors) f.run(p);
+  if (c.layout == output_layout::averaged_model) sink.write(&plan.n, sizeof plan.n);
+  sink.commit();
+
+  fold_result result;
+  for (const auto& p : plan.tensors) result.tensors.push_back(p.outcome);
+  result.n = plan.n;
+  result.bytes_read = f.bytes_read();
+  result.bytes_written = sink.bytes_written();
+  return result;
+}
+
+}  // namespace swavg

@@ -1,0 +1,58 @@
+/*
+ * Runs a fold: checkpoints, one after the other, into a running average streamed to one output.
+ *
+ * With n the number of checkpoints already folded (the first is copied, n = 0 -> 1):
+ *   SWA       avg = avg + (x - avg) / (n + 1)       (n + 1 an int64 0-dim tensor: the expression
+ *                                                    AveragedModel.update_parameters uses on CPU)
+ *   EMA       avg = avg.lerp(x, 1 - decay_n)        (get_ema_multi_avg_fn; decay_n: schedule.h)
+ *   weighted  avg = avg.lerp(x, w_n / (w_1 + ... + w_n))
+ * elementwise in the accumulator dtype, rounding each element exactly as the ATen kernels PyTorch
+ * runs (native_fold.h), so results equal PyTorch's bit for bit.
+ *
+ * Work streams tensor by tensor across all inputs (memory-mapped), and within a tensor in slices:
+ * each finished slice is written and its input pages released, so peak memory stays flat whatever
+ * the number of checkpoints or the model size. The plan (plan.h) checks every input against the
+ * others before the output is opened; nothing appears at the output unless the whole fold succeeds.
+ */
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fold/config.h"
+#include "fold/plan.h"
+#include "fold/resume.h"
+#include "formats/save.h"
+#include "tensor/state_dict.h"
+
+namespace swavg {
+
+struct fold_inputs {
+  std::vector<state_dict> checkpoints;    // in fold order
+  std::optional<resumed_average> resume;  // an earlier output to continue from
+  kind_table model_kinds;                 // the parameter/buffer split of --model
+};
+
+struct fold_target {
+  std::string path;
+  output_format format = output_format::torch;
+};
+
+struct fold_result {
+  std::vector<tensor_outcome> tensors;
+  int64_t n = 0;  // checkpoints in the average, resumed ones included
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+};
+
+// Plans, checks and folds; writes the average with its resume record to `target`, atomically.
+// Throws swavg::error subclasses (needs_libtorch, before the output is opened, for a plan the
+// kernels here do not cover).
+fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_target& target);
+
+// The record stored beside the average for --resume.
+resume_record make_resume_record(const fold_config& c, const fold_plan& plan, const fold_inputs& in);
+
+}  // namespace swavg

@@ -1,0 +1,112 @@
+/*
+ * Averages a tensor across the inputs with swavg's own kernels (native_kernels.h), slice by slice:
+ * each slice of the accumulator is filled from the first input (or the resumed average), folded
+ * with the same slice of every other input, converted to the output dtype and written; the input
+ * pages behind it are dropped. Each element is computed alone, so slicing changes no bit.
+ */
+#include "fold/native_fold.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+#include "fold/native_kernels.h"
+#include "fold/schedule.h"
+#include "util/error.h"
+
+namespace swavg {
+namespace {
+
+// The view's elements, contiguous and aligned: the mapping itself when it already is, else a copy
+// (whose source pages are then dropped).
+class flat_input {
+ public:
+  explicit flat_input(const tensor_view& v) : view_(v), data_(contiguous_data(v, copy_)) {
+    if (!copy_.empty()) release_pages(v);
+  }
+  const uint8_t* at(int64_t element) const { return data_ + element * static_cast<int64_t>(itemsize(view_.type)); }
+  // Drops the mapped pages behind elements [begin, begin + length) once they have been used.
+  void release(int64_t begin, int64_t length) const {
+    if (!copy_.empty()) return;
+    const uint64_t item = itemsize(view_.type);
+    release_pages(view_, (static_cast<uint64_t>(view_.offset) + begin) * item, static_cast<uint64_t>(length) * item);
+  }
+
+ private:
+  const tensor_view& view_;
+  std::vector<uint8_t> copy_;  // before data_, which may point into it
+  const uint8_t* data_;
+};
+
+void check(bool ok, const tensor_plan& p, const char* step) {
+  if (!ok) throw std::logic_error(fmt::format("{} of tensor '{}' is not covered by the native kernels", step, p.name));
+}
+
+}  // namespace
+
+bool native_average_covers(const fold_config& c, const tensor_plan& p) {
+  const dtype acc = p.outcome.accumulate_type;
+  if (!c.device.is_cpu() || !is_native_accumulator(acc) || !is_floating(p.outcome.output_type))
+    return false;
+  if (p.resumed && !is_floating(p.resumed->type)) return false;
+  for (const auto& s : p.sources) {
+    const dtype in = s.view->type;
+    if (!is_floating(in)) return false;
+    if (c.mode == fold_mode::swa ? (acc == dtype::float32 && in == dtype::float64) : !lerp_form_for(acc, in))
+      return false;
+  }
+  return true;
+}
+
+void native_average(const fold_config& c, const tensor_plan& p, const chunk_writer& write) {
+  const dtype acc_type = p.outcome.accumulate_type;
+  const dtype out_type = p.outcome.output_type;
+  std::vector<flat_input> flats;
+  flats.reserve(p.sources.size());
+  for (const auto& s : p.sources) flats.emplace_back(*s.view);
+  std::optional<flat_input> resumed;
+  if (p.resumed) resumed.emplace(*p.resumed);
+  const int64_t numel = p.sources.empty() ? p.resumed->numel() : p.sources.front().view->numel();
+  const int64_t chunk = std::min<int64_t>(kFoldChunkElements, std::max<int64_t>(numel, 1));
+  std::vector<uint8_t> acc(static_cast<size_t>(chunk) * itemsize(acc_type));
+  std::vector<uint8_t> out(out_type == acc_type ? 0 : static_cast<size_t>(chunk) * itemsize(out_type));
+  std::vector<std::optional<lerp_form>> forms;
+  for (const auto& s : p.sources) forms.push_back(c.mode == fold_mode::swa ? std::nullopt : lerp_form_for(acc_type, s.view->type));
+
+  for (int64_t begin = 0; begin < numel; begin += chunk) {
+    const int64_t length = std::min(chunk, numel - begin);
+    int64_t k = 0;
+    double weight_total = 0.0;
+    if (resumed) {
+      check(native_convert(p.resumed->type, resumed->at(begin), acc_type, acc.data(), length), p, "resuming");
+      k = p.resumed_count;
+    }
+    for (size_t j = 0; j < flats.size(); ++j) {
+      const size_t input = p.sources[j].input;
+      const dtype in_type = p.sources[j].view->type;
+      const void* x = flats[j].at(begin);
+      if (k == 0) {
+        check(native_convert(in_type, x, acc_type, acc.data(), length), p, "copying");
+        weight_total = c.mode == fold_mode::weighted ? c.weights[input] : 0.0;
+      } else if (c.mode == fold_mode::swa) {
+        check(native_swa_step(acc_type, acc.data(), in_type, x, length, k + 1), p, "the SWA step");
+      } else {
+        check(forms[j] && native_lerp_step(acc_type, acc.data(), in_type, x, length,
+                                           fold_weight(c, p.rule_decay, input, k, weight_total), *forms[j]),
+              p, "the lerp step");
+      }
+      ++k;
+      flats[j].release(begin, length);
+    }
+    if (out_type == acc_type) {
+      write(acc.data(), static_cast<uint64_t>(length) * itemsize(acc_type));
+    } else {
+      check(native_convert(acc_type, acc.data(), out_type, out.data(), length), p, "the output conversion");
+      write(out.data(), static_cast<uint64_t>(length) * itemsize(out_type));
+    }
+  }
+}
+
+}  // namespace swavg

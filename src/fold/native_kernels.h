@@ -1,0 +1,58 @@
+/*
+ * swavg's own elementwise kernels for the common CPU case, built without LibTorch and computing,
+ * element by element, exactly what ATen computes, so results stay bit-identical to PyTorch's:
+ *  - SWA, `avg = avg + (x - avg) / (n + 1)`: the same three IEEE operations in the same order, each
+ *    rounded (the file is compiled without floating-point contraction), as AveragedModel's sub, div
+ *    and add, in one pass instead of three with temporaries in between.
+ *  - EMA and weighted folds, `avg = avg.lerp(x, w)`: ATen's CPU lerp rounds once per element,
+ *    `fma(w, x - avg, avg)` for |w| < 0.5 and otherwise `x - (x - avg) * (1 - w)` as one FMA
+ *    (LibTorch 1.x) or `fma(w - 1, x - avg, x)` (2.x, which differs only in the sign of a zero).
+ *    Which form the LibTorch in use computes is a run-time question (see lerp_form_for).
+ *  - dtype conversions among float16, bfloat16, float32 and float64 as Tensor.to() does them (c10's
+ *    own scalar conversions: round to nearest even; float64 to 16-bit goes through float32 as in c10).
+ * Loops are also compiled for AVX2 and picked at run time; std::fma is correctly rounded on either.
+ * The 16-bit types are c10's header-only Half and BFloat16 (their conversions are the ones to
+ * match): the one LibTorch include outside src/libtorch/, and no LibTorch library is linked for it.
+ */
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "tensor/dtype.h"
+
+namespace swavg {
+
+enum class lerp_form : int8_t { one_minus_w = 1, w_minus_one = 2 };
+
+// The accumulator dtypes the kernels fold into: float32 and float64.
+inline bool is_native_accumulator(dtype t) { return t == dtype::float32 || t == dtype::float64; }
+
+// The form LibTorch computes lerp in for this accumulator and input dtype, or nullopt where swavg's
+// kernel cannot reproduce it. With LibTorch loaded this is probed against at::lerp once per pair;
+// without it, it is the form of the LibTorch swavg was built against, on CPUs where that LibTorch
+// takes its FMA path (AVX2 with FMA). Seam: defined in src/libtorch/fold_aten.cpp, stand-in in
+// src/libtorch/without_libtorch.cpp.
+std::optional<lerp_form> lerp_form_for(dtype acc, dtype in);
+// The form of the LibTorch version swavg was built against, where verified (nullopt: not known).
+std::optional<lerp_form> built_lerp_form();
+bool cpu_has_avx2_fma();
+
+// acc[i] += (x[i] - acc[i]) / divisor, acc float32 or float64, x float16, bfloat16, float32 or
+// float64 (widened exactly; float64 into float32 is refused: ATen would round it once, not twice).
+// Returns false, doing nothing, for other dtypes.
+bool native_swa_step(dtype acc_type, void* acc, dtype x_type, const void* x, int64_t n, int64_t divisor);
+
+// acc = lerp(acc, x converted to acc's dtype, weight) in the given form; dtypes as above, plus
+// float64 into float32 (Tensor.to() rounds x first, as here). Returns false for other dtypes.
+bool native_lerp_step(dtype acc_type, void* acc, dtype x_type, const void* x, int64_t n, double weight,
+                      lerp_form form);
+
+// dst = src converted, as Tensor.to(); any dtype to itself (a copy), and among float16, bfloat16,
+// float32 and float64. Returns false for other pairs.
+bool native_convert(dtype from, const void* src, dtype to, void* dst, int64_t n);
+
+// NaN and Inf values (complex: either part); 0 for integer and bool types.
+int64_t count_nonfinite(dtype t, const void* data, int64_t n);
+
+}  // namespace swavg

@@ -1,0 +1,168 @@
+#include "fold/plan.h"
+
+#include <fmt/format.h>
+
+#include <regex>
+
+#include "util/error.h"
+
+namespace swavg {
+namespace {
+
+constexpr size_t kMaxListedDifferences = 100;
+
+// Where tensors' kinds come from: --model, else the inputs' own (TorchScript), else names.
+class kind_oracle {
+ public:
+  kind_oracle(const fold_config& c, const std::vector<state_dict>& inputs, const kind_table& model_kinds)
+      : known_(model_kinds) {
+    for (const auto& sd : inputs)
+      for (const auto& t : sd.tensors)
+        if (t.kind != tensor_kind::unknown) known_.emplace(t.name, t.kind);
+    for (const auto& p : c.buffer_patterns) patterns_.push_back(compile_pattern(p, "--buffer"));
+  }
+
+  bool is_buffer(const std::string& name) const {
+    for (const auto& re : patterns_)
+      if (std::regex_search(name, re)) return true;
+    auto it = known_.find(name);
+    if (it != known_.end()) return it->second == tensor_kind::buffer;
+    return is_standard_buffer_name(name);
+  }
+
+ private:
+  kind_table known_;
+  std::vector<std::regex> patterns_;
+};
+
+// One plan per name, in first-seen order, with the inputs holding it: one pass over all tensors.
+std::vector<tensor_plan> gather_sources(const std::vector<state_dict>& inputs) {
+  std::vector<tensor_plan> plans;
+  std::unordered_map<std::string, size_t> index;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    for (const auto& t : inputs[i].tensors) {
+      auto [it, added] = index.emplace(t.name, plans.size());
+      if (added) {
+        plans.emplace_back();
+        plans.back().name = t.name;
+      }
+      plans[it->second].sources.push_back(fold_source{i, &t.view});
+    }
+  return plans;
+}
+
+// Every difference between the inputs (and the resumed average), or an empty list.
+std::vector<std::string> find_mismatches(const std::vector<state_dict>& inputs, const resumed_average* resume,
+                                         const std::vector<tensor_plan>& plans, bool allow_missing) {
+  std::vector<std::string> out;
+  std::unordered_map<std::string, const tensor_plan*> by_name;
+  for (const auto& p : plans) by_name.emplace(p.name, &p);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<bool> have(plans.size(), false);
+    for (const auto& t : inputs[i].tensors) {
+      const tensor_plan& p = *by_name.at(t.name);
+      have[static_cast<size_t>(&p - plans.data())] = true;
+      const fold_source& ref = p.sources.front();
+      if (ref.input == i) continue;
+      if (t.view.shape != ref.view->shape)
+        out.push_back(fmt::format("{}: tensor '{}': expected shape {} (as in {}) but found {}", inputs[i].path, t.name,
+                                  shape_string(ref.view->shape), inputs[ref.input].path, shape_string(t.view.shape)));
+      if (t.view.type != ref.view->type)
+        out.push_back(fmt::format("{}: tensor '{}': expected dtype {} (as in {}) but found {}", inputs[i].path, t.name,
+                                  dtype_name(ref.view->type), inputs[ref.input].path, dtype_name(t.view.type)));
+    }
+    if (!allow_missing)
+      for (size_t k = 0; k < plans.size(); ++k)
+        if (!have[k])
+          out.push_back(fmt::format("{}: tensor '{}' is missing (present in {})", inputs[i].path, plans[k].name,
+                                    inputs[plans[k].sources.front().input].path));
+  }
+  if (resume) {
+    for (const auto& [name, view] : resume->tensors) {
+      auto it = by_name.find(name);
+      if (it == by_name.end()) {
+        if (!allow_missing)
+          out.push_back(fmt::format("{}: tensor '{}' is in the resumed average but in no input", resume->sd.path, name));
+        continue;
+      }
+      const fold_source& ref = it->second->sources.front();
+      if (view->shape != ref.view->shape)
+        out.push_back(fmt::format("{}: tensor '{}': expected shape {} (as in {}) but found {}", resume->sd.path, name,
+                                  shape_string(ref.view->shape), inputs[ref.input].path, shape_string(view->shape)));
+    }
+  }
+  return out;
+}
+
+void throw_mismatches(const std::vector<std::string>& differences, bool allow_missing) {
+  std::string msg = fmt::format("the inputs disagree ({} differences):", differences.size());
+  for (size_t i = 0; i < differences.size() && i < kMaxListedDifferences; ++i) msg += "\n  " + differences[i];
+  if (differences.size() > kMaxListedDifferences) msg += "\n  ...";
+  if (!allow_missing) msg += "\n(pass --allow-missing to average each tensor over the checkpoints that have it)";
+  throw mismatch_error(msg);
+}
+
+void decide(const fold_config& c, const kind_oracle& kinds, tensor_plan& p) {
+  tensor_outcome& o = p.outcome;
+  o.name = p.name;
+  o.input_type = p.sources.front().view->type;
+  o.buffer = kinds.is_buffer(p.name);
+  const bool numeric = is_floating(o.input_type) || is_complex(o.input_type);
+  if (const tensor_rule* r = match_rule(c.rules, p.name)) {
+    o.action = r->action;
+    o.rule = r->pattern;
+    o.reason = "rule";
+    p.rule_decay = r->decay;
+  } else if (!numeric) {
+    o.action = tensor_action::average;  // decided by --int below
+  } else if (o.buffer && c.buffers == buffer_policy::latest) {
+    o.action = tensor_action::latest;
+    o.reason = "buffer";
+  } else {
+    o.action = tensor_action::average;
+    o.reason = "default";
+  }
+  if (!numeric && o.action == tensor_action::average) {
+    o.action = c.ints == int_policy::first ? tensor_action::first : tensor_action::latest;
+    o.reason = "int";
+  }
+  o.accumulate_type = o.action == tensor_action::average ? accumulator_for(o.input_type, c.accumulate) : o.input_type;
+  o.output_type = (c.output_dtype && is_floating(o.input_type)) ? *c.output_dtype : o.input_type;
+  o.count = p.resumed_count + static_cast<int64_t>(p.sources.size());
+}
+
+}  // namespace
+
+dtype accumulator_for(dtype t, accumulate_policy p) {
+  if (!is_floating(t)) return t;
+  switch (p) {
+    case accumulate_policy::automatic: return (t == dtype::float16 || t == dtype::bfloat16) ? dtype::float32 : t;
+    case accumulate_policy::native: return t;
+    case accumulate_policy::float32: return t == dtype::float64 ? t : dtype::float32;
+    case accumulate_policy::float64: return dtype::float64;
+  }
+  return t;
+}
+
+fold_plan plan_fold(const fold_config& c, const std::vector<state_dict>& inputs, const resumed_average* resume,
+                    const kind_table& model_kinds) {
+  fold_plan plan;
+  plan.tensors = gather_sources(inputs);
+  const auto differences = find_mismatches(inputs, resume, plan.tensors, c.allow_missing);
+  if (!differences.empty()) throw_mismatches(differences, c.allow_missing);
+  const kind_oracle kinds(c, inputs, model_kinds);
+  for (auto& p : plan.tensors) {
+    if (resume) {
+      auto it = resume->tensors.find(p.name);
+      if (it != resume->tensors.end()) {
+        p.resumed = it->second;
+        p.resumed_count = resume->count_of(p.name);
+      }
+    }
+    decide(c, kinds, p);
+  }
+  plan.n = (resume ? resume->record.n : 0) + static_cast<int64_t>(inputs.size());
+  return plan;
+}
+
+}  // namespace swavg

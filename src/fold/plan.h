@@ -1,0 +1,74 @@
+/*
+ * Planning a fold: for every tensor name (in first-seen order across the inputs), the inputs that
+ * hold it, what happens to it and in which dtypes. The decision, per tensor:
+ *   1. the first rule whose pattern it matches (--rules), else
+ *   2. integer and bool tensors are never averaged: --int latest|first (error: latest, with the
+ *      values compared while folding), else
+ *   3. buffers (the model's or the inputs' own split, else BatchNorm's names, or --buffer REGEX)
+ *      are taken from the latest checkpoint with --buffers latest, else
+ *   4. averaged.
+ * Averaged tensors accumulate in float32 for 16-bit inputs and in their own dtype otherwise
+ * (--accumulate), and are written in the input's dtype (--output-dtype).
+ *
+ * plan_fold is pure: it reads names, shapes and dtypes only, never a tensor's bytes. Before
+ * planning, every input is checked against the others and the resumed average; every difference
+ * is listed in one mismatch_error.
+ */
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "fold/config.h"
+#include "fold/resume.h"
+#include "tensor/state_dict.h"
+
+namespace swavg {
+
+struct tensor_outcome {
+  std::string name;
+  tensor_action action = tensor_action::average;
+  bool buffer = false;
+  std::string rule;    // pattern of the rule that decided, if any
+  std::string reason;  // "rule", "int", "buffer", "default"
+  int64_t count = 0;   // checkpoints folded into it (including resumed ones)
+  dtype input_type = dtype::float32;
+  dtype accumulate_type = dtype::float32;
+  dtype output_type = dtype::float32;
+};
+
+struct fold_source {
+  size_t input;  // index into the inputs
+  const tensor_view* view;
+};
+
+struct tensor_plan {
+  std::string name;
+  std::vector<fold_source> sources;  // inputs holding the tensor, in fold order
+  const tensor_view* resumed = nullptr;
+  int64_t resumed_count = 0;
+  tensor_outcome outcome;
+  std::optional<double> rule_decay;
+};
+
+struct fold_plan {
+  std::vector<tensor_plan> tensors;  // in first-seen order
+  int64_t n = 0;                     // checkpoints in the average, resumed ones included
+};
+
+// Tensor kinds a TorchScript model (--model) declares, by name.
+using kind_table = std::unordered_map<std::string, tensor_kind>;
+
+// Throws mismatch_error listing every difference between the inputs (and the resumed average),
+// usage_error for a bad --buffer pattern.
+fold_plan plan_fold(const fold_config& c, const std::vector<state_dict>& inputs, const resumed_average* resume,
+                    const kind_table& model_kinds = {});
+
+// The accumulator dtype for a floating tensor of dtype t (others: t itself).
+dtype accumulator_for(dtype t, accumulate_policy p);
+
+}  // namespace swavg

@@ -1,0 +1,63 @@
+/*
+ * The resume record: what swavg stores beside an average so that `--resume` can continue it, as
+ * JSON in a `swavg.json` record of the torch.save archive or under "swavg" in safetensors'
+ * __metadata__ (loaders ignore both). Written by one run's to_json, read back by a later run's
+ * resume_record_from_json; the two are the only code that knows the fields:
+ *   {"version": 1, "mode": "swa"|"ema"|"weighted", "n": N, "decay": D, "warmup": W (ema only),
+ *    "counts": {name: n} (tensors averaged over fewer checkpoints, --allow-missing),
+ *    "accumulate_differs": true (rounded from a wider accumulator), "layout": "state-dict"|
+ *    "averaged-model", "inputs": [paths]}
+ */
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fold/config.h"
+#include "tensor/state_dict.h"
+
+namespace swavg {
+
+// The metadata key ("swavg") the record is stored under.
+constexpr const char* kResumeKey = "swavg";
+
+struct resume_record {
+  int version = 1;
+  fold_mode mode = fold_mode::swa;
+  int64_t n = 0;  // checkpoints in the average
+  std::optional<double> decay;  // ema
+  std::optional<warmup_kind> warmup;  // ema
+  std::vector<std::pair<std::string, int64_t>> counts;  // only where a tensor's count differs from n
+  bool accumulate_differs = false;
+  output_layout layout = output_layout::state_dict;
+  std::vector<std::string> inputs;  // the resumed file (if any), then the inputs, in fold order
+};
+
+std::string to_json(const resume_record& r);
+// Throws input_error, naming `source`, for text that is not a record swavg wrote.
+resume_record resume_record_from_json(const std::string& text, const std::string& source);
+
+// An earlier output to continue from: its tensors (by the model's names) and how many
+// checkpoints each holds.
+struct resumed_average {
+  state_dict sd;
+  resume_record record;
+  std::map<std::string, const tensor_view*> tensors;  // views into sd
+  std::map<std::string, int64_t> counts;              // record.counts, by name
+
+  int64_t count_of(const std::string& name) const;
+
+  resumed_average() = default;
+  resumed_average(const resumed_average&) = delete;  // `tensors` points into `sd`
+  resumed_average(resumed_average&&) = default;
+};
+
+// Reads the record of `sd` (an output of swavg average/ema) and checks that a fold with `c` can
+// continue it. Throws usage_error (no record, another mode) or input_error (a malformed record).
+resumed_average open_resumed(state_dict sd, const fold_config& c);
+
+}  // namespace swavg

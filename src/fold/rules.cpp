@@ -1,0 +1,91 @@
+#include "fold/rules.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "util/error.h"
+
+namespace swavg {
+
+const char* action_name(tensor_action a) {
+  switch (a) {
+    case tensor_action::average: return "average";
+    case tensor_action::latest: return "latest";
+    case tensor_action::first: return "first";
+    case tensor_action::drop: return "drop";
+  }
+  return "?";
+}
+
+std::regex compile_pattern(const std::string& pattern, const std::string& option) {
+  try {
+    return std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    throw usage_error(option + ": invalid regular expression '" + pattern + "': " + e.what());
+  }
+}
+
+std::vector<tensor_rule> parse_rules(const std::string& json_text, const std::string& source) {
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::exception& e) {
+    throw usage_error(source + ": not valid JSON: " + e.what());
+  }
+  if (doc.is_object() && doc.contains("rules")) doc = doc["rules"];
+  if (!doc.is_array()) throw usage_error(source + ": expected a JSON list of rules (or {\"rules\": [...]})");
+  std::vector<tensor_rule> rules;
+  for (size_t i = 0; i < doc.size(); ++i) {
+    const auto& r = doc[i];
+    const std::string where = source + ": rule " + std::to_string(i + 1);
+    if (!r.is_object()) throw usage_error(where + ": expected an object {\"match\", \"action\"}");
+    for (const auto& [k, v] : r.items())
+      if (k != "match" && k != "action" && k != "decay" && k != "comment")
+        throw usage_error(where + ": unknown field '" + k + "' (expected match, action, decay, comment)");
+    if (!r.contains("match") || !r["match"].is_string()) throw usage_error(where + ": \"match\" must be a string");
+    if (!r.contains("action") || !r["action"].is_string()) throw usage_error(where + ": \"action\" must be a string");
+    tensor_rule rule;
+    rule.pattern = r["match"].get<std::string>();
+    rule.regex = compile_pattern(rule.pattern, where);
+    const std::string action = r["action"].get<std::string>();
+    if (action == "average") rule.action = tensor_action::average;
+    else if (action == "latest") rule.action = tensor_action::latest;
+    else if (action == "first") rule.action = tensor_action::first;
+    else if (action == "drop") rule.action = tensor_action::drop;
+    else throw usage_error(where + ": action must be average, latest, first or drop, got '" + action + "'");
+    if (r.contains("decay")) {
+      if (!r["decay"].is_number()) throw usage_error(where + ": \"decay\" must be a number");
+      double d = r["decay"].get<double>();
+      if (!(d >= 0.0 && d <= 1.0)) throw usage_error(where + ": decay must be in [0, 1], got " + std::to_string(d));
+      rule.decay = d;
+    }
+    rules.push_back(std::move(rule));
+  }
+  return rules;
+}
+
+std::vector<tensor_rule> load_rules(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw io_error(path + ": cannot open rules file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_rules(ss.str(), path);
+}
+
+const tensor_rule* match_rule(const std::vector<tensor_rule>& rules, const std::string& name) {
+  for (const auto& r : rules)
+    if (std::regex_search(name, r.regex)) return &r;
+  return nullptr;
+}
+
+bool is_standard_buffer_name(const std::string& name) {
+  static const char* kNames[] = {"running_mean", "running_var", "num_batches_tracked"};
+  const auto dot = name.rfind('.');
+  const std::string last = dot == std::string::npos ? name : name.substr(dot + 1);
+  for (const char* n : kNames)
+    if (last == n) return true;
+  return false;
+}
+
+}  // namespace swavg

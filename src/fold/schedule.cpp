@@ -1,0 +1,29 @@
+#include "fold/schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace swavg {
+
+double ema_decay_at(const fold_config& c, int64_t n, std::optional<double> rule_decay) {
+  const double decay = rule_decay.value_or(c.decay);
+  const double step = static_cast<double>(n);
+  switch (c.warmup) {
+    case warmup_kind::none: return decay;
+    case warmup_kind::torch_ema: return std::min(decay, (1.0 + step) / (10.0 + step));
+    case warmup_kind::power: {
+      double d = 1.0 - std::pow(1.0 + step / c.inv_gamma, -c.power);
+      return std::max(c.min_decay, std::min(d, decay));
+    }
+  }
+  return decay;
+}
+
+double fold_weight(const fold_config& c, std::optional<double> rule_decay, size_t input, int64_t k,
+                   double& weight_total) {
+  if (c.mode == fold_mode::ema) return 1.0 - ema_decay_at(c, k, rule_decay);
+  weight_total += c.weights[input];
+  return weight_total > 0 ? c.weights[input] / weight_total : 1.0;
+}
+
+}  // namespace swavg

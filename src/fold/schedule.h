@@ -1,0 +1,28 @@
+/*
+ * The weight each checkpoint gets when it is folded into an average of k (k >= 1) checkpoints,
+ * as the lerp weight w of `avg = avg.lerp(x, w)`:
+ *   EMA       w = 1 - decay_k, with decay_k = decay (no warmup), min(decay, (1 + k) / (10 + k))
+ *             (torch_ema), or 1 - (1 + k / inv_gamma) ** -power clamped to [min_decay, decay]
+ *             (power, timm's schedule); a rule may replace decay for its tensors
+ *   weighted  w = w_i / (w_1 + ... + w_i), a normalised running sum (model soups)
+ * SWA needs no weight: its step divides by k + 1 (see native_kernels.h).
+ */
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "fold/config.h"
+
+namespace swavg {
+
+// The decay used when folding a checkpoint into an average of n (n >= 1), for EMA.
+double ema_decay_at(const fold_config& c, int64_t n, std::optional<double> rule_decay);
+
+// The lerp weight for folding input `input` into an average of k checkpoints (EMA or weighted);
+// weight_total carries the running sum of the weights folded so far (weighted mode).
+double fold_weight(const fold_config& c, std::optional<double> rule_decay, size_t input, int64_t k,
+                   double& weight_total);
+
+}  // namespace swavg

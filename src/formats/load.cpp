@@ -1,0 +1,77 @@
+#include "formats/load.h"
+
+#include <spdlog/spdlog.h>
+
+#include "formats/safetensors.h"
+#include "formats/torch_file.h"
+#include "formats/torchscript.h"
+#include "formats/zip.h"
+#include "util/error.h"
+#include "util/mapped_file.h"
+
+namespace swavg {
+namespace {
+
+std::string leading_bytes(const mapped_file& f) {
+  static const char* kHex = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < std::min<size_t>(8, f.size()); ++i) {
+    s += kHex[f.data()[i] >> 4];
+    s += kHex[f.data()[i] & 15];
+    s += ' ';
+  }
+  return s.empty() ? s : s.substr(0, s.size() - 1);
+}
+
+file_format detect(const std::shared_ptr<const mapped_file>& f) {
+  const std::string& path = f->path();
+  if (f->size() == 0) throw input_error(path + ": empty file, expected a checkpoint");
+  if (looks_like_zip(f->data(), f->size())) {
+    zip_reader zip = read_zip(*f);
+    return is_torchscript_archive(zip) ? file_format::torchscript : file_format::torch;
+  }
+  // A .safetensors file that does not look like one goes to the parser anyway, which says what is wrong.
+  if (looks_like_safetensors(f->data(), f->size()) || has_safetensors_extension(path)) return file_format::safetensors;
+  if (f->size() >= 2 && f->data()[0] == 0x80 && f->data()[1] <= 5)
+    throw input_error(path + ": legacy torch.save format (a bare pickle stream, PyTorch < 1.6 or "
+                             "_use_new_zipfile_serialization=False) is not supported; re-save it with torch.save in "
+                             "PyTorch >= 1.6");
+  throw input_error(path + ": not a PyTorch checkpoint, TorchScript archive or safetensors file (starts with " +
+                    leading_bytes(*f) + ")");
+}
+
+}  // namespace
+
+file_format detect_format(const std::string& path) { return detect(mapped_file::open(path)); }
+
+state_dict load_state_dict(const std::string& path, const load_options& options) {
+  auto file = mapped_file::open(path);
+  state_dict sd;
+  switch (detect(file)) {
+    case file_format::torch:
+      sd = read_torch_file(file, options.key);
+      if (!sd.key.empty()) spdlog::debug("{}: took the state dict at '{}'", path, sd.key);
+      break;
+    case file_format::torchscript:
+      if (!options.key.empty()) throw usage_error(path + ": --key applies to torch.save files, this is TorchScript");
+      file.reset();
+      sd = read_torchscript(path);
+      break;
+    case file_format::safetensors: {
+      if (!options.key.empty()) throw usage_error(path + ": --key applies to torch.save files, this is safetensors");
+      auto content = read_safetensors(file);
+      sd.path = path;
+      sd.format = file_format::safetensors;
+      sd.tensors = std::move(content.tensors);
+      sd.metadata = std::move(content.metadata);
+      break;
+    }
+  }
+  if (file) file->release_pages();
+  strip_prefixes(sd, options.strip_prefixes);
+  for (const auto& o : sd.opaque)
+    spdlog::debug("{}: '{}' is a {} object, kept opaque (not interpreted, never written out)", path, o.path, o.type);
+  return sd;
+}
+
+}  // namespace swavg

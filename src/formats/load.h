@@ -1,0 +1,26 @@
+/*
+ * Opens any checkpoint swavg reads, telling the format by content (never by extension):
+ * a ZIP archive is torch.save or, with code/ inside, TorchScript; an 8-byte length followed by a
+ * JSON object is safetensors. The pre-1.6 torch.save format (a bare pickle stream) is recognised
+ * and refused with advice. The extension only decides which error a broken file gets: one named
+ * .safetensors is reported by the safetensors parser.
+ */
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tensor/state_dict.h"
+
+namespace swavg {
+
+struct load_options {
+  std::string key;                          // dotted path to the state dict in a torch.save object
+  std::vector<std::string> strip_prefixes;  // removed from the start of tensor names
+};
+
+// Throws io_error (missing, unreadable) or input_error (malformed, unsupported).
+file_format detect_format(const std::string& path);
+state_dict load_state_dict(const std::string& path, const load_options& options = {});
+
+}  // namespace swavg

@@ -1,0 +1,1208 @@
+#include "formats/pickle.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+
+#include "util/checked.h"
+#include "util/error.h"
+
+namespace swavg {
+
+pickle_node* pickle_document::make(pickle_kind kind) {
+  nodes_.push_back(std::make_unique<pickle_node>());
+  nodes_.back()->kind = kind;
+  return nodes_.back().get();
+}
+
+void pickle_document::note_opaque(const std::string& name) {
+  if (opaque_seen_.insert(name).second) opaque_globals_.push_back(name);
+}
+
+std::string pickle_type_name(const pickle_node& n) {
+  switch (n.kind) {
+    case pickle_kind::none: return "None";
+    case pickle_kind::boolean: return "bool";
+    case pickle_kind::integer:
+    case pickle_kind::big_integer: return "int";
+    case pickle_kind::floating: return "float";
+    case pickle_kind::string: return "str";
+    case pickle_kind::bytes: return "bytes";
+    case pickle_kind::list: return "list";
+    case pickle_kind::tuple: return "tuple";
+    case pickle_kind::set: return "set";
+    case pickle_kind::dict: return n.ordered ? "OrderedDict" : "dict";
+    case pickle_kind::global: return "global";
+    case pickle_kind::storage: return "storage";
+    case pickle_kind::tensor: return "tensor";
+    case pickle_kind::opaque: return n.text;
+  }
+  return "unknown";
+}
+
+namespace {
+
+enum opcode : uint8_t {
+  kMark = '(',
+  kStop = '.',
+  kPop = '0',
+  kPopMark = '1',
+  kDup = '2',
+  kFloat = 'F',
+  kInt = 'I',
+  kBinInt = 'J',
+  kBinInt1 = 'K',
+  kLong = 'L',
+  kBinInt2 = 'M',
+  kNone = 'N',
+  kPersId = 'P',
+  kBinPersId = 'Q',
+  kReduce = 'R',
+  kString = 'S',
+  kBinString = 'T',
+  kShortBinString = 'U',
+  kUnicode = 'V',
+  kBinUnicode = 'X',
+  kAppend = 'a',
+  kBuild = 'b',
+  kGlobal = 'c',
+  kDict = 'd',
+  kEmptyDict = '}',
+  kAppends = 'e',
+  kGet = 'g',
+  kBinGet = 'h',
+  kInst = 'i',
+  kLongBinGet = 'j',
+  kList = 'l',
+  kEmptyList = ']',
+  kObj = 'o',
+  kPut = 'p',
+  kBinPut = 'q',
+  kLongBinPut = 'r',
+  kSetItem = 's',
+  kTuple = 't',
+  kEmptyTuple = ')',
+  kSetItems = 'u',
+  kBinFloat = 'G',
+  kProto = 0x80,
+  kNewObj = 0x81,
+  kExt1 = 0x82,
+  kExt2 = 0x83,
+  kExt4 = 0x84,
+  kTuple1 = 0x85,
+  kTuple2 = 0x86,
+  kTuple3 = 0x87,
+  kNewTrue = 0x88,
+  kNewFalse = 0x89,
+  kLong1 = 0x8a,
+  kLong4 = 0x8b,
+  kBinBytes = 'B',
+  kShortBinBytes = 'C',
+  kShortBinUnicode = 0x8c,
+  kBinUnicode8 = 0x8d,
+  kBinBytes8 = 0x8e,
+  kEmptySet = 0x8f,
+  kAddItems = 0x90,
+  kFrozenSet = 0x91,
+  kNewObjEx = 0x92,
+  kStackGlobal = 0x93,
+  kMemoize = 0x94,
+  kFrame = 0x95,
+  kByteArray8 = 0x96,
+  kNextBuffer = 0x97,
+  kReadonlyBuffer = 0x98,
+};
+
+const char* opcode_name(uint8_t op) {
+  switch (op) {
+    case kMark: return "MARK";
+    case kStop: return "STOP";
+    case kPop: return "POP";
+    case kPopMark: return "POP_MARK";
+    case kDup: return "DUP";
+    case kFloat: return "FLOAT";
+    case kInt: return "INT";
+    case kBinInt: return "BININT";
+    case kBinInt1: return "BININT1";
+    case kLong: return "LONG";
+    case kBinInt2: return "BININT2";
+    case kNone: return "NONE";
+    case kPersId: return "PERSID";
+    case kBinPersId: return "BINPERSID";
+    case kReduce: return "REDUCE";
+    case kString: return "STRING";
+    case kBinString: return "BINSTRING";
+    case kShortBinString: return "SHORT_BINSTRING";
+    case kUnicode: return "UNICODE";
+    case kBinUnicode: return "BINUNICODE";
+    case kAppend: return "APPEND";
+    case kBuild: return "BUILD";
+    case kGlobal: return "GLOBAL";
+    case kDict: return "DICT";
+    case kEmptyDict: return "EMPTY_DICT";
+    case kAppends: return "APPENDS";
+    case kGet: return "GET";
+    case kBinGet: return "BINGET";
+    case kInst: return "INST";
+    case kLongBinGet: return "LONG_BINGET";
+    case kList: return "LIST";
+    case kEmptyList: return "EMPTY_LIST";
+    case kObj: return "OBJ";
+    case kPut: return "PUT";
+    case kBinPut: return "BINPUT";
+    case kLongBinPut: return "LONG_BINPUT";
+    case kSetItem: return "SETITEM";
+    case kTuple: return "TUPLE";
+    case kEmptyTuple: return "EMPTY_TUPLE";
+    case kSetItems: return "SETITEMS";
+    case kBinFloat: return "BINFLOAT";
+    case kProto: return "PROTO";
+    case kNewObj: return "NEWOBJ";
+    case kExt1: return "EXT1";
+    case kExt2: return "EXT2";
+    case kExt4: return "EXT4";
+    case kTuple1: return "TUPLE1";
+    case kTuple2: return "TUPLE2";
+    case kTuple3: return "TUPLE3";
+    case kNewTrue: return "NEWTRUE";
+    case kNewFalse: return "NEWFALSE";
+    case kLong1: return "LONG1";
+    case kLong4: return "LONG4";
+    case kBinBytes: return "BINBYTES";
+    case kShortBinBytes: return "SHORT_BINBYTES";
+    case kShortBinUnicode: return "SHORT_BINUNICODE";
+    case kBinUnicode8: return "BINUNICODE8";
+    case kBinBytes8: return "BINBYTES8";
+    case kEmptySet: return "EMPTY_SET";
+    case kAddItems: return "ADDITEMS";
+    case kFrozenSet: return "FROZENSET";
+    case kNewObjEx: return "NEWOBJ_EX";
+    case kStackGlobal: return "STACK_GLOBAL";
+    case kMemoize: return "MEMOIZE";
+    case kFrame: return "FRAME";
+    case kByteArray8: return "BYTEARRAY8";
+    case kNextBuffer: return "NEXT_BUFFER";
+    case kReadonlyBuffer: return "READONLY_BUFFER";
+    default: return nullptr;
+  }
+}
+
+constexpr int kHighestProtocol = 5;
+// Python refuses longer decimal integer literals (sys.int_info.default_max_str_digits); the limit
+// also keeps the quadratic decimal conversion cheap.
+constexpr size_t kMaxDecimalDigits = 4300;
+// Dicts and sets up to this size find duplicate keys by a linear scan, larger ones by a hash index.
+constexpr size_t kLinearKeyScan = 8;
+
+std::string hex_byte(uint8_t b) {
+  static const char kHex[] = "0123456789abcdef";
+  return std::string("0x") + kHex[b >> 4] + kHex[b & 15];
+}
+
+bool is_ascii_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && is_ascii_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_ascii_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xc0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xe0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else {
+    out += static_cast<char>(0xf0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  }
+}
+
+// Decodes one UTF-8 sequence at s[i], advancing i. Surrogates are accepted, as Python's
+// "surrogatepass" handler does for BINUNICODE. Returns false for malformed input.
+bool next_code_point(std::string_view s, size_t& i, uint32_t& cp) {
+  const auto b0 = static_cast<uint8_t>(s[i]);
+  size_t len;
+  uint32_t min;
+  if (b0 < 0x80) {
+    cp = b0;
+    ++i;
+    return true;
+  } else if ((b0 & 0xe0) == 0xc0) {
+    len = 2, min = 0x80, cp = b0 & 0x1f;
+  } else if ((b0 & 0xf0) == 0xe0) {
+    len = 3, min = 0x800, cp = b0 & 0x0f;
+  } else if ((b0 & 0xf8) == 0xf0) {
+    len = 4, min = 0x10000, cp = b0 & 0x07;
+  } else {
+    return false;
+  }
+  if (len > s.size() - i) return false;
+  for (size_t k = 1; k < len; ++k) {
+    const auto b = static_cast<uint8_t>(s[i + k]);
+    if ((b & 0xc0) != 0x80) return false;
+    cp = (cp << 6) | (b & 0x3f);
+  }
+  if (cp < min || cp > 0x10ffff) return false;
+  i += len;
+  return true;
+}
+
+bool valid_utf8(std::string_view s) {
+  size_t i = 0;
+  uint32_t cp;
+  while (i < s.size())
+    if (!next_code_point(s, i, cp)) return false;
+  return true;
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// A node's identity as a dict key or set member, following Python's equality for the hashable
+// scalars (True == 1 == 1.0); false for nodes compared by identity only.
+bool canonical_key(const pickle_node& n, std::string& out) {
+  switch (n.kind) {
+    case pickle_kind::none: out = "N"; return true;
+    case pickle_kind::boolean: out = n.bool_value ? "i1" : "i0"; return true;
+    case pickle_kind::integer: out = "i" + std::to_string(n.int_value); return true;
+    case pickle_kind::big_integer: out = "b" + n.text; return true;
+    case pickle_kind::floating: {
+      const double f = n.float_value;
+      if (std::isnan(f)) return false;
+      if (f == std::floor(f) && f >= -9223372036854775808.0 && f < 9223372036854775808.0) {
+        out = "i" + std::to_string(static_cast<int64_t>(f));
+      } else {
+        uint64_t bits;
+        std::memcpy(&bits, &f, sizeof bits);
+        out = "f" + std::to_string(bits);
+      }
+      return true;
+    }
+    case pickle_kind::string: out = "s" + n.text; return true;
+    case pickle_kind::bytes: out = "y" + n.text; return true;
+    default: return false;
+  }
+}
+
+// What Python's float() gives for a well-formed decimal literal beyond double's range: +-inf when
+// its decimal order of magnitude is positive, +-0 when negative.
+double out_of_range_float(std::string_view s) {
+  const bool negative = !s.empty() && s.front() == '-';
+  if (negative) s.remove_prefix(1);
+  const size_t e = s.find_first_of("eE");
+  const std::string_view mantissa = s.substr(0, e);
+  int64_t exponent = 0;
+  if (e != std::string_view::npos) {
+    std::string_view x = s.substr(e + 1);
+    const bool x_negative = !x.empty() && x.front() == '-';
+    if (!x.empty() && (x.front() == '-' || x.front() == '+')) x.remove_prefix(1);
+    for (char c : x) exponent = std::min<int64_t>(exponent * 10 + (c - '0'), int64_t{1} << 40);
+    if (x_negative) exponent = -exponent;
+  }
+  // The position of the first nonzero digit relative to the decimal point.
+  const size_t point = std::min(mantissa.find('.'), mantissa.size());
+  const size_t first = mantissa.find_first_not_of("0.");
+  int64_t order = 0;
+  if (first != std::string_view::npos)
+    order = first < point ? static_cast<int64_t>(point - first) : -static_cast<int64_t>(first - point);
+  const double magnitude = order + exponent > 0 ? HUGE_VAL : 0.0;
+  return negative ? -magnitude : magnitude;
+}
+
+// The minimal little-endian two's complement form of an integer, as an int64 when it fits.
+void set_long(pickle_node* n, const uint8_t* p, size_t len) {
+  while (len > 1 &&
+         ((p[len - 1] == 0x00 && !(p[len - 2] & 0x80)) || (p[len - 1] == 0xff && (p[len - 2] & 0x80))))
+    --len;
+  if (len <= 8) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+    if (len > 0 && len < 8 && (p[len - 1] & 0x80)) v |= ~uint64_t{0} << (8 * len);
+    n->kind = pickle_kind::integer;
+    std::memcpy(&n->int_value, &v, sizeof v);
+  } else {
+    n->kind = pickle_kind::big_integer;
+    n->text.assign(reinterpret_cast<const char*>(p), len);
+  }
+}
+
+class unpickler {
+ public:
+  unpickler(const uint8_t* data, size_t size, const std::string& context, const unpickle_limits& limits)
+      : data_(data),
+        size_(size),
+        context_(context),
+        limits_(limits),
+        doc_(std::make_unique<pickle_document>()) {}
+
+  std::unique_ptr<pickle_document> run() {
+    while (true) {
+      op_pos_ = pos_;
+      if (pos_ >= size_) fail_plain("data ends without STOP");
+      op_ = data_[pos_++];
+      if (op_ == kStop) {
+        doc_->set_root(pop());
+        return std::move(doc_);
+      }
+      step();
+    }
+  }
+
+ private:
+  [[noreturn]] void fail_plain(const std::string& what) const {
+    std::string m = context_.empty() ? std::string() : context_ + ": ";
+    m += "at byte " + std::to_string(op_pos_) + ": " + what;
+    throw input_error(m);
+  }
+
+  [[noreturn]] void fail(const std::string& what) const {
+    const char* name = opcode_name(op_);
+    fail_plain(std::string("opcode ") + (name ? name : "?") + " (" + hex_byte(op_) + "): " + what);
+  }
+
+  const uint8_t* take(uint64_t n) {
+    if (n > size_ - pos_) fail("unexpected end of data");
+    const uint8_t* p = data_ + pos_;
+    pos_ += static_cast<size_t>(n);
+    return p;
+  }
+  uint8_t u8() { return *take(1); }
+  uint16_t u16() { return load_le<uint16_t>(take(2)); }
+  uint32_t u32() { return load_le<uint32_t>(take(4)); }
+  uint64_t u64() { return load_le<uint64_t>(take(8)); }
+  int32_t i32() { return load_le<int32_t>(take(4)); }
+
+  // One text argument: the bytes up to the next newline, which is consumed.
+  std::string_view line() {
+    const void* nl = std::memchr(data_ + pos_, '\n', size_ - pos_);
+    if (!nl) fail("unterminated line");
+    const size_t end = static_cast<const uint8_t*>(nl) - data_;
+    std::string_view s(reinterpret_cast<const char*>(data_ + pos_), end - pos_);
+    pos_ = end + 1;
+    return s;
+  }
+
+  pickle_node* node(pickle_kind kind) {
+    if (++nodes_made_ > limits_.max_nodes)
+      fail("too many objects (limit " + std::to_string(limits_.max_nodes) + ")");
+    return doc_->make(kind);
+  }
+
+  size_t frame_base() const { return marks_.empty() ? 0 : marks_.back(); }
+
+  void push(pickle_node* n) {
+    if (stack_.size() + marks_.size() >= limits_.max_stack)
+      fail("stack too deep (limit " + std::to_string(limits_.max_stack) + ")");
+    stack_.push_back(n);
+  }
+
+  pickle_node* pop() {
+    if (stack_.size() <= frame_base()) fail("stack underflow");
+    pickle_node* n = stack_.back();
+    stack_.pop_back();
+    return n;
+  }
+
+  pickle_node* top() {
+    if (stack_.size() <= frame_base()) fail("stack underflow");
+    return stack_.back();
+  }
+
+  std::vector<pickle_node*> pop_mark() {
+    if (marks_.empty()) fail("MARK missing");
+    const size_t begin = marks_.back();
+    marks_.pop_back();
+    std::vector<pickle_node*> items(stack_.begin() + static_cast<std::ptrdiff_t>(begin), stack_.end());
+    stack_.resize(begin);
+    return items;
+  }
+
+  void memo_put(uint64_t key, pickle_node* n) {
+    if (key < memo_vec_.size()) {
+      memo_vec_[key] = n;
+      return;
+    }
+    auto it = memo_map_.find(key);
+    if (it != memo_map_.end()) {
+      it->second = n;
+      return;
+    }
+    if (memo_vec_.size() + memo_map_.size() >= limits_.max_memo)
+      fail("too many memo entries (limit " + std::to_string(limits_.max_memo) + ")");
+    if (key == memo_vec_.size())
+      memo_vec_.push_back(n);
+    else
+      memo_map_.emplace(key, n);
+  }
+
+  pickle_node* memo_get(uint64_t key) {
+    if (key < memo_vec_.size()) return memo_vec_[key];
+    auto it = memo_map_.find(key);
+    if (it == memo_map_.end()) fail("memo key " + std::to_string(key) + " not found");
+    return it->second;
+  }
+
+  uint64_t memo_index_text() {
+    const std::string_view s = trim(line());
+    uint64_t v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc() || end != s.data() + s.size()) fail("bad memo index");
+    return v;
+  }
+
+  // Inserts into a dict (entries) or set (items), replacing an equal scalar key as Python does.
+  void insert_keyed(pickle_node* container, pickle_node* key, pickle_node* value) {
+    const bool is_dict = container->kind == pickle_kind::dict;
+    const size_t size = is_dict ? container->entries.size() : container->items.size();
+    auto key_at = [&](size_t i) { return is_dict ? container->entries[i].first : container->items[i]; };
+    auto replace_at = [&](size_t i) {
+      if (is_dict) container->entries[i].second = value;
+    };
+    auto append = [&] {
+      if (is_dict)
+        container->entries.emplace_back(key, value);
+      else
+        container->items.push_back(key);
+    };
+    if (!canonical_key(*key, key_text_)) {
+      append();
+      return;
+    }
+    auto idx = key_index_.find(container);
+    if (idx == key_index_.end() && size < kLinearKeyScan) {
+      std::string other;
+      for (size_t i = 0; i < size; ++i) {
+        if (canonical_key(*key_at(i), other) && other == key_text_) {
+          replace_at(i);
+          return;
+        }
+      }
+      append();
+      return;
+    }
+    if (idx == key_index_.end()) {
+      idx = key_index_.emplace(container, std::unordered_map<std::string, size_t>()).first;
+      std::string other;
+      for (size_t i = 0; i < size; ++i)
+        if (canonical_key(*key_at(i), other)) idx->second.emplace(other, i);
+    }
+    auto [slot, fresh] = idx->second.emplace(key_text_, size);
+    if (fresh)
+      append();
+    else
+      replace_at(slot->second);
+  }
+
+  void fill_from_pairs(pickle_node* dict, pickle_node* source, const char* callable) {
+    if (source->kind == pickle_kind::dict) {
+      for (const auto& [k, v] : source->entries) insert_keyed(dict, k, v);
+      return;
+    }
+    if (source->kind != pickle_kind::list && source->kind != pickle_kind::tuple)
+      fail(std::string("bad argument for ") + callable + ": " + pickle_type_name(*source));
+    for (pickle_node* pair : source->items) {
+      if ((pair->kind != pickle_kind::tuple && pair->kind != pickle_kind::list) || pair->items.size() != 2)
+        fail(std::string("bad argument for ") + callable + ": expected key-value pairs");
+      insert_keyed(dict, pair->items[0], pair->items[1]);
+    }
+  }
+
+  void fill_from_iterable(pickle_node* out, pickle_node* source, const char* callable) {
+    const bool keyed = out->kind == pickle_kind::set;
+    auto add = [&](pickle_node* x) {
+      if (keyed)
+        insert_keyed(out, x, nullptr);
+      else
+        out->items.push_back(x);
+    };
+    switch (source->kind) {
+      case pickle_kind::list:
+      case pickle_kind::tuple:
+      case pickle_kind::set:
+        for (pickle_node* x : source->items) add(x);
+        break;
+      case pickle_kind::dict:
+        for (const auto& kv : source->entries) add(kv.first);
+        break;
+      default: fail(std::string("bad argument for ") + callable + ": " + pickle_type_name(*source));
+    }
+  }
+
+  static bool is_builtin(const std::string& name, const char* what) {
+    const size_t dot = name.find('.');
+    if (dot == std::string::npos) return false;
+    const std::string_view module(name.data(), dot);
+    return (module == "builtins" || module == "__builtin__") &&
+           name.compare(dot + 1, std::string::npos, what) == 0;
+  }
+
+  int64_t int_arg(const pickle_node* n, const char* what) {
+    if (n->kind == pickle_kind::big_integer)
+      fail(std::string("tensor ") + what + " has an entry outside the int64 range");
+    if (n->kind != pickle_kind::integer)
+      fail(std::string("tensor ") + what + " is " + pickle_type_name(*n) + ", not int");
+    return n->int_value;
+  }
+
+  std::vector<int64_t> int_tuple_arg(const pickle_node* n, const char* what) {
+    if (n->kind != pickle_kind::tuple && n->kind != pickle_kind::list)
+      fail(std::string("tensor ") + what + " is " + pickle_type_name(*n) + ", not a tuple");
+    std::vector<int64_t> out;
+    out.reserve(n->items.size());
+    for (const pickle_node* x : n->items) {
+      const int64_t v = int_arg(x, what);
+      if (v < 0) fail(std::string("tensor ") + what + " has a negative entry");
+      out.push_back(v);
+    }
+    return out;
+  }
+
+  bool bool_arg(const pickle_node* n, const char* what) {
+    if (n->kind == pickle_kind::boolean) return n->bool_value;
+    if (n->kind == pickle_kind::integer) return n->int_value != 0;
+    fail(std::string(what) + " is " + pickle_type_name(*n) + ", not bool");
+  }
+
+  pickle_node* rebuild_tensor(const std::vector<pickle_node*>& a, bool v2) {
+    const size_t want = v2 ? 6 : 4;
+    if (a.size() < want || a.size() > want + (v2 ? 1 : 0))
+      fail("tensor rebuild takes " + std::to_string(want) + " arguments, got " + std::to_string(a.size()));
+    if (a[0]->kind != pickle_kind::storage)
+      fail("tensor storage is " + pickle_type_name(*a[0]) + ", not a storage");
+    auto t = std::make_unique<pickle_tensor_ref>();
+    t->storage = *a[0]->storage;
+    t->offset = int_arg(a[1], "storage offset");
+    if (t->offset < 0) fail("tensor storage offset is negative");
+    t->shape = int_tuple_arg(a[2], "size");
+    t->strides = int_tuple_arg(a[3], "stride");
+    if (t->shape.size() != t->strides.size()) fail("tensor size and stride differ in length");
+    if (v2) t->requires_grad = bool_arg(a[4], "requires_grad");
+    pickle_node* n = node(pickle_kind::tensor);
+    n->tensor = std::move(t);
+    return n;
+  }
+
+  pickle_node* rebuild_parameter(const std::vector<pickle_node*>& a, size_t want) {
+    if (a.size() != want)
+      fail("parameter rebuild takes " + std::to_string(want) + " arguments, got " + std::to_string(a.size()));
+    if (a[0]->kind != pickle_kind::tensor)
+      fail("parameter data is " + pickle_type_name(*a[0]) + ", not a tensor");
+    pickle_node* n = node(pickle_kind::tensor);
+    n->tensor = std::make_unique<pickle_tensor_ref>(*a[0]->tensor);
+    n->tensor->requires_grad = bool_arg(a[1], "requires_grad");
+    n->tensor->is_parameter = true;
+    return n;
+  }
+
+  pickle_node* opaque(const std::string& name) {
+    doc_->note_opaque(name);
+    pickle_node* n = node(pickle_kind::opaque);
+    n->text = name;
+    return n;
+  }
+
+  // The result of calling `callable` with `args` (REDUCE, INST, OBJ) or of cls.__new__(cls, *args)
+  // (NEWOBJ, NEWOBJ_EX: `is_new`), for the allow-listed callables; an opaque node otherwise.
+  pickle_node* call(pickle_node* callable, const std::vector<pickle_node*>& args, bool is_new) {
+    if (callable->kind == pickle_kind::opaque) return opaque(callable->text);
+    if (callable->kind != pickle_kind::global)
+      fail("calling " + pickle_type_name(*callable) + ", which is not callable");
+    const std::string& name = callable->text;
+    const char* cname = name.c_str();
+
+    const bool ordered = name == "collections.OrderedDict";
+    if (ordered || name == "collections.defaultdict" || is_builtin(name, "dict")) {
+      pickle_node* d = node(pickle_kind::dict);
+      d->ordered = ordered;
+      // defaultdict(factory, mapping): the factory is not kept.
+      const size_t first = name == "collections.defaultdict" ? 1 : 0;
+      if (!is_new && args.size() > first + 1) fail("too many arguments for " + name);
+      if (!is_new && args.size() == first + 1) fill_from_pairs(d, args[first], cname);
+      return d;
+    }
+    if (is_builtin(name, "list") || is_builtin(name, "set")) {
+      pickle_node* out = node(is_builtin(name, "list") ? pickle_kind::list : pickle_kind::set);
+      if (!is_new && args.size() > 1) fail("too many arguments for " + name);
+      if (!is_new && args.size() == 1) fill_from_iterable(out, args[0], cname);
+      return out;
+    }
+    if (is_builtin(name, "tuple") || is_builtin(name, "frozenset")) {
+      pickle_node* out = node(is_builtin(name, "tuple") ? pickle_kind::tuple : pickle_kind::set);
+      if (args.size() > 1) fail("too many arguments for " + name);
+      if (args.size() == 1) fill_from_iterable(out, args[0], cname);
+      return out;
+    }
+    if (is_builtin(name, "bytes") || is_builtin(name, "bytearray")) {
+      pickle_node* out = node(pickle_kind::bytes);
+      if (args.empty()) return out;
+      if (args.size() != 1 || args[0]->kind != pickle_kind::bytes) return opaque(name);
+      out->text = args[0]->text;
+      return out;
+    }
+    if (name == "_codecs.encode") {
+      // Protocols 0-2 write bytes as _codecs.encode(latin-1 text, "latin1").
+      if (args.size() != 2 || args[0]->kind != pickle_kind::string || args[1]->kind != pickle_kind::string ||
+          (args[1]->text != "latin1" && args[1]->text != "latin-1"))
+        return opaque(name);
+      pickle_node* out = node(pickle_kind::bytes);
+      const std::string& s = args[0]->text;
+      size_t i = 0;
+      uint32_t cp;
+      while (i < s.size()) {
+        if (!next_code_point(s, i, cp) || cp > 0xff) fail("_codecs.encode: text is not latin-1");
+        out->text += static_cast<char>(cp);
+      }
+      return out;
+    }
+    if (name == "torch._utils._rebuild_tensor_v2") return rebuild_tensor(args, true);
+    if (name == "torch._utils._rebuild_tensor") return rebuild_tensor(args, false);
+    if (name == "torch._utils._rebuild_parameter") return rebuild_parameter(args, 3);
+    if (name == "torch._utils._rebuild_parameter_with_state") return rebuild_parameter(args, 4);
+    return opaque(name);
+  }
+
+  std::vector<pickle_node*> tuple_items(pickle_node* n, const char* what) {
+    if (n->kind != pickle_kind::tuple)
+      fail(std::string(what) + " is " + pickle_type_name(*n) + ", not a tuple");
+    return n->items;
+  }
+
+  void build(pickle_node* inst, pickle_node* state) {
+    if (inst->kind != pickle_kind::dict) return;
+    auto merge = [&](pickle_node* s) {
+      if (s->kind != pickle_kind::dict || s->entries.empty()) return;
+      if (!inst->attributes) inst->attributes = node(pickle_kind::dict);
+      for (const auto& [k, v] : s->entries) insert_keyed(inst->attributes, k, v);
+    };
+    if (state->kind == pickle_kind::tuple && state->items.size() == 2) {
+      merge(state->items[0]);
+      merge(state->items[1]);
+    } else {
+      merge(state);
+    }
+  }
+
+  pickle_node* persistent_load(pickle_node* pid) {
+    auto reject = [&]() -> pickle_node* {
+      std::string what = pickle_type_name(*pid);
+      if (pid->kind == pickle_kind::string && pid->text.size() <= 64 && valid_utf8(pid->text))
+        what += " '" + pid->text + "'";
+      fail("persistent id is not a storage: " + what);
+    };
+    if (pid->kind != pickle_kind::tuple) return reject();
+    const auto& it = pid->items;
+    if (it.size() != 5 && !(it.size() == 6 && it[5]->kind == pickle_kind::none)) return reject();
+    if (it[0]->kind != pickle_kind::string || it[0]->text != "storage") return reject();
+    if (it[1]->kind != pickle_kind::global) return reject();
+    std::string_view cls = it[1]->text;
+    if (cls.substr(0, 6) != "torch.") return reject();
+    cls.remove_prefix(6);
+    if (cls.substr(0, 5) == "cuda.") cls.remove_prefix(5);
+    std::optional<dtype> type;
+    if (cls == "UntypedStorage" || cls == "storage.UntypedStorage")
+      type = dtype::uint8;
+    else
+      type = dtype_from_storage_class(cls);
+    if (!type) fail("persistent id names an unknown storage type " + it[1]->text);
+    if (it[2]->kind != pickle_kind::string) fail("storage key is " + pickle_type_name(*it[2]) + ", not str");
+    if (it[3]->kind != pickle_kind::string)
+      fail("storage location is " + pickle_type_name(*it[3]) + ", not str");
+    if (it[4]->kind != pickle_kind::integer || it[4]->int_value < 0)
+      fail("storage size is not a non-negative int");
+    pickle_node* n = node(pickle_kind::storage);
+    n->storage = std::make_unique<pickle_storage_ref>();
+    n->storage->key = it[2]->text;
+    n->storage->type = *type;
+    n->storage->location = it[3]->text;
+    n->storage->numel = static_cast<uint64_t>(it[4]->int_value);
+    return n;
+  }
+
+  pickle_node* global(std::string_view module, std::string_view name) {
+    auto ok = [](std::string_view s) {
+      if (s.empty()) return false;
+      for (char c : s)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
+      return valid_utf8(s);
+    };
+    if (!ok(module) || !ok(name)) fail("bad global name");
+    pickle_node* n = node(pickle_kind::global);
+    n->text.reserve(module.size() + 1 + name.size());
+    n->text.append(module).append(".").append(name);
+    return n;
+  }
+
+  // Decimal text (INT, LONG) as an integer node of any size.
+  pickle_node* decimal(std::string_view s) {
+    s = trim(s);
+    bool negative = false;
+    if (!s.empty() && (s.front() == '-' || s.front() == '+')) {
+      negative = s.front() == '-';
+      s.remove_prefix(1);
+    }
+    if (s.empty()) fail("bad integer literal");
+    if (s.size() > kMaxDecimalDigits) fail("integer literal too long");
+    // Magnitude in 32-bit limbs, least significant first.
+    std::vector<uint32_t> limbs;
+    for (char c : s) {
+      if (c < '0' || c > '9') fail("bad integer literal");
+      uint64_t carry = static_cast<uint64_t>(c - '0');
+      for (uint32_t& l : limbs) {
+        const uint64_t t = static_cast<uint64_t>(l) * 10 + carry;
+        l = static_cast<uint32_t>(t);
+        carry = t >> 32;
+      }
+      if (carry) limbs.push_back(static_cast<uint32_t>(carry));
+    }
+    std::vector<uint8_t> bytes(limbs.size() * 4 + 1, 0);
+    for (size_t i = 0; i < limbs.size(); ++i) store_le<uint32_t>(bytes.data() + 4 * i, limbs[i]);
+    if (negative) {
+      unsigned carry = 1;
+      for (uint8_t& b : bytes) {
+        const unsigned t = static_cast<uint8_t>(~b) + carry;
+        b = static_cast<uint8_t>(t);
+        carry = t >> 8;
+      }
+    }
+    pickle_node* n = node(pickle_kind::integer);
+    set_long(n, bytes.data(), bytes.size());
+    return n;
+  }
+
+  pickle_node* float_text(std::string_view s) {
+    s = trim(s);
+    if (!s.empty() && s.front() == '+') s.remove_prefix(1);
+    double v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || end != s.data() + s.size() ||
+        (ec != std::errc() && ec != std::errc::result_out_of_range))
+      fail("bad float literal");
+    if (ec == std::errc::result_out_of_range) v = out_of_range_float(s);
+    pickle_node* n = node(pickle_kind::floating);
+    n->float_value = v;
+    return n;
+  }
+
+  // A str from Python 2 (STRING, BINSTRING): text when it is UTF-8, as torch.load decodes it,
+  // bytes otherwise.
+  pickle_node* py2_string(std::string bytes) {
+    const bool utf8 = valid_utf8(bytes);
+    pickle_node* n = node(utf8 ? pickle_kind::string : pickle_kind::bytes);
+    n->text = std::move(bytes);
+    return n;
+  }
+
+  // STRING's argument: a quoted Python 2 literal with backslash escapes.
+  std::string escaped_string(std::string_view s) {
+    if (s.size() < 2 || s.front() != s.back() || (s.front() != '\'' && s.front() != '"'))
+      fail("the STRING argument must be quoted");
+    s = s.substr(1, s.size() - 2);
+    std::string out;
+    out.reserve(s.size());
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i] != '\\') {
+        out += s[i];
+        continue;
+      }
+      if (++i == s.size()) fail("trailing backslash in STRING");
+      const char c = s[i];
+      switch (c) {
+        case '\n': break;
+        case '\\': out += '\\'; break;
+        case '\'': out += '\''; break;
+        case '"': out += '"'; break;
+        case 'a': out += '\a'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'v': out += '\v'; break;
+        case 'x': {
+          if (s.size() - i < 3 || hex_value(s[i + 1]) < 0 || hex_value(s[i + 2]) < 0)
+            fail("bad \\x escape in STRING");
+          out += static_cast<char>(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2]));
+          i += 2;
+          break;
+        }
+        default:
+          if (c >= '0' && c <= '7') {
+            int v = c - '0';
+            for (int k = 0; k < 2 && i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7'; ++k)
+              v = v * 8 + (s[++i] - '0');
+            out += static_cast<char>(v & 0xff);
+          } else {
+            out += '\\';
+            out += c;
+          }
+      }
+    }
+    return out;
+  }
+
+  // UNICODE's argument: raw-unicode-escape (latin-1 bytes with \uXXXX and \UXXXXXXXX escapes).
+  std::string raw_unicode(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (size_t i = 0; i < s.size(); ++i) {
+      const auto c = static_cast<uint8_t>(s[i]);
+      if (c != '\\' || i + 1 == s.size()) {
+        append_utf8(out, c);
+        continue;
+      }
+      const char e = s[i + 1];
+      if (e != 'u' && e != 'U') {
+        out += '\\';
+        append_utf8(out, static_cast<uint8_t>(e));
+        ++i;
+        continue;
+      }
+      const size_t digits = e == 'u' ? 4 : 8;
+      if (s.size() - i - 2 < digits) fail("truncated \\u escape in UNICODE");
+      uint32_t cp = 0;
+      for (size_t k = 0; k < digits; ++k) {
+        const int h = hex_value(s[i + 2 + k]);
+        if (h < 0) fail("bad \\u escape in UNICODE");
+        cp = cp * 16 + static_cast<uint32_t>(h);
+      }
+      if (cp > 0x10ffff) fail("\\U escape out of range in UNICODE");
+      append_utf8(out, cp);
+      i += 1 + digits;
+    }
+    return out;
+  }
+
+  pickle_node* text_node(pickle_kind kind, const uint8_t* p, uint64_t len) {
+    pickle_node* n = node(kind);
+    n->text.assign(reinterpret_cast<const char*>(p), static_cast<size_t>(len));
+    if (kind == pickle_kind::string && !valid_utf8(n->text)) fail("string is not valid UTF-8");
+    return n;
+  }
+
+  pickle_node* counted(pickle_kind kind, uint64_t len) { return text_node(kind, take(len), len); }
+
+  void add_items(pickle_node* target, const std::vector<pickle_node*>& items) {
+    if (target->kind == pickle_kind::opaque) return;
+    if (target->kind == pickle_kind::list && (op_ == kAppend || op_ == kAppends)) {
+      target->items.insert(target->items.end(), items.begin(), items.end());
+      return;
+    }
+    if (target->kind == pickle_kind::set && op_ == kAddItems) {
+      for (pickle_node* x : items) insert_keyed(target, x, nullptr);
+      return;
+    }
+    fail("cannot add items to " + pickle_type_name(*target));
+  }
+
+  void set_items(pickle_node* target, const std::vector<pickle_node*>& kv) {
+    if (kv.size() % 2) fail("odd number of items for a dict");
+    if (target->kind == pickle_kind::opaque) return;
+    if (target->kind != pickle_kind::dict) fail("cannot set items on " + pickle_type_name(*target));
+    for (size_t i = 0; i < kv.size(); i += 2) insert_keyed(target, kv[i], kv[i + 1]);
+  }
+
+  pickle_node* sequence(pickle_kind kind, std::vector<pickle_node*> items) {
+    pickle_node* n = node(kind);
+    if (kind == pickle_kind::set) {
+      for (pickle_node* x : items) insert_keyed(n, x, nullptr);
+    } else {
+      n->items = std::move(items);
+    }
+    return n;
+  }
+
+  void step() {
+    switch (op_) {
+      case kProto: {
+        const uint8_t v = u8();
+        if (v > kHighestProtocol) fail("unsupported protocol " + std::to_string(v));
+        break;
+      }
+      case kFrame: u64(); break;
+      case kMark:
+        if (stack_.size() + marks_.size() >= limits_.max_stack)
+          fail("stack too deep (limit " + std::to_string(limits_.max_stack) + ")");
+        marks_.push_back(stack_.size());
+        break;
+      case kPop:
+        if (stack_.size() > frame_base())
+          stack_.pop_back();
+        else
+          pop_mark();
+        break;
+      case kPopMark: pop_mark(); break;
+      case kDup: push(top()); break;
+
+      case kNone: push(node(pickle_kind::none)); break;
+      case kNewTrue:
+      case kNewFalse: {
+        pickle_node* n = node(pickle_kind::boolean);
+        n->bool_value = op_ == kNewTrue;
+        push(n);
+        break;
+      }
+      case kInt: {
+        const std::string_view s = line();
+        if (s == "00" || s == "01") {
+          pickle_node* n = node(pickle_kind::boolean);
+          n->bool_value = s == "01";
+          push(n);
+        } else {
+          push(decimal(s));
+        }
+        break;
+      }
+      case kLong: {
+        std::string_view s = line();
+        if (!s.empty() && s.back() == 'L') s.remove_suffix(1);
+        push(decimal(s));
+        break;
+      }
+      case kBinInt:
+      case kBinInt1:
+      case kBinInt2: {
+        pickle_node* n = node(pickle_kind::integer);
+        n->int_value = op_ == kBinInt ? i32() : op_ == kBinInt1 ? u8() : u16();
+        push(n);
+        break;
+      }
+      case kLong1:
+      case kLong4: {
+        uint64_t len;
+        if (op_ == kLong1) {
+          len = u8();
+        } else {
+          const int32_t l = i32();
+          if (l < 0) fail("negative length");
+          len = static_cast<uint64_t>(l);
+        }
+        const uint8_t* p = take(len);
+        pickle_node* n = node(pickle_kind::integer);
+        set_long(n, p, static_cast<size_t>(len));
+        push(n);
+        break;
+      }
+      case kFloat: push(float_text(line())); break;
+      case kBinFloat: {
+        const uint8_t* p = take(8);
+        uint64_t bits = 0;
+        for (int i = 0; i < 8; ++i) bits = (bits << 8) | p[i];
+        pickle_node* n = node(pickle_kind::floating);
+        std::memcpy(&n->float_value, &bits, sizeof bits);
+        push(n);
+        break;
+      }
+
+      case kString: push(py2_string(escaped_string(line()))); break;
+      case kBinString: {
+        const int32_t l = i32();
+        if (l < 0) fail("negative length");
+        const uint8_t* p = take(static_cast<uint64_t>(l));
+        push(py2_string(std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(l))));
+        break;
+      }
+      case kShortBinString: {
+        const uint8_t l = u8();
+        const uint8_t* p = take(l);
+        push(py2_string(std::string(reinterpret_cast<const char*>(p), l)));
+        break;
+      }
+      case kUnicode: {
+        pickle_node* n = node(pickle_kind::string);
+        n->text = raw_unicode(line());
+        push(n);
+        break;
+      }
+      case kShortBinUnicode: push(counted(pickle_kind::string, u8())); break;
+      case kBinUnicode: push(counted(pickle_kind::string, u32())); break;
+      case kBinUnicode8: push(counted(pickle_kind::string, u64())); break;
+      case kShortBinBytes: push(counted(pickle_kind::bytes, u8())); break;
+      case kBinBytes: push(counted(pickle_kind::bytes, u32())); break;
+      case kBinBytes8:
+      case kByteArray8: push(counted(pickle_kind::bytes, u64())); break;
+
+      case kEmptyList: push(node(pickle_kind::list)); break;
+      case kEmptyTuple: push(node(pickle_kind::tuple)); break;
+      case kEmptyDict: push(node(pickle_kind::dict)); break;
+      case kEmptySet: push(node(pickle_kind::set)); break;
+      case kList: push(sequence(pickle_kind::list, pop_mark())); break;
+      case kTuple: push(sequence(pickle_kind::tuple, pop_mark())); break;
+      case kFrozenSet: push(sequence(pickle_kind::set, pop_mark())); break;
+      case kTuple1:
+      case kTuple2:
+      case kTuple3: {
+        const size_t n = op_ - kTuple1 + 1;
+        if (stack_.size() - frame_base() < n) fail("stack underflow");
+        std::vector<pickle_node*> items(stack_.end() - static_cast<std::ptrdiff_t>(n), stack_.end());
+        stack_.resize(stack_.size() - n);
+        push(sequence(pickle_kind::tuple, std::move(items)));
+        break;
+      }
+      case kDict: {
+        const std::vector<pickle_node*> kv = pop_mark();
+        pickle_node* d = node(pickle_kind::dict);
+        set_items(d, kv);
+        push(d);
+        break;
+      }
+      case kAppend: {
+        pickle_node* v = pop();
+        add_items(top(), {v});
+        break;
+      }
+      case kAppends:
+      case kAddItems: {
+        const std::vector<pickle_node*> items = pop_mark();
+        add_items(top(), items);
+        break;
+      }
+      case kSetItem: {
+        pickle_node* v = pop();
+        pickle_node* k = pop();
+        set_items(top(), {k, v});
+        break;
+      }
+      case kSetItems: {
+        const std::vector<pickle_node*> kv = pop_mark();
+        set_items(top(), kv);
+        break;
+      }
+
+      case kGet: push(memo_get(memo_index_text())); break;
+      case kBinGet: push(memo_get(u8())); break;
+      case kLongBinGet: push(memo_get(u32())); break;
+      case kPut: {
+        const uint64_t key = memo_index_text();
+        memo_put(key, top());
+        break;
+      }
+      case kBinPut: {
+        const uint64_t key = u8();
+        memo_put(key, top());
+        break;
+      }
+      case kLongBinPut: {
+        const uint64_t key = u32();
+        memo_put(key, top());
+        break;
+      }
+      case kMemoize: memo_put(memo_vec_.size() + memo_map_.size(), top()); break;
+
+      case kGlobal: {
+        const std::string_view module = line();
+        const std::string_view name = line();
+        push(global(module, name));
+        break;
+      }
+      case kStackGlobal: {
+        pickle_node* name = pop();
+        pickle_node* module = pop();
+        if (module->kind != pickle_kind::string || name->kind != pickle_kind::string)
+          fail("module and name must be str");
+        push(global(module->text, name->text));
+        break;
+      }
+      case kInst: {
+        const std::string_view module = line();
+        const std::string_view name = line();
+        pickle_node* cls = global(module, name);
+        push(call(cls, pop_mark(), false));
+        break;
+      }
+      case kObj: {
+        std::vector<pickle_node*> args = pop_mark();
+        if (args.empty()) fail("stack underflow");
+        pickle_node* cls = args.front();
+        args.erase(args.begin());
+        push(call(cls, args, true));
+        break;
+      }
+      case kReduce: {
+        pickle_node* args = pop();
+        pickle_node* callable = pop();
+        push(call(callable, tuple_items(args, "REDUCE argument"), false));
+        break;
+      }
+      case kNewObj: {
+        pickle_node* args = pop();
+        pickle_node* cls = pop();
+        push(call(cls, tuple_items(args, "NEWOBJ argument"), true));
+        break;
+      }
+      case kNewObjEx: {
+        pickle_node* kwargs = pop();
+        pickle_node* args = pop();
+        pickle_node* cls = pop();
+        if (kwargs->kind != pickle_kind::dict) fail("NEWOBJ_EX keyword arguments are not a dict");
+        push(call(cls, tuple_items(args, "NEWOBJ_EX argument"), true));
+        break;
+      }
+      case kBuild: {
+        pickle_node* state = pop();
+        build(top(), state);
+        break;
+      }
+      case kPersId: {
+        pickle_node* pid = node(pickle_kind::string);
+        pid->text = std::string(line());
+        push(persistent_load(pid));
+        break;
+      }
+      case kBinPersId: push(persistent_load(pop())); break;
+
+      case kExt1:
+      case kExt2:
+      case kExt4: fail("extension codes are not supported");
+      case kNextBuffer:
+      case kReadonlyBuffer: fail("out-of-band buffers are not supported");
+      default: fail_plain("unknown opcode " + hex_byte(op_));
+    }
+  }
+
+  const uint8_t* data_;
+  size_t size_;
+  const std::string& context_;
+  const unpickle_limits& limits_;
+  std::unique_ptr<pickle_document> doc_;
+
+  size_t pos_ = 0;
+  size_t op_pos_ = 0;
+  uint8_t op_ = 0;
+  size_t nodes_made_ = 0;
+  std::vector<pickle_node*> stack_;
+  std::vector<size_t> marks_;
+  std::vector<pickle_node*> memo_vec_;
+  std::unordered_map<uint64_t, pickle_node*> memo_map_;
+  std::unordered_map<const pickle_node*, std::unordered_map<std::string, size_t>> key_index_;
+  std::string key_text_;
+};
+
+}  // namespace
+
+std::unique_ptr<pickle_document> unpickle(const uint8_t* data, size_t size, const std::string& context,
+                                          const unpickle_limits& limits) {
+  if (!data) size = 0;
+  static const uint8_t kEmpty = 0;
+  return unpickler(data ? data : &kEmpty, size, context, limits).run();
+}
+
+}  // namespace swavg

@@ -1,0 +1,115 @@
+/*
+ * An allow-list unpickler for the data.pkl record of torch.save archives (pickle protocols 0-5 as
+ * far as torch.save and TorchScript emit them).
+ *
+ * It never imports or calls anything. GLOBAL/STACK_GLOBAL push a reference to a name; REDUCE,
+ * NEWOBJ and BUILD on a reference interpret only a fixed list of callables:
+ *   collections.OrderedDict, collections.defaultdict, builtins.dict/list/tuple/set -> containers
+ *   builtins.bytes/bytearray, _codecs.encode(text, "latin1") -> bytes (protocols 0-2 write bytes so)
+ *   torch._utils._rebuild_tensor_v2, _rebuild_tensor, _rebuild_parameter,
+ *   _rebuild_parameter_with_state                     -> tensor
+ *   torch.<X>Storage as a persistent-id argument       -> storage
+ * Any other callable (argparse.Namespace, a numpy scalar, os.system, ...) yields an opaque node that
+ * records the callable's name and nothing else; BUILD/SETITEM/APPEND on it are accepted and dropped.
+ *
+ * All nodes live in an arena owned by `pickle_document`, referred to by raw pointers, so memo
+ * sharing, cycles and deep nesting cost no recursion when the document is destroyed. Consumers walk
+ * it with explicit depth limits.
+ */
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "tensor/dtype.h"
+
+namespace swavg {
+
+struct pickle_node;
+
+struct pickle_storage_ref {
+  std::string key;       // record name under data/ ("0", "1", ...)
+  dtype type = dtype::float32;
+  std::string location;  // "cpu", "cuda:0", ...
+  uint64_t numel = 0;    // elements of `type` as declared in the persistent id
+};
+
+struct pickle_tensor_ref {
+  pickle_storage_ref storage;
+  int64_t offset = 0;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;
+  bool requires_grad = false;
+  bool is_parameter = false;  // rebuilt through _rebuild_parameter*
+};
+
+enum class pickle_kind : uint8_t {
+  none,
+  boolean,
+  integer,      // fits int64: int_value
+  big_integer,  // does not fit int64: text holds the little-endian two's complement bytes
+  floating,
+  string,       // text (UTF-8)
+  bytes,        // text (raw bytes)
+  list,
+  tuple,
+  set,
+  dict,         // items in insertion order
+  global,       // a reference to module.name (text), not yet called
+  storage,      // a persistent id that named a storage
+  tensor,
+  opaque,       // the result of calling or building something not allowed (text: module.name)
+};
+
+struct pickle_node {
+  pickle_kind kind = pickle_kind::none;
+  bool bool_value = false;
+  int64_t int_value = 0;
+  double float_value = 0.0;
+  std::string text;
+  std::vector<pickle_node*> items;                              // list, tuple, set
+  std::vector<std::pair<pickle_node*, pickle_node*>> entries;  // dict
+  bool ordered = false;                                        // dict built as collections.OrderedDict
+  pickle_node* attributes = nullptr;  // dict state set by BUILD on a dict (OrderedDict._metadata)
+  std::unique_ptr<pickle_storage_ref> storage;
+  std::unique_ptr<pickle_tensor_ref> tensor;
+};
+
+class pickle_document {
+ public:
+  pickle_node* root() const { return root_; }
+  // Every name that became an opaque node, as "module.name", in order of first appearance.
+  const std::vector<std::string>& opaque_globals() const { return opaque_globals_; }
+
+  // Used by the parser.
+  pickle_node* make(pickle_kind kind);
+  void set_root(pickle_node* n) { root_ = n; }
+  void note_opaque(const std::string& name);
+
+ private:
+  std::vector<std::unique_ptr<pickle_node>> nodes_;
+  pickle_node* root_ = nullptr;
+  std::vector<std::string> opaque_globals_;
+  std::unordered_set<std::string> opaque_seen_;
+};
+
+struct unpickle_limits {
+  size_t max_nodes = 50'000'000;
+  size_t max_memo = 50'000'000;
+  size_t max_stack = 10'000'000;
+};
+
+// Parses `size` bytes of pickle data. `context` (e.g. "ckpt.pt: archive/data.pkl") starts every
+// error message. Throws input_error for malformed data: truncation, unknown opcode, stack underflow,
+// bad memo index, a persistent id that is not a storage, bad tensor arguments. Never executes code.
+std::unique_ptr<pickle_document> unpickle(const uint8_t* data, size_t size, const std::string& context,
+                                          const unpickle_limits& limits = {});
+
+// "str", "int", "dict", "OrderedDict", "argparse.Namespace", "tensor", ... for messages and inspect.
+std::string pickle_type_name(const pickle_node& n);
+
+}  // namespace swavg

@@ -1,0 +1,450 @@
+#include "formats/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "util/atomic_file.h"
+#include "util/checked.h"
+#include "util/error.h"
+#include "util/mapped_file.h"
+
+namespace swavg {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr uint64_t kMaxElements = uint64_t{1} << 62;  // as check_view_bounds allows
+constexpr const char* kMetadataKey = "__metadata__";
+constexpr int kMaxJsonDepth = 128;  // serde_json's recursion limit, which the reference inherits
+
+struct known_dtype {
+  const char* name;
+  size_t size;
+  std::optional<dtype> type;  // nullopt: valid safetensors, but swavg has no such dtype
+};
+
+const known_dtype kKnownDtypes[] = {
+    {"BOOL", 1, dtype::bool_},    {"U8", 1, dtype::uint8},      {"I8", 1, dtype::int8},
+    {"I16", 2, dtype::int16},     {"U16", 2, std::nullopt},     {"F16", 2, dtype::float16},
+    {"BF16", 2, dtype::bfloat16}, {"I32", 4, dtype::int32},     {"U32", 4, std::nullopt},
+    {"F32", 4, dtype::float32},   {"F64", 8, dtype::float64},   {"I64", 8, dtype::int64},
+    {"U64", 8, std::nullopt},     {"F8_E4M3", 1, std::nullopt}, {"F8_E5M2", 1, std::nullopt},
+};
+
+const known_dtype* find_dtype(const std::string& name) {
+  for (const auto& d : kKnownDtypes)
+    if (name == d.name) return &d;
+  return nullptr;
+}
+
+// Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above U+10FFFF. Returns the
+// offset of the first bad byte, or nullopt when the whole range is valid.
+std::optional<size_t> invalid_utf8_at(const uint8_t* p, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    const uint8_t c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    uint8_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    if (n - i < len) return i;
+    if (p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k)
+      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
+    i += len;
+  }
+  return std::nullopt;
+}
+
+bool valid_utf8(const std::string& s) {
+  return !invalid_utf8_at(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
+// A name as it appears in messages: control bytes escaped so that a NUL or a newline stays visible.
+std::string printable(const std::string& s) {
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string quote_name(const std::string& s) { return "'" + printable(s) + "'"; }
+
+// A short rendering of a JSON value for messages.
+std::string render(const json& j) {
+  std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return printable(s);
+}
+
+std::string type_with_article(const json& j) {
+  const std::string t = j.type_name();
+  const bool vowel = t == "object" || t == "array";
+  return (vowel ? "an " : "a ") + t;
+}
+
+std::optional<uint64_t> as_non_negative(const json& j) {
+  if (j.is_number_unsigned()) return j.get<uint64_t>();
+  if (j.is_number_integer() && j.get<int64_t>() >= 0) return static_cast<uint64_t>(j.get<int64_t>());
+  return std::nullopt;
+}
+
+std::string offsets_string(uint64_t begin, uint64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+}
+
+struct entry {
+  std::string name;
+  const known_dtype* type = nullptr;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+
+// Builds the header's DOM through nlohmann's SAX interface (its callback parser is quadratic in the
+// number of entries), refusing duplicate keys, which nlohmann would silently overwrite, and nesting
+// deeper than the reference allows.
+class header_parser : public nlohmann::json_sax<json> {
+ public:
+  explicit header_parser(std::string path) : path_(std::move(path)) {}
+
+  json parse(const char* begin, const char* end) {
+    json::sax_parse(begin, end, this);
+    return std::move(root_);
+  }
+
+  [[noreturn]] void fail(const std::string& message) const { throw input_error(path_ + ": " + message); }
+
+  bool null() override { return add(nullptr); }
+  bool boolean(bool v) override { return add(v); }
+  bool number_integer(number_integer_t v) override { return add(v); }
+  bool number_unsigned(number_unsigned_t v) override { return add(v); }
+  bool number_float(number_float_t v, const string_t&) override { return add(v); }
+  bool string(string_t& v) override { return add(std::move(v)); }
+  bool binary(binary_t& v) override { return add(json::binary(std::move(v))); }
+
+  bool start_object(std::size_t) override { return open(json::object()); }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(json::array()); }
+  bool end_array() override { return close(); }
+
+  bool key(string_t& k) override {
+    if (stack_.size() == 1) top_key_ = k;
+    if (stack_.back()->contains(k)) {
+      if (stack_.size() > 1) fail("duplicate key " + quote_name(k) + " in the entry of " + quote_name(top_key_));
+      fail(k == kMetadataKey ? std::string("duplicate key '__metadata__'") : "duplicate tensor name " + quote_name(k));
+    }
+    key_ = std::move(k);
+    return true;
+  }
+
+  bool parse_error(std::size_t, const std::string&, const json::exception& e) override {
+    const std::string what = e.what();
+    auto close = what.find("] ");
+    fail("header is not valid JSON: " + (close == std::string::npos ? what : what.substr(close + 2)));
+  }
+
+ private:
+  json* place(json&& v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    json& parent = *stack_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(v));
+      return &parent.back();
+    }
+    json& slot = parent[key_];
+    slot = std::move(v);
+    return &slot;
+  }
+
+  bool add(json&& v) {
+    place(std::move(v));
+    return true;
+  }
+
+  bool open(json&& container) {
+    if (stack_.size() >= static_cast<size_t>(kMaxJsonDepth))
+      fail("header nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    stack_.push_back(place(std::move(container)));
+    return true;
+  }
+
+  bool close() {
+    stack_.pop_back();
+    return true;
+  }
+
+  std::string path_;
+  json root_;
+  std::vector<json*> stack_;  // open containers; a parent gains no element while its child is open
+  std::string key_;
+  std::string top_key_;
+};
+
+entry parse_entry(const header_parser& p, const std::string& name, const json& value) {
+  const std::string where = "tensor " + quote_name(name) + ": ";
+  if (name.empty()) p.fail("a tensor has an empty name");
+  if (name.find('\0') != std::string::npos) p.fail(where + "name contains a NUL byte");
+  if (!value.is_object())
+    p.fail(where + "entry is " + type_with_article(value) +
+           ", expected an object with dtype, shape and data_offsets");
+  for (const auto& item : value.items())
+    if (item.key() != "dtype" && item.key() != "shape" && item.key() != "data_offsets")
+      p.fail(where + "unexpected key " + quote_name(item.key()) + " (expected dtype, shape and data_offsets)");
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    if (!value.contains(key)) p.fail(where + "missing '" + key + "'");
+
+  entry e;
+  e.name = name;
+  const json& d = value["dtype"];
+  if (!d.is_string()) p.fail(where + "dtype is " + type_with_article(d) + " " + render(d) + ", expected a string");
+  const std::string& dname = d.get_ref<const std::string&>();
+  e.type = find_dtype(dname);
+  if (!e.type) p.fail(where + "unknown dtype " + quote_name(dname));
+
+  const json& s = value["shape"];
+  if (!s.is_array()) p.fail(where + "shape is " + type_with_article(s) + " " + render(s) + ", expected an array");
+  uint64_t extent = 1;
+  for (size_t i = 0; i < s.size(); ++i) {
+    auto dim = as_non_negative(s[i]);
+    if (!dim) {
+      const bool negative = s[i].is_number_integer() && !s[i].is_number_unsigned();
+      p.fail(where + "shape element " + std::to_string(i) + " is " + render(s[i]) +
+             (negative ? ": negative, expected a non-negative integer" : ", expected a non-negative integer"));
+    }
+    auto next = checked_mul(extent, std::max<uint64_t>(*dim, 1));
+    if (!next || *next > kMaxElements) p.fail(where + "shape " + render(s) + " is too large");
+    extent = *next;
+    e.shape.push_back(static_cast<int64_t>(*dim));
+  }
+
+  const json& o = value["data_offsets"];
+  if (!o.is_array() || o.size() != 2)
+    p.fail(where + "data_offsets is " + render(o) + ", expected [begin, end]");
+  for (size_t i = 0; i < 2; ++i) {
+    if (!as_non_negative(o[i])) {
+      const bool negative = o[i].is_number_integer() && !o[i].is_number_unsigned();
+      p.fail(where + "data_offsets " + render(o) + (negative ? " holds a negative number" : "") +
+             ": expected two non-negative integers");
+    }
+  }
+  e.begin = *as_non_negative(o[0]);
+  e.end = *as_non_negative(o[1]);
+  if (e.end < e.begin) p.fail(where + "data_offsets " + offsets_string(e.begin, e.end) + " end before they begin");
+
+  uint64_t numel = 1;
+  for (int64_t dim : e.shape) numel *= static_cast<uint64_t>(dim);  // bounded by kMaxElements
+  auto nbytes = checked_mul(numel, e.type->size);
+  const std::string product =
+      "shape " + shape_string(e.shape) + " x " + std::to_string(e.type->size) + " bytes";
+  if (!nbytes) p.fail(where + product + " overflows");
+  if (*nbytes != e.end - e.begin)
+    p.fail(where + product + " = " + std::to_string(*nbytes) + " bytes but data_offsets span " +
+           std::to_string(e.end - e.begin) + " bytes");
+  return e;
+}
+
+}  // namespace
+
+bool has_safetensors_extension(const std::string& path) {
+  const std::string ext = ".safetensors";
+  return path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+}
+
+bool looks_like_safetensors(const uint8_t* data, size_t size) {
+  if (size < 9) return false;
+  const uint64_t n = load_le<uint64_t>(data);
+  return n <= kMaxSafetensorsHeader && n <= size - 8 && data[8] == '{';
+}
+
+safetensors_content read_safetensors(const std::shared_ptr<const mapped_file>& file) {
+  const std::string& path = file->path();
+  header_parser p(path);
+  const uint8_t* data = file->data();
+  const uint64_t size = file->size();
+  if (size < 8)
+    p.fail("file is " + std::to_string(size) +
+           " bytes, too short for a safetensors header length (8 bytes)");
+  const uint64_t n = load_le<uint64_t>(data);
+  if (n > kMaxSafetensorsHeader)
+    p.fail("header length " + std::to_string(n) + " exceeds the limit of " +
+           std::to_string(kMaxSafetensorsHeader) + " bytes");
+  if (!range_inside(8, n, size))
+    p.fail("header length " + std::to_string(n) + " but the file has only " + std::to_string(size - 8) +
+           " bytes after the length field");
+  const uint8_t* header = data + 8;
+  if (auto bad = invalid_utf8_at(header, n))
+    p.fail("header is not valid UTF-8 (byte " + std::to_string(8 + *bad) + " of the file)");
+
+  if (n >= 3 && header[0] == 0xEF && header[1] == 0xBB && header[2] == 0xBF)
+    p.fail("header is not valid JSON: it starts with a UTF-8 byte order mark");
+  // nlohmann's lexer takes a raw NUL byte for the end of the input; JSON allows none anywhere.
+  if (const void* nul = std::memchr(header, 0, n))
+    p.fail("header is not valid JSON: NUL byte at byte " +
+           std::to_string(8 + (static_cast<const uint8_t*>(nul) - header)) + " of the file");
+  const char* text = reinterpret_cast<const char*>(header);
+  json doc = p.parse(text, text + n);
+  if (!doc.is_object()) p.fail("header is " + type_with_article(doc) + ", expected a JSON object");
+
+  safetensors_content out;
+  std::vector<entry> entries;
+  for (const auto& item : doc.items()) {
+    if (item.key() == kMetadataKey) {
+      const json& m = item.value();
+      if (m.is_null()) continue;
+      if (!m.is_object())
+        p.fail("__metadata__ is " + type_with_article(m) + ", expected an object of strings");
+      for (const auto& kv : m.items()) {
+        if (!kv.value().is_string())
+          p.fail("__metadata__ value for key " + quote_name(kv.key()) + " is " + type_with_article(kv.value()) +
+                 " " + render(kv.value()) + ", expected a string");
+        out.metadata[kv.key()] = kv.value().get<std::string>();
+      }
+      continue;
+    }
+    entries.push_back(parse_entry(p, item.key(), item.value()));
+  }
+
+  std::stable_sort(entries.begin(), entries.end(), [](const entry& a, const entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  const uint64_t data_len = size - 8 - n;
+  uint64_t expected = 0;
+  const entry* previous = nullptr;
+  for (const auto& e : entries) {
+    const std::string where = "tensor " + quote_name(e.name) + ": data_offsets " + offsets_string(e.begin, e.end);
+    if (e.begin > expected) {
+      if (previous)
+        p.fail(where + " leave a gap of " + std::to_string(e.begin - expected) + " bytes after tensor " +
+               quote_name(previous->name) + " which ends at " + std::to_string(expected));
+      p.fail(where + " leave a gap of " + std::to_string(e.begin) + " bytes at the start of the data section");
+    }
+    if (e.begin < expected)
+      p.fail(where + " overlap tensor " + quote_name(previous->name) + " at " +
+             offsets_string(previous->begin, previous->end));
+    if (e.end > data_len)
+      p.fail(where + " are out of range: the data section has " + std::to_string(data_len) + " bytes");
+    expected = e.end;
+    previous = &e;
+  }
+  if (expected != data_len)
+    p.fail("the data section has " + std::to_string(data_len) + " bytes but the tensors end at " +
+           std::to_string(expected) + ": " + std::to_string(data_len - expected) + " trailing bytes");
+
+  const uint8_t* base = data + 8 + n;
+  out.tensors.reserve(entries.size());
+  for (const auto& e : entries) {
+    if (!e.type->type)
+      p.fail("tensor " + quote_name(e.name) + ": dtype " + e.type->name + " is not supported by swavg");
+    named_tensor t;
+    t.name = e.name;
+    t.view.type = *e.type->type;
+    t.view.shape = e.shape;
+    t.view.strides = contiguous_strides(e.shape);
+    t.view.offset = 0;
+    t.view.storage = base + e.begin;
+    t.view.storage_bytes = e.end - e.begin;
+    t.view.storage_key = e.name;
+    t.view.owner = file;
+    t.view.mapping = file.get();
+    out.tensors.push_back(std::move(t));
+  }
+  return out;
+}
+
+safetensors_writer::safetensors_writer(atomic_file& out, const std::vector<spec>& specs,
+                                       const std::map<std::string, std::string>& metadata)
+    : out_(out) {
+  const std::string& path = out.target();
+  auto fail = [&](const std::string& message) { throw usage_error(path + ": " + message); };
+
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) {
+    auto& m = header[kMetadataKey] = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : metadata) {
+      if (!valid_utf8(k) || !valid_utf8(v))
+        fail("metadata entry " + quote_name(k) + " is not valid UTF-8");
+      m[k] = v;
+    }
+  }
+  for (const auto& s : specs) {
+    if (s.name.empty()) fail("cannot write a tensor with an empty name");
+    if (s.name == kMetadataKey) fail("cannot write a tensor named '__metadata__'");
+    if (s.name.find('\0') != std::string::npos) fail("tensor name " + quote_name(s.name) + " contains a NUL byte");
+    if (!valid_utf8(s.name)) fail("tensor name " + quote_name(s.name) + " is not valid UTF-8");
+    if (header.contains(s.name)) fail("duplicate tensor name " + quote_name(s.name));
+    const char* type = safetensors_dtype_name(s.type);
+    if (!type)
+      fail(std::string("safetensors cannot hold ") + dtype_name(s.type) + " tensor " + quote_name(s.name));
+    std::optional<uint64_t> nbytes = itemsize(s.type);
+    for (int64_t dim : s.shape) {
+      if (dim < 0) fail("tensor " + quote_name(s.name) + " has negative size in shape " + shape_string(s.shape));
+      if (nbytes) nbytes = checked_mul(*nbytes, static_cast<uint64_t>(dim));
+    }
+    auto end = nbytes ? checked_add(expected_, *nbytes) : std::nullopt;
+    if (!end) fail("tensor " + quote_name(s.name) + " of shape " + shape_string(s.shape) + " is too large");
+    auto& e = header[s.name] = nlohmann::ordered_json::object();
+    e["dtype"] = type;
+    e["shape"] = s.shape;
+    e["data_offsets"] = {expected_, *end};
+    expected_ = *end;
+  }
+
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  if (text.size() > kMaxSafetensorsHeader)
+    fail("the safetensors header would be " + std::to_string(text.size()) + " bytes, over the limit of " +
+         std::to_string(kMaxSafetensorsHeader));
+  uint8_t length[8];
+  store_le<uint64_t>(length, text.size());
+  out_.write(length, sizeof length);
+  out_.write(text.data(), text.size());
+}
+
+void safetensors_writer::write(const void* data, uint64_t size) {
+  auto total = checked_add(written_, size);
+  if (!total || *total > expected_)
+    throw error(exit_code::internal, out_.target() + ": safetensors writer got more than the " +
+                                         std::to_string(expected_) + " declared bytes");
+  out_.write(data, size);
+  written_ = *total;
+}
+
+void safetensors_writer::finish() {
+  if (written_ != expected_)
+    throw error(exit_code::internal, out_.target() + ": safetensors writer got " + std::to_string(written_) +
+                                         " bytes but the header declares " + std::to_string(expected_));
+}
+
+}  // namespace swavg

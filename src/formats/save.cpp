@@ -1,0 +1,139 @@
+#include "formats/save.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "formats/safetensors.h"
+#include "formats/torch_file.h"
+#include "formats/torch_writer.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace swavg {
+
+const char* output_format_name(output_format f) { return f == output_format::torch ? "torch" : "safetensors"; }
+
+output_format choose_output_format(const std::string& path, std::optional<output_format> requested) {
+  if (requested) return *requested;
+  return has_safetensors_extension(path) ? output_format::safetensors : output_format::torch;
+}
+
+uint64_t save_state_dict(const std::string& path, const std::vector<named_tensor>& tensors, output_format format,
+                         const std::map<std::string, std::string>& metadata) {
+  atomic_file out(path);
+  if (format == output_format::torch) {
+    std::map<std::string, std::string> records;
+    if (!metadata.empty()) records[kSwavgRecord] = nlohmann::json(metadata).dump(1);
+    write_torch_state_dict(out, tensors, records);
+  } else {
+    std::vector<safetensors_writer::spec> specs;
+    for (const auto& t : tensors) specs.push_back({t.name, t.view.type, t.view.shape});
+    safetensors_writer writer(out, specs, metadata);
+    for (const auto& t : tensors) {
+      if (t.view.is_contiguous()) {
+        writer.write(t.view.data(), t.view.nbytes());
+      } else {
+        std::vector<uint8_t> c(t.view.nbytes());
+        gather_contiguous(t.view, c.data());
+        writer.write(c.data(), c.size());
+      }
+    }
+    writer.finish();
+  }
+  out.commit();
+  return out.tell();
+}
+
+struct tensor_sink::impl {
+  atomic_file out;
+  output_format format;
+  std::vector<tensor_spec> specs;
+  std::map<std::string, std::string> metadata;
+  std::unique_ptr<torch_writer> torch;
+  std::unique_ptr<safetensors_writer> safetensors;
+  size_t current = 0;      // index of the tensor being written
+  uint64_t remaining = 0;  // its bytes still to come
+  bool open = false;
+
+  impl(const std::string& path, output_format f, std::vector<tensor_spec> s,
+       const std::map<std::string, std::string>& m)
+      : out(path), format(f), specs(std::move(s)), metadata(m) {
+    if (format == output_format::torch) {
+      torch = std::make_unique<torch_writer>(out);
+    } else {
+      std::vector<safetensors_writer::spec> st;
+      for (const auto& t : specs) st.push_back({t.name, t.type, t.shape});
+      safetensors = std::make_unique<safetensors_writer>(out, st, metadata);
+    }
+  }
+
+  uint64_t nbytes(const tensor_spec& t) const {
+    uint64_t n = itemsize(t.type);
+    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+    return n;
+  }
+
+  // Opens the next tensor (torch: a storage record); zero-byte tensors open and close at once.
+  void advance() {
+    while (!open && current < specs.size()) {
+      const tensor_spec& t = specs[current];
+      remaining = nbytes(t);
+      if (torch) {
+        std::string key = torch->begin_storage(t.type, remaining);
+        torch->add_tensor(t.name, key, 0, t.shape, contiguous_strides(t.shape));
+      }
+      open = true;
+      if (remaining == 0) close();
+    }
+  }
+
+  void close() {
+    if (torch) torch->end_storage();
+    open = false;
+    ++current;
+  }
+};
+
+tensor_sink::tensor_sink(const std::string& path, output_format format, std::vector<tensor_spec> specs,
+                         const std::map<std::string, std::string>& metadata)
+    : impl_(std::make_unique<impl>(path, format, std::move(specs), metadata)) {
+  impl_->advance();
+}
+
+tensor_sink::~tensor_sink() = default;
+
+void tensor_sink::write(const void* data, uint64_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    if (!impl_->open) throw error(exit_code::internal, "tensor_sink: more bytes than the declared tensors hold");
+    uint64_t n = std::min(size, impl_->remaining);
+    if (impl_->torch)
+      impl_->torch->write(p, n);
+    else
+      impl_->safetensors->write(p, n);
+    p += n;
+    size -= n;
+    impl_->remaining -= n;
+    if (impl_->remaining == 0) {
+      impl_->close();
+      impl_->advance();
+    }
+  }
+}
+
+void tensor_sink::commit() {
+  if (impl_->open || impl_->current != impl_->specs.size())
+    throw error(exit_code::internal, "tensor_sink: committed before all tensors were written");
+  if (impl_->torch) {
+    if (!impl_->metadata.empty())
+      impl_->torch->add_record(kSwavgRecord, nlohmann::json(impl_->metadata).dump(1));
+    impl_->torch->finish();
+  } else {
+    impl_->safetensors->finish();
+  }
+  impl_->out.commit();
+}
+
+uint64_t tensor_sink::bytes_written() const { return impl_->out.tell(); }
+
+}  // namespace swavg

@@ -1,0 +1,294 @@
+#include "formats/torch_file.h"
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <unordered_set>
+
+#include "formats/pickle.h"
+#include "formats/zip.h"
+#include "util/checked.h"
+#include "util/error.h"
+#include "util/mapped_file.h"
+
+namespace swavg {
+
+const std::vector<std::string> kStateDictKeys = {"state_dict_ema", "model_ema", "ema",
+                                                 "state_dict",     "model",     "module"};
+const char* const kSwavgRecord = "swavg.json";
+
+namespace {
+
+constexpr int kMaxWalkDepth = 64;
+constexpr size_t kMaxListedOpaque = 1000;
+constexpr size_t kMaxListed = 20;
+
+bool is_tensor(const pickle_node* n) { return n && n->kind == pickle_kind::tensor; }
+bool is_dict(const pickle_node* n) { return n && n->kind == pickle_kind::dict; }
+bool is_string(const pickle_node* n) { return n && n->kind == pickle_kind::string; }
+bool is_sequence(const pickle_node* n) { return n && (n->kind == pickle_kind::list || n->kind == pickle_kind::tuple); }
+
+std::string join(const std::string& path, const std::string& part) { return path.empty() ? part : path + "." + part; }
+
+bool maps_names_to_tensors(const pickle_node* n) {
+  if (!is_dict(n) || n->entries.empty()) return false;
+  for (const auto& [k, v] : n->entries)
+    if (!is_string(k) || !is_tensor(v)) return false;
+  return true;
+}
+
+bool has_tensors(const pickle_node* n) {
+  if (!is_dict(n)) return false;
+  for (const auto& [k, v] : n->entries)
+    if (is_tensor(v)) return true;
+  return false;
+}
+
+const pickle_node* dict_get(const pickle_node* d, const std::string& key) {
+  if (!is_dict(d)) return nullptr;
+  for (const auto& [k, v] : d->entries)
+    if (is_string(k) && k->text == key) return v;
+  return nullptr;
+}
+
+std::vector<std::string> entry_names(const pickle_node* n) {
+  std::vector<std::string> keys;
+  if (is_dict(n))
+    for (const auto& [k, v] : n->entries) keys.push_back(pickle_key_text(k));
+  else if (is_sequence(n))
+    for (size_t i = 0; i < n->items.size(); ++i) keys.push_back(std::to_string(i));
+  return keys;
+}
+
+const pickle_node* child(const pickle_node* n, const std::string& part) {
+  if (is_dict(n)) {
+    for (const auto& [k, v] : n->entries)
+      if (pickle_key_text(k) == part) return v;
+    return nullptr;
+  }
+  if (is_sequence(n)) {
+    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos || part.size() > 9) return nullptr;
+    const size_t i = std::stoul(part);
+    return i < n->items.size() ? n->items[i] : nullptr;
+  }
+  return nullptr;
+}
+
+std::string scalar_text(const pickle_node& n) {
+  switch (n.kind) {
+    case pickle_kind::none: return "None";
+    case pickle_kind::boolean: return n.bool_value ? "True" : "False";
+    case pickle_kind::integer: return std::to_string(n.int_value);
+    case pickle_kind::floating: {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.17g", n.float_value);
+      return buf;
+    }
+    case pickle_kind::string: return n.text.size() <= 200 ? n.text : n.text.substr(0, 200) + "...";
+    default: return {};
+  }
+}
+
+// Lists every opaque object with its dotted path, without recursion past kMaxWalkDepth and without
+// visiting a node twice (memo sharing and cycles).
+void collect_opaque(const pickle_node* n, const std::string& path, int depth, std::unordered_set<const pickle_node*>& seen,
+                    std::vector<other_entry>& out) {
+  if (!n || depth > kMaxWalkDepth || out.size() >= kMaxListedOpaque || !seen.insert(n).second) return;
+  if (n->kind == pickle_kind::opaque) {
+    out.push_back(other_entry{path.empty() ? "<top level>" : path, n->text, {}});
+    return;
+  }
+  if (n->kind == pickle_kind::dict) {
+    for (const auto& [k, v] : n->entries) collect_opaque(v, join(path, pickle_key_text(k)), depth + 1, seen, out);
+  } else if (n->kind == pickle_kind::list || n->kind == pickle_kind::tuple || n->kind == pickle_kind::set) {
+    for (size_t i = 0; i < n->items.size(); ++i) collect_opaque(n->items[i], join(path, std::to_string(i)), depth + 1, seen, out);
+  }
+}
+
+// swavg's own metadata, a JSON object of strings in a record loaders ignore.
+std::map<std::string, std::string> read_swavg_record(const zip_reader& zip, const std::string& name,
+                                                     const std::string& path) {
+  std::map<std::string, std::string> out;
+  if (!zip.find(name)) return out;
+  const zip_entry& e = zip.stored(name);
+  try {
+    auto j = nlohmann::json::parse(zip.bytes(e), zip.bytes(e) + e.size);
+    for (const auto& [k, v] : j.items())
+      if (v.is_string()) out[k] = v.get<std::string>();
+  } catch (const nlohmann::json::exception& ex) {
+    throw input_error(path + ": record '" + name + "' is not valid JSON: " + ex.what());
+  }
+  return out;
+}
+
+}  // namespace
+
+torch_archive::torch_archive() = default;
+torch_archive::torch_archive(torch_archive&&) noexcept = default;
+torch_archive::~torch_archive() = default;
+
+std::string pickle_key_text(const pickle_node* k) {
+  if (!k) return "?";
+  switch (k->kind) {
+    case pickle_kind::string: return k->text;
+    case pickle_kind::integer: return std::to_string(k->int_value);
+    default: return "<" + pickle_type_name(*k) + ">";
+  }
+}
+
+std::string quoted_list(const std::vector<std::string>& items) {
+  std::string s;
+  for (size_t i = 0; i < items.size() && i < kMaxListed; ++i) s += (i ? ", '" : "'") + items[i] + "'";
+  if (items.size() > kMaxListed) s += ", ... (" + std::to_string(items.size()) + " in all)";
+  return s.empty() ? "none" : s;
+}
+
+const pickle_node* resolve_pickle_path(const pickle_node* root, const std::string& dotted, const std::string& file,
+                                       const std::string& option) {
+  const pickle_node* node = root;
+  std::string rest = dotted, walked;
+  while (!rest.empty()) {
+    if (!is_dict(node) && !is_sequence(node))
+      throw usage_error(file + ": " + option + " '" + dotted + "': '" + (walked.empty() ? "<top level>" : walked) +
+                        "' is a " + (node ? pickle_type_name(*node) : "None") + ", not a dict, list or tuple");
+    const pickle_node* next = nullptr;
+    size_t used = rest.size();
+    for (size_t end = rest.size();;) {
+      if ((next = child(node, rest.substr(0, end)))) {
+        used = end;
+        break;
+      }
+      const size_t dot = rest.rfind('.', end - 1);
+      if (dot == std::string::npos || dot == 0) break;
+      end = dot;
+    }
+    if (!next)
+      throw usage_error(file + ": " + option + " '" + dotted + "': no entry '" + rest.substr(0, rest.find('.')) +
+                        "' in " + (walked.empty() ? "the top level" : "'" + walked + "'") +
+                        "; entries there: " + quoted_list(entry_names(node)));
+    walked = join(walked, rest.substr(0, used));
+    rest = used < rest.size() ? rest.substr(used + 1) : "";
+    node = next;
+  }
+  return node;
+}
+
+bool is_torchscript_archive(const zip_reader& zip) {
+  const std::string prefix = zip.root() + "/";
+  if (zip.find(prefix + "constants.pkl")) return true;
+  for (const auto& e : zip.entries())
+    if (e.name.compare(0, prefix.size() + 5, prefix + "code/") == 0) return true;
+  return false;
+}
+
+torch_archive open_torch_archive(const std::shared_ptr<const mapped_file>& file, const std::string& expected) {
+  const std::string& path = file->path();
+  torch_archive a;
+  a.file = file;
+  a.zip = std::make_unique<zip_reader>(read_zip(*file));
+  if (is_torchscript_archive(*a.zip))
+    throw input_error(path + ": is a TorchScript archive (torch.jit.save), expected " + expected);
+  a.prefix = a.zip->root() + "/";
+  if (const zip_entry* order = a.zip->find(a.prefix + "byteorder")) {
+    const zip_entry& e = a.zip->stored(order->name);
+    std::string value(reinterpret_cast<const char*>(a.zip->bytes(e)), e.size);
+    if (value != "little")
+      throw input_error(path + ": byteorder record says '" + value + "'; swavg reads little-endian archives only");
+  }
+  const zip_entry& pkl = a.zip->stored(a.prefix + "data.pkl");
+  a.doc = unpickle(a.zip->bytes(pkl), pkl.size, path + ": " + pkl.name);
+  return a;
+}
+
+tensor_view torch_storage_reader::view_of(const std::string& what, const pickle_tensor_ref& t) {
+  const std::string& path = archive_.file->path();
+  const pickle_storage_ref& s = t.storage;
+  const std::string record = archive_.prefix + "data/" + s.key;
+  auto it = checked_.find(s.key);
+  if (it == checked_.end()) {
+    const zip_entry& e = archive_.zip->stored(record);
+    auto expected = checked_mul(s.numel, itemsize(s.type));
+    if (!expected || *expected != e.size)
+      throw input_error(path + ": " + what + ": storage record '" + record + "' holds " + std::to_string(e.size) +
+                        " bytes but its " + storage_class_name(s.type) + " of " + std::to_string(s.numel) +
+                        " elements needs " + (expected ? std::to_string(*expected) : std::string("more than 2^64")));
+    it = checked_.emplace(s.key, std::make_pair(s.type, &e)).first;
+  } else if (it->second.first != s.type) {
+    throw input_error(path + ": " + what + ": storage '" + s.key + "' is used as " + dtype_name(s.type) +
+                      " here but as " + dtype_name(it->second.first) + " elsewhere");
+  } else if (s.numel != it->second.second->size / itemsize(s.type)) {
+    // The record was checked against the first reference's element count; a later reference that
+    // declares more would let its view reach past the record.
+    throw input_error(path + ": " + what + ": storage '" + s.key + "' is declared with " + std::to_string(s.numel) +
+                      " elements here but " + std::to_string(it->second.second->size / itemsize(s.type)) +
+                      " elsewhere");
+  }
+  const std::string bounds = check_view_bounds(t.shape, t.strides, t.offset, s.numel);
+  if (!bounds.empty()) throw input_error(path + ": " + what + " " + bounds);
+  const zip_entry& entry = *it->second.second;
+  tensor_view v;
+  v.type = s.type;
+  v.shape = t.shape;
+  v.strides = t.strides;
+  v.offset = t.offset;
+  v.storage = archive_.zip->bytes(entry);
+  v.storage_bytes = entry.size;
+  v.storage_key = s.key;
+  v.owner = archive_.file;
+  v.mapping = archive_.file.get();
+  return v;
+}
+
+state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const std::string& key) {
+  const std::string& path = file->path();
+  torch_archive archive = open_torch_archive(file, "a torch.save checkpoint here");
+  state_dict sd;
+  sd.path = path;
+  sd.format = file_format::torch;
+  sd.metadata = read_swavg_record(*archive.zip, archive.prefix + kSwavgRecord, path);
+  std::unordered_set<const pickle_node*> seen;
+  collect_opaque(archive.doc->root(), "", 0, seen, sd.opaque);
+
+  const pickle_node* root = archive.doc->root();
+  const pickle_node* chosen = nullptr;
+  if (!key.empty()) {
+    chosen = resolve_pickle_path(root, key, path, "--key");
+    if (!is_dict(chosen))
+      throw usage_error(path + ": --key '" + key + "' holds a value of type " +
+                        (chosen ? pickle_type_name(*chosen) : "None") + ", expected a dict of tensors");
+    sd.key = key;
+  } else if (maps_names_to_tensors(root)) {
+    chosen = root;
+  } else {
+    for (const auto& k : kStateDictKeys) {
+      const pickle_node* v = dict_get(root, k);
+      if (has_tensors(v)) {
+        chosen = v;
+        sd.key = k;
+        break;
+      }
+    }
+    if (!chosen && has_tensors(root)) chosen = root;
+    if (!chosen) {
+      std::string what = is_dict(root) ? "top-level keys: " + quoted_list(entry_names(root))
+                                       : "the top level is a " + pickle_type_name(*root);
+      throw input_error(path + ": no state dict found (expected a dict of tensors at the top level or under one of " +
+                        quoted_list(kStateDictKeys) + "); " + what + "; choose one with --key");
+    }
+  }
+
+  torch_storage_reader reader(archive);
+  std::unordered_set<std::string> names;
+  for (const auto& [k, v] : chosen->entries) {
+    if (is_tensor(v) && is_string(k)) {
+      if (!names.insert(k->text).second) throw input_error(path + ": tensor name '" + k->text + "' appears twice");
+      tensor_kind kind = v->tensor->is_parameter ? tensor_kind::parameter : tensor_kind::unknown;
+      sd.tensors.push_back(named_tensor{k->text, reader.view_of("tensor '" + k->text + "'", *v->tensor), kind});
+    } else {
+      sd.others.push_back(
+          other_entry{pickle_key_text(k), v ? pickle_type_name(*v) : "None", v ? scalar_text(*v) : ""});
+    }
+  }
+  return sd;
+}
+
+}  // namespace swavg

@@ -1,0 +1,84 @@
+/*
+ * Reader for torch.save archives (PyTorch 1.6 through 2.x): a ZIP whose records live under one top
+ * folder of any name: data.pkl (the pickled object), data/<key> (one record per storage, raw
+ * little-endian bytes), version, and in newer versions byteorder, .format_version,
+ * .storage_alignment and .data/serialization_id.
+ *
+ * data.pkl goes through our allow-list unpickler; tensors become zero-copy views into the mapped
+ * file. Before any view is handed out, each storage record must exist, be stored uncompressed and
+ * hold exactly numel x itemsize bytes, and every tensor's offset, sizes and strides must stay inside
+ * its storage. Tensors that share a storage (tied weights, views) share the mapped bytes.
+ *
+ * The state dict is found in the unpickled object: the dict at --key, else the top level when it
+ * maps names to tensors, else the first of kStateDictKeys present.
+ */
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/state_dict.h"
+
+namespace swavg {
+
+class mapped_file;
+class zip_reader;
+struct zip_entry;
+class pickle_document;
+struct pickle_node;
+struct pickle_tensor_ref;
+
+// Keys tried in order when the top level is not itself a state dict.
+extern const std::vector<std::string> kStateDictKeys;
+
+// The record under the archive folder that holds swavg's metadata (ignored by torch.load).
+extern const char* const kSwavgRecord;
+
+// True for torch.jit.save archives (they carry code/ and constants.pkl).
+bool is_torchscript_archive(const zip_reader& zip);
+
+// A torch.save archive opened and checked: its ZIP directory and its unpickled data.pkl.
+struct torch_archive {
+  std::shared_ptr<const mapped_file> file;
+  std::unique_ptr<zip_reader> zip;
+  std::string prefix;  // "<root>/"
+  std::unique_ptr<pickle_document> doc;
+  torch_archive();
+  torch_archive(torch_archive&&) noexcept;
+  ~torch_archive();
+};
+
+// Opens a torch.save archive; a TorchScript archive or a big-endian one is an input_error that says
+// `expected` ("a torch.save checkpoint").
+torch_archive open_torch_archive(const std::shared_ptr<const mapped_file>& file, const std::string& expected);
+
+// Turns tensor references of one archive into views, checking each storage record once (exists,
+// stored, numel x itemsize bytes, one dtype) and every view's bounds.
+class torch_storage_reader {
+ public:
+  explicit torch_storage_reader(const torch_archive& archive) : archive_(archive) {}
+  // `what` names the tensor in messages ("tensor 'fc.weight'").
+  tensor_view view_of(const std::string& what, const pickle_tensor_ref& t);
+
+ private:
+  const torch_archive& archive_;
+  std::map<std::string, std::pair<dtype, const zip_entry*>> checked_;  // storage key -> dtype, record
+};
+
+// The value at a dotted path of dict keys and list/tuple indices; a dict key that itself contains
+// dots is matched whole first. Throws usage_error naming `option` and `file`, listing the entries
+// where the walk stopped.
+const pickle_node* resolve_pickle_path(const pickle_node* root, const std::string& dotted, const std::string& file,
+                                       const std::string& option);
+// How a dict key or list index reads in a path: the string, the integer, else "<type>".
+std::string pickle_key_text(const pickle_node* key);
+// "'a', 'b', ... (N in all)" for messages; "none" when empty.
+std::string quoted_list(const std::vector<std::string>& items);
+
+// Reads a torch.save archive. `key` is a dotted path ("model", "ema.module"), empty for automatic.
+// Throws input_error naming the file, the tensor and expected vs found.
+state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const std::string& key);
+
+}  // namespace swavg

@@ -1,0 +1,74 @@
+/*
+ * Writer for torch.save archives that PyTorch 1.13 and 2.x open with
+ * torch.load(path, weights_only=True) as an OrderedDict of tensors, keys in the order added.
+ *
+ * Storages are streamed to the archive one after the other as data/<n> records (stored, 64-byte
+ * aligned); data.pkl, version and byteorder follow; then the central directory. data.pkl is pickle
+ * protocol 2 as torch.save writes it: collections.OrderedDict rebuilt through
+ * torch._utils._rebuild_tensor_v2 with persistent ids ('storage', torch.<X>Storage, key, 'cpu',
+ * numel). Tensors may share a storage and carry any offset and strides, so shared storages and
+ * views stay shared.
+ */
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor_view.h"
+
+namespace swavg {
+
+class atomic_file;
+class zip_writer;
+
+class torch_writer {
+ public:
+  explicit torch_writer(atomic_file& out);
+  ~torch_writer();
+
+  // Streams one storage of `nbytes` bytes of `type`; returns its key. Call write() until all bytes
+  // are given, then end_storage().
+  std::string begin_storage(dtype type, uint64_t nbytes);
+  void write(const void* data, uint64_t size);
+  void end_storage();
+
+  // Adds a tensor over a storage already written (or being written).
+  void add_tensor(const std::string& name, const std::string& storage_key, int64_t offset,
+                  const std::vector<int64_t>& shape, const std::vector<int64_t>& strides);
+
+  // An extra record under the archive folder that loaders ignore (swavg's own metadata).
+  void add_record(const std::string& name, const std::string& bytes);
+
+  // Writes data.pkl, version, byteorder and the central directory. The caller then commits.
+  void finish();
+
+ private:
+  struct storage_info {
+    dtype type;
+    uint64_t numel;
+  };
+  struct tensor_info {
+    std::string name;
+    std::string storage_key;
+    int64_t offset;
+    std::vector<int64_t> shape;
+    std::vector<int64_t> strides;
+  };
+  std::string pickle_state_dict() const;
+
+  std::unique_ptr<zip_writer> zip_;
+  std::map<std::string, storage_info> storages_;
+  std::vector<tensor_info> tensors_;
+  int next_key_ = 0;
+};
+
+// Writes `tensors` preserving storage sharing: each distinct source storage once, whole, and every
+// tensor with its own offset and strides. The caller commits `out`.
+struct named_tensor;
+void write_torch_state_dict(atomic_file& out, const std::vector<named_tensor>& tensors,
+                            const std::map<std::string, std::string>& extra_records = {});
+
+}  // namespace swavg

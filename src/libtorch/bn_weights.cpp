@@ -1,0 +1,78 @@
+/*
+ * Loading a checkpoint's weights into a TorchScript module, as load_state_dict(strict=True) does,
+ * except that BatchNorm statistics may be missing: update-bn recomputes them.
+ */
+#include <c10/core/GradMode.h>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "libtorch/batchnorm.h"
+#include "libtorch/module.h"
+#include "libtorch/replay.h"
+#include "libtorch/tensor_bridge.h"
+#include "util/error.h"
+
+namespace swavg {
+namespace {
+
+using torch::jit::Module;
+
+constexpr size_t kMaxListed = 20;
+
+std::string list_text(const std::vector<std::string>& items) {
+  std::string s;
+  for (size_t i = 0; i < items.size() && i < kMaxListed; ++i) s += (i ? ", '" : "'") + items[i] + "'";
+  if (items.size() > kMaxListed) s += ", ... (" + std::to_string(items.size()) + " in all)";
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace
+
+void load_weights(Module& module, const std::vector<named_tensor>& weights, const std::string& source) {
+  const auto targets = state_of(module);
+  const std::set<std::string> batchnorms = batchnorm_names(module);
+  std::unordered_map<std::string, const named_tensor*> given;
+  for (const auto& w : weights) given.emplace(w.name, &w);
+  std::vector<std::string> missing, unexpected;
+  std::unordered_set<std::string> target_names;
+  for (const auto& [name, t] : targets) {
+    target_names.insert(name);
+    if (given.count(name)) continue;
+    const size_t dot = name.rfind('.');
+    const std::string owner = dot == std::string::npos ? "" : name.substr(0, dot);
+    if (is_stat_buffer(name.substr(dot + 1)) && batchnorms.count(owner)) {
+      spdlog::debug("{}: has no '{}' (recomputed anyway)", source, name);
+      continue;
+    }
+    missing.push_back(name);
+  }
+  for (const auto& w : weights)
+    if (!target_names.count(w.name)) unexpected.push_back(w.name);
+  if (!missing.empty() || !unexpected.empty())
+    throw mismatch_error(source + ": its tensor names do not match the model's: " + std::to_string(missing.size()) +
+                         " missing (" + list_text(missing) + "), " + std::to_string(unexpected.size()) +
+                         " unexpected (" + list_text(unexpected) + ")");
+  c10::NoGradGuard no_grad;
+  for (const auto& [name, t] : targets) {
+    auto it = given.find(name);
+    if (it == given.end()) continue;
+    const tensor_view& v = it->second->view;
+    if (v.shape != t.sizes().vec())
+      throw mismatch_error(source + ": tensor '" + name + "' has shape " + shape_string(v.shape) +
+                           " but the model expects " + shape_string(t.sizes().vec()));
+    try {
+      at::Tensor target = t;
+      target.copy_(to_tensor(v));
+    } catch (const c10::Error& e) {
+      throw mismatch_error(source + ": tensor '" + name + "' (" + dtype_name(v.type) +
+                           ") cannot be loaded into the model's " + std::string(c10::toString(t.scalar_type())) +
+                           " tensor: " + error_text(e));
+    }
+  }
+}
+
+}  // namespace swavg

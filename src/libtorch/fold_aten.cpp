@@ -1,0 +1,152 @@
+/*
+ * The fold steps on ATen tensors, for what swavg's own kernels do not cover: GPUs (--device cuda),
+ * complex tensors, half-precision accumulators (--accumulate native on float16/bfloat16), and a
+ * lerp whose rounding the native kernel cannot reproduce. The expressions are AveragedModel's and
+ * get_ema_multi_avg_fn's, run by the same ATen kernels, so results equal PyTorch's. Only the binary
+ * that loads LibTorch has this file; it also answers lerp_form_for by probing at::lerp.
+ */
+#include <ATen/Context.h>
+#include <ATen/Functions.h>
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "fold/aten.h"
+#include "fold/native_kernels.h"
+#include "fold/schedule.h"
+#include "libtorch/tensor_bridge.h"
+#include "util/error.h"
+
+namespace swavg {
+
+namespace {
+
+// A flat 1-D slice [begin, begin + length) of a contiguous tensor, on `device`.
+at::Tensor chunk_of(const at::Tensor& flat, int64_t begin, int64_t length, const at::Device& device) {
+  at::Tensor c = flat.narrow(0, begin, length);
+  return device.is_cpu() ? c : c.to(device);
+}
+
+at::Tensor flat_tensor(const tensor_view& v) {
+  at::Tensor t = to_tensor(v);
+  return (v.is_contiguous() ? t : t.contiguous()).reshape({-1});
+}
+
+// Values that separate the candidate lerp forms: mixed signs and magnitudes (some overflowing
+// 16-bit types), zeros of both signs, near-equal pairs, weights on both branches; and enough of them
+// for ATen to split the work between threads, so that every vector tail it leaves is probed too
+// (LibTorch 2.x rounds tails differently from vector lanes, which no elementwise kernel can match).
+bool probe_lerp(dtype acc_type, dtype in_type, lerp_form form) {
+  constexpr int64_t kProbe = 100003;
+  std::vector<double> a(kProbe), b(kProbe);
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&state]() {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  auto unit = [&next]() { return static_cast<double>(next() >> 11) / 9007199254740992.0 - 0.5; };
+  for (int64_t i = 0; i < kProbe; ++i) {
+    const int scale = static_cast<int>(next() % 61) - 30;
+    a[i] = std::ldexp(unit(), scale);
+    b[i] = (i % 7 == 0) ? a[i] * (1 + std::ldexp(unit(), -20)) : std::ldexp(unit(), scale + static_cast<int>(next() % 5) - 2);
+    if (i % 11 == 0) a[i] = 0.0;
+    if (i % 13 == 5) b[i] = -0.0;
+    if (i % 17 == 3) a[i] = -0.0;
+  }
+  const auto options = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor start = at::from_blob(a.data(), {kProbe}, options).to(to_scalar_type(acc_type));
+  const at::Tensor end = at::from_blob(b.data(), {kProbe}, options).to(to_scalar_type(in_type));
+  for (double w : {1e-3, 0.1, 0.3, 0.4999, 0.5, 0.7, 0.9, 0.999, 1.0}) {
+    at::Tensor expected = start.clone().lerp_(end.to(start.scalar_type()), w);
+    at::Tensor got = start.clone();
+    if (!native_lerp_step(acc_type, got.data_ptr(), in_type, end.data_ptr(), kProbe, w, form)) return false;
+    if (std::memcmp(expected.data_ptr(), got.data_ptr(), got.nbytes()) != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<lerp_form> lerp_form_for(dtype acc, dtype in) {
+  static std::mutex mutex;
+  static std::array<std::array<int8_t, kNumDtypes>, kNumDtypes> known{};  // 0 not probed, -1 none, else a form
+  std::lock_guard<std::mutex> lock(mutex);
+  int8_t& k = known[static_cast<size_t>(acc)][static_cast<size_t>(in)];
+  if (k == 0) {
+    k = -1;
+    if (is_native_accumulator(acc) && is_floating(in))
+      for (lerp_form f : {lerp_form::one_minus_w, lerp_form::w_minus_one})
+        if (probe_lerp(acc, in, f)) {
+          k = static_cast<int8_t>(f);
+          break;
+        }
+    spdlog::debug("lerp of {} into {}: {}", dtype_name(in), dtype_name(acc),
+                  k == static_cast<int8_t>(lerp_form::one_minus_w)   ? "x - (x - avg) * (1 - w) as one FMA (swavg's kernel)"
+                  : k == static_cast<int8_t>(lerp_form::w_minus_one) ? "fma(w - 1, x - avg, x) (swavg's kernel)"
+                                                                     : "not reproduced, ATen computes it");
+  }
+  return k > 0 ? std::optional<lerp_form>(static_cast<lerp_form>(k)) : std::nullopt;
+}
+
+void check_device(const device_spec& device) { to_device(device); }
+
+void aten_average(const fold_config& c, const tensor_plan& p, const chunk_writer& write) {
+  const at::Device device = to_device(c.device);
+  const auto acc_type = to_scalar_type(p.outcome.accumulate_type);
+  const auto out_type = to_scalar_type(p.outcome.output_type);
+  std::vector<at::Tensor> flats;
+  for (const auto& s : p.sources) {
+    flats.push_back(flat_tensor(*s.view));
+    if (flats.back().data_ptr() != static_cast<const void*>(s.view->data())) release_pages(*s.view);  // a copy
+  }
+  at::Tensor resumed = p.resumed ? flat_tensor(*p.resumed) : at::Tensor();
+  const int64_t numel = flats.empty() ? resumed.numel() : flats.front().numel();
+  // SWA rounds each element alone, so it streams in slices; lerp runs on whole tensors, exactly as
+  // PyTorch splits them (its vector lanes and scalar tail may round differently).
+  const int64_t chunk = c.mode == fold_mode::swa ? kFoldChunkElements : std::max<int64_t>(numel, 1);
+  at::Tensor diff;
+  for (int64_t begin = 0; begin < numel || (numel == 0 && begin == 0); begin += chunk) {
+    const int64_t length = std::min(chunk, numel - begin);
+    int64_t k = 0;
+    double weight_total = 0.0;
+    at::Tensor acc;
+    if (p.resumed) {
+      acc = chunk_of(resumed, begin, length, device).to(acc_type, /*non_blocking=*/false, /*copy=*/true);
+      k = p.resumed_count;
+    }
+    for (size_t j = 0; j < flats.size(); ++j) {
+      at::Tensor x = chunk_of(flats[j], begin, length, device);
+      const size_t input = p.sources[j].input;
+      const tensor_view& view = *p.sources[j].view;
+      if (k == 0) {
+        acc = x.to(acc_type, /*non_blocking=*/false, /*copy=*/true);
+        weight_total = c.mode == fold_mode::weighted ? c.weights[input] : 0.0;
+      } else if (c.mode == fold_mode::swa) {
+        if (!diff.defined() || diff.numel() != length || diff.scalar_type() != acc_type)
+          diff = at::empty({length}, acc.options());
+        at::sub_out(diff, x, acc);
+        diff.div_(at::scalar_tensor(k + 1, at::TensorOptions().dtype(at::kLong).device(device)));
+        acc.add_(diff);
+      } else {
+        acc.lerp_(x.scalar_type() == acc_type ? x : x.to(acc_type), fold_weight(c, p.rule_decay, input, k, weight_total));
+      }
+      ++k;
+      // Done with these input bytes: drop their pages so memory does not grow with the inputs.
+      if (flats[j].data_ptr() == static_cast<const void*>(view.data())) {
+        const uint64_t item = itemsize(view.type);
+        release_pages(view, (static_cast<uint64_t>(view.offset) + begin) * item, static_cast<uint64_t>(length) * item);
+      }
+    }
+    at::Tensor out = acc.scalar_type() == out_type ? acc : acc.to(out_type);
+    out = out.device().is_cpu() ? out.contiguous() : out.to(at::kCPU).contiguous();
+    write(out.data_ptr(), out.nbytes());
+    if (numel == 0) break;
+  }
+}
+
+}  // namespace swavg

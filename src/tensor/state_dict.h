@@ -1,0 +1,54 @@
+/*
+ * The model swavg works on: an ordered list of named tensors (views into their files), plus what a
+ * user needs to know about everything else the file held. Every reader produces one; every writer
+ * consumes one.
+ */
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor_view.h"
+
+namespace swavg {
+
+enum class file_format { torch, torchscript, safetensors };
+const char* format_name(file_format f);  // "torch", "torchscript", "safetensors"
+
+enum class tensor_kind { unknown, parameter, buffer };
+const char* kind_name(tensor_kind k);  // "unknown", "parameter", "buffer"
+
+struct named_tensor {
+  std::string name;
+  tensor_view view;
+  tensor_kind kind = tensor_kind::unknown;
+};
+
+// A value that is not a tensor: a non-tensor entry of the state dict ("epoch": 3) or an object
+// swavg does not interpret, anywhere in the file ("args": argparse.Namespace).
+struct other_entry {
+  std::string path;   // dotted path from the top level ("args", "model.extra")
+  std::string type;   // "int", "str", "argparse.Namespace", ...
+  std::string value;  // short rendering for scalars and strings, else empty
+};
+
+struct state_dict {
+  std::string path;  // the file it came from
+  file_format format = file_format::torch;
+  std::string key;   // dotted path of the dict taken ("" for the top level)
+  std::vector<named_tensor> tensors;
+  std::vector<other_entry> others;  // non-tensor entries inside the dict taken
+  std::vector<other_entry> opaque;  // objects swavg does not interpret, anywhere in the file
+  std::map<std::string, std::string> metadata;  // safetensors __metadata__ / swavg's own record
+};
+
+}  // namespace swavg
+
+namespace swavg {
+
+// Removes any of `prefixes` ("module.", "_orig_mod.") from the start of each tensor name, as often
+// as one matches. Throws input_error when two names become equal.
+void strip_prefixes(state_dict& sd, const std::vector<std::string>& prefixes);
+
+}  // namespace swavg

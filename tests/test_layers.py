@@ -1,0 +1,80 @@
+"""scripts/check_layers.py: the real tree passes, and each rule of src/ARCHITECTURE.md, broken on a
+copy of the tree, is reported (a check that cannot fail checks nothing)."""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECK = os.path.join(ROOT, "scripts", "check_layers.py")
+
+
+def append(path, text):
+    def change(root):
+        with open(os.path.join(root, path), "a") as f:
+            f.write(text)
+    return change
+
+
+def create(path, text):
+    def change(root):
+        os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
+        with open(os.path.join(root, path), "w") as f:
+            f.write(text)
+    return change
+
+
+def remove(path):
+    return lambda root: os.remove(os.path.join(root, path))
+
+
+# (what, change to the copy, a line the check must print)
+VIOLATIONS = [
+    ("an include that runs up", append("src/tensor/dtype.cpp", '\n#include "fold/plan.h"\n'),
+     'src/tensor/dtype.cpp: includes "fold/plan.h": tensor is below fold'),
+    ("formats includes the CLI", append("src/formats/load.cpp", '\n#include "cli/report.h"\n'),
+     "formats is below cli"),
+    ("LibTorch outside src/libtorch", append("src/fold/plan.cpp", "\n#include <ATen/Functions.h>\n"),
+     "src/fold/plan.cpp: includes <ATen/Functions.h>; only src/libtorch/"),
+    ("a c10 header beyond the documented exception", append("src/fold/native_kernels.cpp", "\n#include <c10/core/Device.h>\n"),
+     "src/fold/native_kernels.cpp: includes <c10/core/Device.h>"),
+    ("the CLI includes a LibTorch header of src/libtorch", append("src/cli/report.cpp", '\n#include "libtorch/module.h"\n'),
+     'includes "libtorch/module.h", which includes LibTorch headers'),
+    ("a fuzz driver includes LibTorch", append("tests/fuzz/replay.cpp", "\n#include <torch/version.h>\n"),
+     "the fuzz targets build without LibTorch"),
+    ("a second stand-in", append("tests/fuzz/replay.cpp",
+                                 "\nnamespace swavg {\nstate_dict read_torchscript(const std::string& path) {\n  return {};\n}\n}\n"),
+     "seam read_torchscript: defined again in tests/fuzz/replay.cpp"),
+    ("a stand-in without a real definition", append("src/libtorch/without_libtorch.cpp",
+                                                   "\nnamespace swavg {\nvoid only_a_stub(int x) {\n}\n}\n"),
+     "seam only_a_stub: expected one definition in src/libtorch/"),
+    ("a folder that is no layer", create("src/core/averager.h", "#pragma once\n"), "src/core/averager.h: folder 'core' is not a layer"),
+    ("a layer without its library", remove("src/fold/CMakeLists.txt"), "src/fold/: has no CMakeLists.txt"),
+]
+
+
+def run_check(root):
+    return subprocess.run([sys.executable, CHECK, root], capture_output=True, text=True, timeout=120)
+
+
+class LayersTest(unittest.TestCase):
+    def test_tree_holds_the_rules(self):
+        p = run_check(ROOT)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn(": OK", p.stdout)
+
+    def test_each_violation_is_reported(self):
+        for what, change, expected in VIOLATIONS:
+            with self.subTest(what), tempfile.TemporaryDirectory() as tmp:
+                shutil.copytree(os.path.join(ROOT, "src"), os.path.join(tmp, "src"))
+                shutil.copytree(os.path.join(ROOT, "tests", "fuzz"), os.path.join(tmp, "tests", "fuzz"))
+                change(tmp)
+                p = run_check(tmp)
+                self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+                self.assertIn(expected, p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

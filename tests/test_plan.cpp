@@ -1,0 +1,377 @@
+// The fold planner (which tensor gets which action and dtypes, every disagreement listed), the
+// resume record, and the native fold end to end against PyTorch's own averages of a training run.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <map>
+#include <memory>
+
+#include "fold/execute.h"
+#include "fold/layout.h"
+#include "fold/native_kernels.h"
+#include "fold/plan.h"
+#include "fold/resume.h"
+#include "formats/load.h"
+#include "support.h"
+#include "util/error.h"
+
+using namespace swavg;
+using swavg::test::fixture;
+
+namespace {
+
+struct spec {
+  std::string name;
+  dtype type = dtype::float32;
+  std::vector<int64_t> shape = {2};
+  tensor_kind kind = tensor_kind::unknown;
+};
+
+// A state dict of zero-filled tensors held in memory (planning reads no bytes).
+state_dict make_sd(const std::string& path, const std::vector<spec>& specs) {
+  state_dict sd;
+  sd.path = path;
+  for (const auto& s : specs) {
+    tensor_view v;
+    v.type = s.type;
+    v.shape = s.shape;
+    v.strides = contiguous_strides(s.shape);
+    auto bytes = std::make_shared<std::vector<uint8_t>>(v.nbytes() + 8, 0);
+    v.storage = bytes->data();
+    v.storage_bytes = v.nbytes();
+    v.storage_key = s.name;
+    v.owner = bytes;
+    sd.tensors.push_back(named_tensor{s.name, v, s.kind});
+  }
+  return sd;
+}
+
+const tensor_outcome& outcome(const fold_plan& plan, const std::string& name) {
+  for (const auto& p : plan.tensors)
+    if (p.name == name) return p.outcome;
+  FAIL("no plan for " << name);
+  throw std::logic_error("unreachable");
+}
+
+const std::vector<spec> kModel = {
+    {"conv.weight", dtype::float32, {4, 2}},
+    {"bn.weight"},
+    {"bn.running_mean"},
+    {"bn.num_batches_tracked", dtype::int64, {}},
+    {"step", dtype::int32, {}},
+    {"emb.weight", dtype::bfloat16, {3, 2}},
+};
+
+std::vector<state_dict> three_inputs(const std::vector<spec>& specs = kModel) {
+  return {make_sd("a.pt", specs), make_sd("b.pt", specs), make_sd("c.pt", specs)};
+}
+
+std::string scratch(const std::string& name) {
+  const std::string dir = std::string(SWAVG_FIXTURES_DIR) + "/scratch";
+  ::mkdir(dir.c_str(), 0755);
+  return dir + "/" + name;
+}
+
+}  // namespace
+
+TEST_CASE("plan: AveragedModel's defaults (use_buffers=False)", "[plan]") {
+  const auto inputs = three_inputs();
+  const fold_plan plan = plan_fold(fold_config{}, inputs, nullptr);
+  REQUIRE(plan.tensors.size() == kModel.size());
+  CHECK(plan.n == 3);
+  for (size_t i = 0; i < kModel.size(); ++i) CHECK(plan.tensors[i].name == kModel[i].name);  // first-seen order
+  for (const auto& p : plan.tensors) {
+    REQUIRE(p.sources.size() == 3);
+    CHECK(p.sources[2].input == 2);
+    CHECK(p.sources[2].view == &inputs[2].tensors[static_cast<size_t>(&p - plan.tensors.data())].view);
+  }
+  struct want {
+    const char* name;
+    tensor_action action;
+    const char* reason;
+    bool buffer;
+    dtype accumulate;
+  };
+  const std::vector<want> wants = {
+      {"conv.weight", tensor_action::average, "default", false, dtype::float32},
+      {"bn.weight", tensor_action::average, "default", false, dtype::float32},
+      {"bn.running_mean", tensor_action::latest, "buffer", true, dtype::float32},
+      {"bn.num_batches_tracked", tensor_action::latest, "int", true, dtype::int64},
+      {"step", tensor_action::latest, "int", false, dtype::int32},
+      {"emb.weight", tensor_action::average, "default", false, dtype::float32},  // bfloat16 accumulates in float32
+  };
+  for (const auto& w : wants) {
+    INFO(w.name);
+    const tensor_outcome& o = outcome(plan, w.name);
+    CHECK(o.action == w.action);
+    CHECK(o.reason == w.reason);
+    CHECK(o.buffer == w.buffer);
+    CHECK(o.accumulate_type == w.accumulate);
+    CHECK(o.output_type == o.input_type);
+    CHECK(o.count == 3);
+  }
+}
+
+TEST_CASE("plan: options change the decisions", "[plan]") {
+  const auto inputs = three_inputs();
+  struct variant {
+    const char* what;
+    std::function<void(fold_config&)> configure;
+    kind_table model_kinds;
+    const char* name;
+    tensor_action action;
+    const char* reason;
+    dtype accumulate;
+    dtype output;
+  };
+  const auto rule = [](const char* pattern, tensor_action a) {
+    return tensor_rule{pattern, compile_pattern(pattern, "test"), a, std::nullopt};
+  };
+  const std::vector<variant> variants = {
+      {"--buffers average", [](fold_config& c) { c.buffers = buffer_policy::average; }, {}, "bn.running_mean",
+       tensor_action::average, "default", dtype::float32, dtype::float32},
+      {"--int first", [](fold_config& c) { c.ints = int_policy::first; }, {}, "step", tensor_action::first, "int",
+       dtype::int32, dtype::int32},
+      {"a rule drops", [&](fold_config& c) { c.rules.push_back(rule("^conv\\.", tensor_action::drop)); }, {},
+       "conv.weight", tensor_action::drop, "rule", dtype::float32, dtype::float32},
+      {"a rule asking to average an integer tensor leaves it to --int",
+       [&](fold_config& c) { c.rules.push_back(rule("step", tensor_action::average)); }, {}, "step",
+       tensor_action::latest, "int", dtype::int32, dtype::int32},
+      {"--buffer REGEX", [](fold_config& c) { c.buffer_patterns.push_back("^bn\\.weight$"); }, {}, "bn.weight",
+       tensor_action::latest, "buffer", dtype::float32, dtype::float32},
+      {"--model says parameter", [](fold_config&) {}, {{"bn.running_mean", tensor_kind::parameter}},
+       "bn.running_mean", tensor_action::average, "default", dtype::float32, dtype::float32},
+      {"--model says buffer", [](fold_config&) {}, {{"conv.weight", tensor_kind::buffer}}, "conv.weight",
+       tensor_action::latest, "buffer", dtype::float32, dtype::float32},
+      {"--accumulate native", [](fold_config& c) { c.accumulate = accumulate_policy::native; }, {}, "emb.weight",
+       tensor_action::average, "default", dtype::bfloat16, dtype::bfloat16},
+      {"--accumulate float64", [](fold_config& c) { c.accumulate = accumulate_policy::float64; }, {}, "conv.weight",
+       tensor_action::average, "default", dtype::float64, dtype::float32},
+      {"--output-dtype float16", [](fold_config& c) { c.output_dtype = dtype::float16; }, {}, "emb.weight",
+       tensor_action::average, "default", dtype::float32, dtype::float16},
+      {"--output-dtype leaves integers alone", [](fold_config& c) { c.output_dtype = dtype::float16; }, {}, "step",
+       tensor_action::latest, "int", dtype::int32, dtype::int32},
+  };
+  for (const auto& v : variants) {
+    INFO(v.what);
+    fold_config c;
+    v.configure(c);
+    const tensor_outcome& o = outcome(plan_fold(c, inputs, nullptr, v.model_kinds), v.name);
+    CHECK(o.action == v.action);
+    CHECK(o.reason == v.reason);
+    CHECK(o.accumulate_type == v.accumulate);
+    CHECK(o.output_type == v.output);
+  }
+}
+
+TEST_CASE("plan: the inputs' own parameter/buffer split (TorchScript) decides before names", "[plan]") {
+  const std::vector<spec> specs = {{"scale", dtype::float32, {2}, tensor_kind::buffer},
+                                   {"running_mean", dtype::float32, {2}, tensor_kind::parameter}};
+  const auto inputs = three_inputs(specs);
+  const fold_plan plan = plan_fold(fold_config{}, inputs, nullptr);
+  CHECK(outcome(plan, "scale").action == tensor_action::latest);
+  CHECK(outcome(plan, "running_mean").action == tensor_action::average);
+  const fold_plan overridden = plan_fold(fold_config{}, inputs, nullptr, {{"scale", tensor_kind::parameter}});
+  CHECK(outcome(overridden, "scale").action == tensor_action::average);
+}
+
+TEST_CASE("plan: every disagreement is listed, naming the files", "[plan]") {
+  struct bad_case {
+    const char* what;
+    std::vector<spec> b;  // the second input; the others are kModel
+    bool allow_missing;
+    std::vector<std::string> expected;
+  };
+  auto with = [](std::function<void(std::vector<spec>&)> change) {
+    std::vector<spec> s = kModel;
+    change(s);
+    return s;
+  };
+  const std::vector<bad_case> cases = {
+      {"shape", with([](auto& s) { s[0].shape = {2, 4}; }), false,
+       {"b.pt: tensor 'conv.weight': expected shape [4, 2] (as in a.pt) but found [2, 4]"}},
+      {"dtype", with([](auto& s) { s[1].type = dtype::float64; }), false,
+       {"b.pt: tensor 'bn.weight': expected dtype float32 (as in a.pt) but found float64"}},
+      {"missing", with([](auto& s) { s.erase(s.begin() + 4); }), false,
+       {"b.pt: tensor 'step' is missing (present in a.pt)", "--allow-missing"}},
+      {"extra", with([](auto& s) { s.push_back({"extra.bias"}); }), false,
+       {"a.pt: tensor 'extra.bias' is missing (present in b.pt)", "c.pt: tensor 'extra.bias' is missing",
+        "(2 differences)"}},
+      {"shape and dtype at once", with([](auto& s) { s[5] = {"emb.weight", dtype::float16, {2, 3}}; }), false,
+       {"expected shape [3, 2]", "expected dtype bfloat16", "(2 differences)"}},
+      {"--allow-missing still checks shapes", with([](auto& s) {
+         s.erase(s.begin());
+         s[0].shape = {3};
+       }),
+       true, {"b.pt: tensor 'bn.weight': expected shape [2] (as in a.pt) but found [3]", "(1 differences)"}},
+  };
+  for (const auto& k : cases) {
+    INFO(k.what);
+    fold_config c;
+    c.allow_missing = k.allow_missing;
+    const std::vector<state_dict> inputs = {make_sd("a.pt", kModel), make_sd("b.pt", k.b), make_sd("c.pt", kModel)};
+    try {
+      plan_fold(c, inputs, nullptr);
+      FAIL("no mismatch_error");
+    } catch (const mismatch_error& e) {
+      for (const auto& s : k.expected) CHECK_THAT(e.what(), Catch::Contains(s));
+      if (k.allow_missing) CHECK_THAT(e.what(), !Catch::Contains("--allow-missing"));
+    }
+  }
+}
+
+TEST_CASE("plan: --allow-missing averages each tensor over the inputs that have it", "[plan]") {
+  std::vector<spec> fewer = kModel;
+  fewer.erase(fewer.begin());
+  fold_config c;
+  c.allow_missing = true;
+  const std::vector<state_dict> inputs = {make_sd("a.pt", fewer), make_sd("b.pt", kModel), make_sd("c.pt", kModel)};
+  const fold_plan plan = plan_fold(c, inputs, nullptr);
+  CHECK(plan.tensors.front().name == "bn.weight");  // first seen in a.pt
+  CHECK(outcome(plan, "conv.weight").count == 2);
+  CHECK(outcome(plan, "bn.weight").count == 3);
+  const resume_record r = make_resume_record(c, plan, fold_inputs{inputs, std::nullopt, {}});
+  CHECK(r.n == 3);
+  const std::vector<std::pair<std::string, int64_t>> counts = {{"conv.weight", 2}};
+  CHECK(r.counts == counts);
+}
+
+TEST_CASE("plan: a resumed average joins each tensor with its count", "[plan][resume]") {
+  const auto inputs = three_inputs();
+  resume_record rec;
+  rec.mode = fold_mode::swa;
+  rec.n = 4;
+  rec.counts = {{"bn.weight", 2}};
+  state_dict earlier = make_sd("avg.pt", kModel);
+  earlier.metadata[kResumeKey] = to_json(rec);
+  const resumed_average resumed = open_resumed(std::move(earlier), fold_config{});
+  const fold_plan plan = plan_fold(fold_config{}, inputs, &resumed);
+  CHECK(plan.n == 7);
+  CHECK(outcome(plan, "conv.weight").count == 7);
+  CHECK(outcome(plan, "bn.weight").count == 5);
+  for (const auto& p : plan.tensors) CHECK(p.resumed == resumed.tensors.at(p.name));
+
+  state_dict wrong_shape = make_sd("avg.pt", {{"conv.weight", dtype::float32, {8}}});
+  wrong_shape.metadata[kResumeKey] = to_json(rec);
+  const resumed_average bad = open_resumed(std::move(wrong_shape), fold_config{});
+  CHECK_THROWS_WITH(plan_fold(fold_config{}, inputs, &bad),
+                    Catch::Contains("avg.pt: tensor 'conv.weight': expected shape [4, 2] (as in a.pt) but found [8]"));
+}
+
+TEST_CASE("resume record: what one run writes the next reads back", "[resume]") {
+  resume_record r;
+  r.mode = fold_mode::ema;
+  r.n = 12;
+  r.decay = 0.999;
+  r.warmup = warmup_kind::power;
+  r.counts = {{"b", 3}, {"a", 2}};
+  r.accumulate_differs = true;
+  r.layout = output_layout::averaged_model;
+  r.inputs = {"ema.pt", "ckpt_12.pt"};
+  const std::string text = to_json(r);
+  CHECK(text ==
+        R"({"version":1,"mode":"ema","n":12,"decay":0.999,"warmup":"power","counts":{"b":3,"a":2},)"
+        R"("accumulate_differs":true,"layout":"averaged-model","inputs":["ema.pt","ckpt_12.pt"]})");
+  const resume_record back = resume_record_from_json(text, "ema.pt");
+  CHECK(back.mode == r.mode);
+  CHECK(back.n == r.n);
+  CHECK(back.decay == r.decay);
+  CHECK(back.warmup == r.warmup);
+  CHECK(back.counts == r.counts);
+  CHECK(back.accumulate_differs);
+  CHECK(back.layout == r.layout);
+  CHECK(back.inputs == r.inputs);
+}
+
+TEST_CASE("resume record: what cannot be resumed is refused", "[resume]") {
+  struct bad_case {
+    const char* what;
+    std::optional<std::string> record;  // nullopt: no swavg metadata at all
+    fold_mode mode;
+    exit_code code;
+    const char* message;
+  };
+  const std::vector<bad_case> cases = {
+      {"no record", std::nullopt, fold_mode::swa, exit_code::usage, "has no swavg metadata"},
+      {"not JSON", "{", fold_mode::swa, exit_code::bad_input, "avg.pt: swavg metadata is not valid"},
+      {"not an object", "[1]", fold_mode::swa, exit_code::bad_input, "not a JSON object"},
+      {"unknown mode", R"({"mode": "mean", "n": 2})", fold_mode::swa, exit_code::bad_input, "has mode 'mean'"},
+      {"another mode", R"({"mode": "ema", "n": 2})", fold_mode::swa, exit_code::usage,
+       "was made in ema mode, cannot resume it in swa mode"},
+      {"n = 0", R"({"mode": "swa", "n": 0})", fold_mode::swa, exit_code::bad_input, "holds n = 0, expected >= 1"},
+      {"n not a number", R"({"mode": "swa", "n": "3"})", fold_mode::swa, exit_code::bad_input, "is not valid"},
+  };
+  for (const auto& k : cases) {
+    INFO(k.what);
+    state_dict sd = make_sd("avg.pt", kModel);
+    if (k.record) sd.metadata[kResumeKey] = *k.record;
+    fold_config c;
+    c.mode = k.mode;
+    try {
+      open_resumed(std::move(sd), c);
+      FAIL("no error");
+    } catch (const error& e) {
+      CHECK(e.code() == k.code);
+      CHECK_THAT(e.what(), Catch::Contains(k.message));
+    }
+  }
+}
+
+TEST_CASE("layout: averaged-model names in and out", "[layout]") {
+  std::vector<named_tensor> tensors = make_sd("x", {{"module.a"}, {"module.b.c"}, {kNAveraged, dtype::int64, {}}}).tensors;
+  std::optional<named_tensor> n;
+  REQUIRE(from_averaged_layout(tensors, n));
+  CHECK(n->name == kNAveraged);
+  REQUIRE(tensors.size() == 2);
+  CHECK(tensors[1].name == "b.c");
+  to_averaged_layout(tensors, *n);
+  CHECK(tensors[0].name == "module.a");
+  CHECK(tensors[2].name == kNAveraged);
+  std::vector<named_tensor> plain = make_sd("x", {{"module.a"}, {"b"}, {kNAveraged, dtype::int64, {}}}).tensors;
+  CHECK_FALSE(from_averaged_layout(plain, n));
+  CHECK(plain[0].name == "module.a");
+  CHECK(model_name_in_averaged_layout("module.fc.weight") == "fc.weight");
+  CHECK_FALSE(model_name_in_averaged_layout(kNAveraged));
+}
+
+TEST_CASE("run_fold: the native kernels give PyTorch's averages bit for bit", "[plan][fold]") {
+  const state_dict reference = load_state_dict(fixture("runs/cnn/reference.pt"));
+  std::map<std::string, const tensor_view*> want;
+  for (const auto& t : reference.tensors) want[t.name] = &t.view;
+  load_options load;
+  load.key = "model";
+  for (const fold_mode mode : {fold_mode::swa, fold_mode::ema}) {
+    INFO(mode_name(mode));
+    // Without LibTorch the lerp kernel is trusted only on CPUs where ATen takes the FMA path.
+    if (mode == fold_mode::ema && !lerp_form_for(dtype::float32, dtype::float32)) continue;
+    fold_inputs in;
+    for (int i = 0; i < 6; ++i)
+      in.checkpoints.push_back(load_state_dict(fixture("runs/cnn/ckpt_" + std::to_string(i) + ".pt"), load));
+    fold_config c;
+    c.mode = mode;
+    c.decay = 0.9;
+    const std::string out = scratch(std::string("plan_") + mode_name(mode) + ".pt");
+    ::unlink(out.c_str());
+    const fold_result result = run_fold(c, in, fold_target{out, output_format::torch});
+    CHECK(result.n == 6);
+    const state_dict got = load_state_dict(out);
+    size_t compared = 0;
+    for (const auto& t : got.tensors) {
+      INFO(t.name);
+      auto it = want.find(std::string(mode == fold_mode::swa ? "swa." : "ema.") + t.name);
+      if (it == want.end()) {  // a buffer: the last checkpoint's (--buffers latest)
+        const auto& last = in.checkpoints.back().tensors;
+        const auto same = std::find_if(last.begin(), last.end(), [&](const named_tensor& x) { return x.name == t.name; });
+        REQUIRE(same != last.end());
+        CHECK(test::row_major_bytes(t.view) == test::row_major_bytes(same->view));
+        continue;
+      }
+      CHECK(test::row_major_bytes(t.view) == test::row_major_bytes(*it->second));
+      ++compared;
+    }
+    CHECK(compared == want.size() / 2);
+    CHECK(got.metadata.count(kResumeKey) == 1);
+  }
+}
