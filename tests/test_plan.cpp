@@ -320,7 +320,8 @@ TEST_CASE("resume record: what cannot be resumed is refused", "[resume]") {
 }
 
 TEST_CASE("layout: averaged-model names in and out", "[layout]") {
-  std::vector<named_tensor> tensors = make_sd("x", {{"module.a"}, {"module.b.c"}, {kNAveraged, dtype::int64, {}}}).tensors;
+  std::vector<named_tensor> tensors =
+      make_sd("x", {{"module.a"}, {"module.b.c"}, {kNAveraged, dtype::int64, {}}}).tensors;
   std::optional<named_tensor> n;
   REQUIRE(from_averaged_layout(tensors, n));
   CHECK(n->name == kNAveraged);
@@ -363,7 +364,8 @@ TEST_CASE("run_fold: the native kernels give PyTorch's averages bit for bit", "[
       auto it = want.find(std::string(mode == fold_mode::swa ? "swa." : "ema.") + t.name);
       if (it == want.end()) {  // a buffer: the last checkpoint's (--buffers latest)
         const auto& last = in.checkpoints.back().tensors;
-        const auto same = std::find_if(last.begin(), last.end(), [&](const named_tensor& x) { return x.name == t.name; });
+        const auto same =
+            std::find_if(last.begin(), last.end(), [&](const named_tensor& x) { return x.name == t.name; });
         REQUIRE(same != last.end());
         CHECK(test::row_major_bytes(t.view) == test::row_major_bytes(same->view));
         continue;

@@ -13,9 +13,12 @@ namespace swavg {
 void add_fold_options(CLI::App* app, fold_options& o) {
   fold_config& c = o.job.config;
   app->add_option("inputs", o.selection.paths, "Checkpoints to fold, in this order (any format swavg reads)");
-  app->add_option("--inputs-from", o.selection.inputs_from, "Read more input paths from FILE, one per line ('-': stdin)");
+  app->add_option("--inputs-from", o.selection.inputs_from,
+                  "Read more input paths from FILE, one per line ('-': stdin)");
   add_enum_option(app, "--sort", o.selection.sort,
-                  {{"none", sort_order::none}, {"name", sort_order::name}, {"natural", sort_order::natural},
+                  {{"none", sort_order::none},
+                   {"name", sort_order::name},
+                   {"natural", sort_order::natural},
                    {"mtime", sort_order::mtime}},
                   "Order inputs by name, natural (ckpt_2 before ckpt_10), mtime or none");
   app->add_option("--last", o.selection.last, "Keep only the last N inputs (after sorting)");
@@ -34,10 +37,13 @@ void add_fold_options(CLI::App* app, fold_options& o) {
   add_enum_option(app, "--int", c.ints,
                   {{"latest", int_policy::latest}, {"first", int_policy::first}, {"error", int_policy::error}},
                   "Integer and bool tensors: latest, first, or error when they differ");
-  app->add_option("--rules", o.rules_file, "JSON list of {\"match\": REGEX, \"action\": average|latest|first|drop, \"decay\": D}");
+  app->add_option("--rules", o.rules_file,
+                  "JSON list of {\"match\": REGEX, \"action\": average|latest|first|drop, \"decay\": D}");
   add_enum_option(app, "--accumulate", c.accumulate,
-                  {{"auto", accumulate_policy::automatic}, {"native", accumulate_policy::native},
-                   {"float32", accumulate_policy::float32}, {"float64", accumulate_policy::float64}},
+                  {{"auto", accumulate_policy::automatic},
+                   {"native", accumulate_policy::native},
+                   {"float32", accumulate_policy::float32},
+                   {"float64", accumulate_policy::float64}},
                   "Accumulator precision: auto (float32 for float16/bfloat16, else native), native, float32, float64");
   add_dtype_option(app, "--output-dtype", c.output_dtype, /*floating_only=*/true,
                    "Write floating tensors in this dtype (default: each input's)");
@@ -55,11 +61,14 @@ void add_fold_options(CLI::App* app, fold_options& o) {
   app->add_flag("--update-bn", o.update_bn,
                 "Recompute BatchNorm statistics of the average by replaying --data through --model (as update_bn)")
       ->group(bn);
-  app->add_option("--data", o.bn.data.path, "Samples to replay: .npy, torch.save'd tensor, safetensors or raw (--shape)")
+  app->add_option("--data", o.bn.data.path,
+                  "Samples to replay: .npy, torch.save'd tensor, safetensors or raw (--shape)")
       ->group(bn);
   app->add_option("--data-key", o.bn.data.key, "Entry holding the input tensor in a torch.save or safetensors file")
       ->group(bn);
-  app->add_option("--shape", o.bn.data.shape, "Raw data: the shape of one sample, e.g. 3,32,32")->delimiter(',')->group(bn);
+  app->add_option("--shape", o.bn.data.shape, "Raw data: the shape of one sample, e.g. 3,32,32")
+      ->delimiter(',')
+      ->group(bn);
   add_dtype_option(app, "--dtype", o.bn.data.type, /*floating_only=*/false, "Raw data: element type (default float32)")
       ->group(bn);
   app->add_option("--batch-size", o.bn.options.batch_size, "Samples per batch, as your DataLoader's batch_size")

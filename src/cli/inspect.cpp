@@ -3,6 +3,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
@@ -62,7 +63,7 @@ nlohmann::ordered_json to_json(const state_dict& sd) {
 
 void print_text(const state_dict& sd) {
   std::cout << sd.path << ": " << format_name(sd.format) << ", state dict at "
-            << (sd.key.empty() ? "the top level" : "'" + sd.key + "'") << "\n";
+            << (sd.key.empty() ? "the top level" : fmt::format("'{}'", sd.key)) << "\n";
   size_t width = 4;
   for (const auto& t : sd.tensors) width = std::max(width, t.name.size());
   std::printf("  %-*s  %-10s  %-20s  %12s  %s\n", static_cast<int>(width), "name", "dtype", "shape", "bytes", "kind");

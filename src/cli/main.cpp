@@ -1,5 +1,6 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
@@ -14,7 +15,7 @@ int main(int argc, char** argv) {
   // and the temp file removed, instead of the process being killed by SIGXFSZ.
   std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"swavg: average PyTorch checkpoints (SWA, EMA) and recompute BatchNorm statistics"};
-  app.set_version_flag("--version", std::string("swavg ") + SWAVG_VERSION + " (LibTorch " + SWAVG_LIBTORCH_VERSION + ")");
+  app.set_version_flag("--version", fmt::format("swavg {} (LibTorch {})", SWAVG_VERSION, SWAVG_LIBTORCH_VERSION));
   app.footer(
       "Examples:\n"
       "  swavg average ckpt_*.pt -o swa.pt\n"

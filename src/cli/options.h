@@ -28,8 +28,8 @@ using name_table = std::vector<std::pair<std::string, E>>;
 // An option taking one of `names` and handing the matching value to `set` (CLI11's
 // CheckedTransformer, with the names alone in --help and in the error).
 template <typename E>
-CLI::Option* add_enum_option_to(CLI::App* app, const std::string& flags, std::function<void(E)> set, name_table<E> names,
-                                const std::string& help) {
+CLI::Option* add_enum_option_to(CLI::App* app, const std::string& flags, std::function<void(E)> set,
+                                name_table<E> names, const std::string& help) {
   std::vector<std::string> keys;
   for (const auto& n : names) keys.push_back(n.first);
   const std::string list = fmt::format("{}", fmt::join(keys, "|"));
@@ -48,14 +48,16 @@ CLI::Option* add_enum_option_to(CLI::App* app, const std::string& flags, std::fu
 template <typename E, typename = std::enable_if_t<std::is_enum_v<E>>>
 CLI::Option* add_enum_option(CLI::App* app, const std::string& flags, E& target, name_table<E> names,
                              const std::string& help) {
-  return add_enum_option_to<E>(app, flags, [&target](E e) { target = e; }, std::move(names), help);
+  return add_enum_option_to<E>(
+      app, flags, [&target](E e) { target = e; }, std::move(names), help);
 }
 
 // The same into an optional (unset: the library's default).
 template <typename E>
 CLI::Option* add_enum_option(CLI::App* app, const std::string& flags, std::optional<E>& target, name_table<E> names,
                              const std::string& help) {
-  return add_enum_option_to<E>(app, flags, [&target](E e) { target = e; }, std::move(names), help);
+  return add_enum_option_to<E>(
+      app, flags, [&target](E e) { target = e; }, std::move(names), help);
 }
 
 // --device cpu|cuda|cuda:N.

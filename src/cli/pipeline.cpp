@@ -84,7 +84,8 @@ pipeline_report run_fold_pipeline(const fold_job& job, const std::optional<bn_st
     report.fold = run_fold_job(job);
     return report;
   }
-  if (job.model.empty()) throw usage_error("--update-bn needs --model NET.ts, the TorchScript model to replay data through");
+  if (job.model.empty())
+    throw usage_error("--update-bn needs --model NET.ts, the TorchScript model to replay data through");
   require_libtorch("--update-bn");
   std::vector<std::string> inputs = job.inputs;
   inputs.push_back(job.model);

@@ -38,7 +38,8 @@ void check_outputs(const update_bn_options& o) {
   if (!o.checkpoint.empty()) inputs.push_back(o.checkpoint);
   if (!o.output.empty()) check_output_path(o.output, inputs, o.force);
   if (!o.module_output.empty()) {
-    if (o.module_output == o.output) throw usage_error(fmt::format("--save-module and -o name the same file: {}", o.output));
+    if (o.module_output == o.output)
+      throw usage_error(fmt::format("--save-module and -o name the same file: {}", o.output));
     check_output_path(o.module_output, inputs, o.force);
   }
   if (!o.report_file.empty()) check_output_path(o.report_file, inputs, true);
@@ -48,9 +49,9 @@ void log_result(const update_bn_options& o, const bn_report& r) {
   if (r.modules.empty()) return;
   size_t unreached = 0;
   for (const auto& m : r.modules) unreached += m.batches == 0;
-  spdlog::info("{}: {} BatchNorm modules{} updated from {} batches ({} samples) in {:.2f} s ({:.0f} samples/s)", o.model,
-               r.modules.size(), unreached ? fmt::format(" ({} not reached)", unreached) : "", r.batches, r.samples,
-               r.seconds, r.seconds > 0 ? r.samples / r.seconds : 0.0);
+  spdlog::info("{}: {} BatchNorm modules{} updated from {} batches ({} samples) in {:.2f} s ({:.0f} samples/s)",
+               o.model, r.modules.size(), unreached ? fmt::format(" ({} not reached)", unreached) : "", r.batches,
+               r.samples, r.seconds, r.seconds > 0 ? r.samples / r.seconds : 0.0);
 }
 
 void run_update_bn(const update_bn_options& o) {

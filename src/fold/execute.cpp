@@ -71,8 +71,8 @@ class folder {
       if (int64_t bad = count_nonfinite(*p.resumed)) where.push_back(fmt::format("{} ({} values)", resume_path(), bad));
     const std::string list =
         where.empty() ? "none of the inputs: the average overflowed" : fmt::format("{}", fmt::join(where, ", "));
-    throw input_error(fmt::format("tensor '{}' has NaN or Inf values in {}; pass --allow-nonfinite to average them anyway",
-                                  p.name, list));
+    throw input_error(fmt::format(
+        "tensor '{}' has NaN or Inf values in {}; pass --allow-nonfinite to average them anyway", p.name, list));
   }
 
   // The tensor --int error compares the others with, and the file it came from.
@@ -88,9 +88,9 @@ class folder {
     for (const auto& s : p.sources) {
       std::vector<uint8_t> other_copy;
       if (!same_values(v.type, contiguous_data(*s.view, other_copy), data, v.numel()))
-        throw mismatch_error(
-            fmt::format("{}: integer tensor '{}' differs from {}; --int error forbids that (use --int latest or --int first)",
-                        path_of(s.input), p.name, origin));
+        throw mismatch_error(fmt::format(
+            "{}: integer tensor '{}' differs from {}; --int error forbids that (use --int latest or --int first)",
+            path_of(s.input), p.name, origin));
     }
   }
 

@@ -5,7 +5,9 @@
 namespace swavg {
 namespace {
 
-bool has_module_prefix(const std::string& name) { return name.compare(0, std::strlen(kModulePrefix), kModulePrefix) == 0; }
+bool has_module_prefix(const std::string& name) {
+  return name.compare(0, std::strlen(kModulePrefix), kModulePrefix) == 0;
+}
 
 }  // namespace
 

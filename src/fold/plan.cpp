@@ -82,7 +82,8 @@ std::vector<std::string> find_mismatches(const std::vector<state_dict>& inputs, 
       auto it = by_name.find(name);
       if (it == by_name.end()) {
         if (!allow_missing)
-          out.push_back(fmt::format("{}: tensor '{}' is in the resumed average but in no input", resume->sd.path, name));
+          out.push_back(
+              fmt::format("{}: tensor '{}' is in the resumed average but in no input", resume->sd.path, name));
         continue;
       }
       const fold_source& ref = it->second->sources.front();

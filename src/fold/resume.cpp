@@ -50,7 +50,8 @@ resume_record resume_record_from_json(const std::string& text, const std::string
     if (!j.is_object()) throw input_error(fmt::format("{}: swavg metadata is not a JSON object", source));
     const std::string mode = j.value("mode", "");
     const auto m = mode_from_name(mode);
-    if (!m) throw input_error(fmt::format("{}: swavg metadata has mode '{}', expected swa, ema or weighted", source, mode));
+    if (!m)
+      throw input_error(fmt::format("{}: swavg metadata has mode '{}', expected swa, ema or weighted", source, mode));
     r.version = j.value("version", 1);
     r.mode = *m;
     r.n = j.value("n", int64_t{0});
@@ -77,7 +78,8 @@ resumed_average open_resumed(state_dict sd, const fold_config& c) {
   resumed_average r;
   auto it = sd.metadata.find(kResumeKey);
   if (it == sd.metadata.end())
-    throw usage_error(fmt::format("{}: --resume needs an output of swavg average/ema (it has no swavg metadata)", sd.path));
+    throw usage_error(
+        fmt::format("{}: --resume needs an output of swavg average/ema (it has no swavg metadata)", sd.path));
   r.record = resume_record_from_json(it->second, sd.path);
   const resume_record& rec = r.record;
   if (rec.mode != c.mode)
@@ -87,9 +89,10 @@ resumed_average open_resumed(state_dict sd, const fold_config& c) {
     spdlog::warn("{}: was made with decay {}, resuming with decay {}", sd.path, decimal(*rec.decay), decimal(c.decay));
   if (rec.n < 1) throw input_error(fmt::format("{}: swavg metadata holds n = {}, expected >= 1", sd.path, rec.n));
   if (rec.accumulate_differs)
-    spdlog::warn("{}: its tensors were rounded from a wider accumulator; the resumed average continues from the "
-                 "rounded values (write it with --output-dtype equal to the accumulator for exact resumes)",
-                 sd.path);
+    spdlog::warn(
+        "{}: its tensors were rounded from a wider accumulator; the resumed average continues from the "
+        "rounded values (write it with --output-dtype equal to the accumulator for exact resumes)",
+        sd.path);
   r.counts.insert(rec.counts.begin(), rec.counts.end());
   r.sd = std::move(sd);
   for (auto& t : r.sd.tensors) {

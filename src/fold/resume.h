@@ -28,9 +28,9 @@ constexpr const char* kResumeKey = "swavg";
 struct resume_record {
   int version = 1;
   fold_mode mode = fold_mode::swa;
-  int64_t n = 0;  // checkpoints in the average
-  std::optional<double> decay;  // ema
-  std::optional<warmup_kind> warmup;  // ema
+  int64_t n = 0;                                        // checkpoints in the average
+  std::optional<double> decay;                          // ema
+  std::optional<warmup_kind> warmup;                    // ema
   std::vector<std::pair<std::string, int64_t>> counts;  // only where a tensor's count differs from n
   bool accumulate_differs = false;
   output_layout layout = output_layout::state_dict;

@@ -1,5 +1,7 @@
 #include "fold/rules.h"
 
+#include <fmt/format.h>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -22,7 +24,7 @@ std::regex compile_pattern(const std::string& pattern, const std::string& option
   try {
     return std::regex(pattern, std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
-    throw usage_error(option + ": invalid regular expression '" + pattern + "': " + e.what());
+    throw usage_error(fmt::format("{}: invalid regular expression '{}': {}", option, pattern, e.what()));
   }
 }
 
@@ -31,18 +33,18 @@ std::vector<tensor_rule> parse_rules(const std::string& json_text, const std::st
   try {
     doc = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::exception& e) {
-    throw usage_error(source + ": not valid JSON: " + e.what());
+    throw usage_error(fmt::format("{}: not valid JSON: {}", source, e.what()));
   }
   if (doc.is_object() && doc.contains("rules")) doc = doc["rules"];
   if (!doc.is_array()) throw usage_error(source + ": expected a JSON list of rules (or {\"rules\": [...]})");
   std::vector<tensor_rule> rules;
   for (size_t i = 0; i < doc.size(); ++i) {
     const auto& r = doc[i];
-    const std::string where = source + ": rule " + std::to_string(i + 1);
+    const std::string where = fmt::format("{}: rule {}", source, i + 1);
     if (!r.is_object()) throw usage_error(where + ": expected an object {\"match\", \"action\"}");
     for (const auto& [k, v] : r.items())
       if (k != "match" && k != "action" && k != "decay" && k != "comment")
-        throw usage_error(where + ": unknown field '" + k + "' (expected match, action, decay, comment)");
+        throw usage_error(fmt::format("{}: unknown field '{}' (expected match, action, decay, comment)", where, k));
     if (!r.contains("match") || !r["match"].is_string()) throw usage_error(where + ": \"match\" must be a string");
     if (!r.contains("action") || !r["action"].is_string()) throw usage_error(where + ": \"action\" must be a string");
     tensor_rule rule;
@@ -53,11 +55,13 @@ std::vector<tensor_rule> parse_rules(const std::string& json_text, const std::st
     else if (action == "latest") rule.action = tensor_action::latest;
     else if (action == "first") rule.action = tensor_action::first;
     else if (action == "drop") rule.action = tensor_action::drop;
-    else throw usage_error(where + ": action must be average, latest, first or drop, got '" + action + "'");
+    else
+      throw usage_error(fmt::format("{}: action must be average, latest, first or drop, got '{}'", where, action));
     if (r.contains("decay")) {
       if (!r["decay"].is_number()) throw usage_error(where + ": \"decay\" must be a number");
       double d = r["decay"].get<double>();
-      if (!(d >= 0.0 && d <= 1.0)) throw usage_error(where + ": decay must be in [0, 1], got " + std::to_string(d));
+      if (!(d >= 0.0 && d <= 1.0))
+        throw usage_error(fmt::format("{}: decay must be in [0, 1], got {}", where, std::to_string(d)));
       rule.decay = d;
     }
     rules.push_back(std::move(rule));

@@ -1,5 +1,6 @@
 #include "formats/dataset.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <cstring>
@@ -30,8 +31,8 @@ class npy_literal {
     std::string near(text_.substr(pos_, 30));
     for (char& c : near)
       if (c == '\n') c = ' ';
-    throw input_error(context_ + ": malformed .npy header: " + what + " at byte " + std::to_string(pos_) +
-                      (near.empty() ? std::string(" (end of header)") : " near \"" + near + "\""));
+    throw input_error(fmt::format("{}: malformed .npy header: {} at byte {}{}", context_, what, pos_,
+                                  near.empty() ? std::string(" (end of header)") : fmt::format(" near \"{}\"", near)));
   }
 
   void skip_space() {
@@ -50,7 +51,7 @@ class npy_literal {
   }
 
   void expect(char c) {
-    if (!consume(c)) fail(std::string("expected '") + c + "'");
+    if (!consume(c)) fail(fmt::format("expected '{}'", c));
   }
 
   char peek() {
@@ -142,14 +143,14 @@ dtype npy_dtype(const std::string& descr, const std::string& path) {
   for (const auto& e : kCodes) {
     if (code != e.code) continue;
     if (order == '>' && itemsize(e.type) > 1)
-      throw input_error(path + ": .npy array is big-endian ('" + descr +
-                        "'); swavg reads little-endian data: "
-                        "save it with arr.astype(arr.dtype.newbyteorder('<'))");
+      throw input_error(fmt::format("{}: .npy array is big-endian ('{}'); swavg reads little-endian data: "
+                                    "save it with arr.astype(arr.dtype.newbyteorder('<'))",
+                                    path, descr));
     return e.type;
   }
-  throw input_error(path + ": .npy dtype '" + descr +
-                    "' is not supported (supported: float16/32/64, int8/16/32/64, "
-                    "uint8, bool, complex64/128)");
+  throw input_error(fmt::format("{}: .npy dtype '{}' is not supported (supported: float16/32/64, int8/16/32/64, "
+                                "uint8, bool, complex64/128)",
+                                path, descr));
 }
 
 std::vector<int64_t> fortran_strides(const std::vector<int64_t>& shape) {
@@ -168,7 +169,7 @@ uint64_t array_bytes(const std::vector<int64_t>& shape, dtype type, const std::s
   for (int64_t d : shape) {
     auto next = checked_mul(n, static_cast<uint64_t>(d));
     if (!next || *next > (uint64_t{1} << 62))
-      throw input_error(what + ": shape " + shape_string(shape) + " is too large");
+      throw input_error(fmt::format("{}: shape {} is too large", what, shape_string(shape)));
     n = *next;
   }
   return n;
@@ -182,9 +183,9 @@ dataset read_npy(const std::shared_ptr<const mapped_file>& file) {
   const uint64_t needed = array_bytes(h.shape, h.type, path);
   const uint64_t available = file->size() - h.data_offset;
   if (available < needed)
-    throw input_error(path + ": .npy header says " + std::string(dtype_name(h.type)) + " " + shape_string(h.shape) +
-                      " (" + std::to_string(needed) + " bytes) but the file holds " + std::to_string(available) +
-                      " bytes after the header (truncated?)");
+    throw input_error(fmt::format("{}: .npy header says {} {} ({} bytes) but the file holds {} bytes after the header "
+                                  "(truncated?)",
+                                  path, dtype_name(h.type), shape_string(h.shape), needed, available));
   if (available > needed) spdlog::debug("{}: {} bytes after the array are ignored", path, available - needed);
   dataset d;
   d.path = path;
@@ -221,8 +222,8 @@ dataset read_torch_data(const std::shared_ptr<const mapped_file>& file, const st
   if (!key.empty()) {
     chosen = resolve_pickle_path(root, key, path, "--data-key");
     if (!is_tensor(chosen))
-      throw usage_error(path + ": --data-key '" + key + "' is a " + (chosen ? pickle_type_name(*chosen) : "None") +
-                        ", expected a tensor");
+      throw usage_error(fmt::format("{}: --data-key '{}' is a {}, expected a tensor", path, key,
+                                    chosen ? pickle_type_name(*chosen) : "None"));
     d.key = key;
   } else if (is_tensor(root)) {
     chosen = root;
@@ -240,12 +241,13 @@ dataset read_torch_data(const std::shared_ptr<const mapped_file>& file, const st
       }
     }
     if (!chosen)
-      throw input_error(path + ": the " + pickle_type_name(*root) + " at the top level holds no tensor (entries: " +
-                        quoted_list(keys) + "); choose one with --data-key");
+      throw input_error(fmt::format("{}: the {} at the top level holds no tensor (entries: {}); choose one with "
+                                    "--data-key",
+                                    path, pickle_type_name(*root), quoted_list(keys)));
     spdlog::info("{}: took the input tensor at '{}' (choose another with --data-key)", path, d.key);
   } else {
-    throw input_error(path + ": the top level is a " + (root ? pickle_type_name(*root) : "None") +
-                      ", expected a tensor or a list, tuple or dict holding one");
+    throw input_error(fmt::format("{}: the top level is a {}, expected a tensor or a list, tuple or dict holding one",
+                                  path, root ? pickle_type_name(*root) : "None"));
   }
 
   const pickle_tensor_ref& t = *chosen->tensor;
@@ -267,16 +269,17 @@ dataset read_safetensors_data(const std::shared_ptr<const mapped_file>& file, co
   if (!key.empty()) {
     for (const auto& t : content.tensors)
       if (t.name == key) chosen = &t;
-    if (!chosen) throw usage_error(path + ": --data-key '" + key + "': no such tensor; tensors: " + quoted_list(names));
+    if (!chosen)
+      throw usage_error(fmt::format("{}: --data-key '{}': no such tensor; tensors: {}", path, key, quoted_list(names)));
   } else if (content.tensors.size() == 1) {
     chosen = &content.tensors.front();
   } else {
-    throw usage_error(path + ": holds " + std::to_string(names.size()) + " tensors (" + quoted_list(names) +
-                      "); name the input with --data-key");
+    throw usage_error(fmt::format("{}: holds {} tensors ({}); name the input with --data-key", path, names.size(),
+                                  quoted_list(names)));
   }
   if (chosen->view.shape.empty())
-    throw input_error(path + ": tensor '" + chosen->name +
-                      "' is 0-dimensional; expected samples along the first dimension");
+    throw input_error(fmt::format("{}: tensor '{}' is 0-dimensional; expected samples along the first dimension", path,
+                                  chosen->name));
   d.key = chosen->name;
   d.samples = chosen->view;
   return d;
@@ -290,8 +293,8 @@ dataset read_raw(const std::shared_ptr<const mapped_file>& file, const dataset_o
     if (s <= 0) throw usage_error("--shape: every dimension must be positive, got " + shape_string(o.shape));
   const uint64_t sample_bytes = array_bytes(o.shape, *type, "--shape");
   if (file->size() % sample_bytes != 0)
-    throw input_error(path + ": holds " + std::to_string(file->size()) + " bytes, not a whole number of samples of " +
-                      type_name + " " + shape_string(o.shape) + " (" + std::to_string(sample_bytes) + " bytes each)");
+    throw input_error(fmt::format("{}: holds {} bytes, not a whole number of samples of {} {} ({} bytes each)", path,
+                                  file->size(), type_name, shape_string(o.shape), sample_bytes));
   dataset d;
   d.path = path;
   d.format = "raw";
@@ -323,14 +326,14 @@ npy_header parse_npy_header(const uint8_t* data, size_t size, const std::string&
   else if (major == 2 || major == 3)
     length_size = 4;
   else
-    throw input_error(path + ": .npy format version " + std::to_string(major) + "." + std::to_string(data[7]) +
-                      " is not supported (1.0 to 3.0 are)");
+    throw input_error(fmt::format("{}: .npy format version {}.{} is not supported (1.0 to 3.0 are)", path, major,
+                                  static_cast<int>(data[7])));
   const uint64_t start = 8 + length_size;
   if (size < start) throw input_error(path + ": .npy file truncated inside its preamble");
   const uint64_t length = length_size == 2 ? load_le<uint16_t>(data + 8) : load_le<uint32_t>(data + 8);
   if (!range_inside(start, length, size))
-    throw input_error(path + ": .npy header of " + std::to_string(length) + " bytes runs past the end of the file (" +
-                      std::to_string(size) + " bytes)");
+    throw input_error(fmt::format("{}: .npy header of {} bytes runs past the end of the file ({} bytes)", path, length,
+                                  size));
   std::string_view text(reinterpret_cast<const char*>(data + start), length);
   if (text.find('\0') != std::string_view::npos)
     throw input_error(path + ": malformed .npy header: it holds a NUL byte");
@@ -357,7 +360,7 @@ npy_header parse_npy_header(const uint8_t* data, size_t size, const std::string&
       h.shape = p.int_tuple();
       have_shape = true;
     } else {
-      p.fail("unexpected key '" + key + "'");
+      p.fail(fmt::format("unexpected key '{}'", key));
     }
     if (!p.consume(',')) {
       p.expect('}');
@@ -370,7 +373,7 @@ npy_header parse_npy_header(const uint8_t* data, size_t size, const std::string&
     if (!have_descr) missing.push_back("descr");
     if (!have_order) missing.push_back("fortran_order");
     if (!have_shape) missing.push_back("shape");
-    throw input_error(path + ": malformed .npy header: missing " + quoted_list(missing));
+    throw input_error(fmt::format("{}: malformed .npy header: missing {}", path, quoted_list(missing)));
   }
   h.data_offset = start + length;
   return h;
@@ -400,7 +403,8 @@ dataset open_dataset(const dataset_options& o) {
                       "sample, e.g. 3,32,32) and --dtype");
   }
   if (d.samples.numel() == 0)
-    throw input_error(path + ": holds no samples or empty ones (shape " + shape_string(d.samples.shape) + ")");
+    throw input_error(
+        fmt::format("{}: holds no samples or empty ones (shape {})", path, shape_string(d.samples.shape)));
   return d;
 }
 

@@ -1,5 +1,6 @@
 #include "formats/load.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "formats/safetensors.h"
@@ -36,8 +37,9 @@ file_format detect(const std::shared_ptr<const mapped_file>& f) {
     throw input_error(path + ": legacy torch.save format (a bare pickle stream, PyTorch < 1.6 or "
                              "_use_new_zipfile_serialization=False) is not supported; re-save it with torch.save in "
                              "PyTorch >= 1.6");
-  throw input_error(path + ": not a PyTorch checkpoint, TorchScript archive or safetensors file (starts with " +
-                    leading_bytes(*f) + ")");
+  throw input_error(fmt::format("{}: not a PyTorch checkpoint, TorchScript archive or safetensors file (starts "
+                                "with {})",
+                                path, leading_bytes(*f)));
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "formats/pickle.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -9,10 +11,13 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "formats/pickle_opcodes.h"
 #include "util/checked.h"
 #include "util/error.h"
 
 namespace swavg {
+
+using namespace pickle_op;
 
 pickle_node* pickle_document::make(pickle_kind kind) {
   nodes_.push_back(std::make_unique<pickle_node>());
@@ -46,151 +51,6 @@ std::string pickle_type_name(const pickle_node& n) {
 }
 
 namespace {
-
-enum opcode : uint8_t {
-  kMark = '(',
-  kStop = '.',
-  kPop = '0',
-  kPopMark = '1',
-  kDup = '2',
-  kFloat = 'F',
-  kInt = 'I',
-  kBinInt = 'J',
-  kBinInt1 = 'K',
-  kLong = 'L',
-  kBinInt2 = 'M',
-  kNone = 'N',
-  kPersId = 'P',
-  kBinPersId = 'Q',
-  kReduce = 'R',
-  kString = 'S',
-  kBinString = 'T',
-  kShortBinString = 'U',
-  kUnicode = 'V',
-  kBinUnicode = 'X',
-  kAppend = 'a',
-  kBuild = 'b',
-  kGlobal = 'c',
-  kDict = 'd',
-  kEmptyDict = '}',
-  kAppends = 'e',
-  kGet = 'g',
-  kBinGet = 'h',
-  kInst = 'i',
-  kLongBinGet = 'j',
-  kList = 'l',
-  kEmptyList = ']',
-  kObj = 'o',
-  kPut = 'p',
-  kBinPut = 'q',
-  kLongBinPut = 'r',
-  kSetItem = 's',
-  kTuple = 't',
-  kEmptyTuple = ')',
-  kSetItems = 'u',
-  kBinFloat = 'G',
-  kProto = 0x80,
-  kNewObj = 0x81,
-  kExt1 = 0x82,
-  kExt2 = 0x83,
-  kExt4 = 0x84,
-  kTuple1 = 0x85,
-  kTuple2 = 0x86,
-  kTuple3 = 0x87,
-  kNewTrue = 0x88,
-  kNewFalse = 0x89,
-  kLong1 = 0x8a,
-  kLong4 = 0x8b,
-  kBinBytes = 'B',
-  kShortBinBytes = 'C',
-  kShortBinUnicode = 0x8c,
-  kBinUnicode8 = 0x8d,
-  kBinBytes8 = 0x8e,
-  kEmptySet = 0x8f,
-  kAddItems = 0x90,
-  kFrozenSet = 0x91,
-  kNewObjEx = 0x92,
-  kStackGlobal = 0x93,
-  kMemoize = 0x94,
-  kFrame = 0x95,
-  kByteArray8 = 0x96,
-  kNextBuffer = 0x97,
-  kReadonlyBuffer = 0x98,
-};
-
-const char* opcode_name(uint8_t op) {
-  switch (op) {
-    case kMark: return "MARK";
-    case kStop: return "STOP";
-    case kPop: return "POP";
-    case kPopMark: return "POP_MARK";
-    case kDup: return "DUP";
-    case kFloat: return "FLOAT";
-    case kInt: return "INT";
-    case kBinInt: return "BININT";
-    case kBinInt1: return "BININT1";
-    case kLong: return "LONG";
-    case kBinInt2: return "BININT2";
-    case kNone: return "NONE";
-    case kPersId: return "PERSID";
-    case kBinPersId: return "BINPERSID";
-    case kReduce: return "REDUCE";
-    case kString: return "STRING";
-    case kBinString: return "BINSTRING";
-    case kShortBinString: return "SHORT_BINSTRING";
-    case kUnicode: return "UNICODE";
-    case kBinUnicode: return "BINUNICODE";
-    case kAppend: return "APPEND";
-    case kBuild: return "BUILD";
-    case kGlobal: return "GLOBAL";
-    case kDict: return "DICT";
-    case kEmptyDict: return "EMPTY_DICT";
-    case kAppends: return "APPENDS";
-    case kGet: return "GET";
-    case kBinGet: return "BINGET";
-    case kInst: return "INST";
-    case kLongBinGet: return "LONG_BINGET";
-    case kList: return "LIST";
-    case kEmptyList: return "EMPTY_LIST";
-    case kObj: return "OBJ";
-    case kPut: return "PUT";
-    case kBinPut: return "BINPUT";
-    case kLongBinPut: return "LONG_BINPUT";
-    case kSetItem: return "SETITEM";
-    case kTuple: return "TUPLE";
-    case kEmptyTuple: return "EMPTY_TUPLE";
-    case kSetItems: return "SETITEMS";
-    case kBinFloat: return "BINFLOAT";
-    case kProto: return "PROTO";
-    case kNewObj: return "NEWOBJ";
-    case kExt1: return "EXT1";
-    case kExt2: return "EXT2";
-    case kExt4: return "EXT4";
-    case kTuple1: return "TUPLE1";
-    case kTuple2: return "TUPLE2";
-    case kTuple3: return "TUPLE3";
-    case kNewTrue: return "NEWTRUE";
-    case kNewFalse: return "NEWFALSE";
-    case kLong1: return "LONG1";
-    case kLong4: return "LONG4";
-    case kBinBytes: return "BINBYTES";
-    case kShortBinBytes: return "SHORT_BINBYTES";
-    case kShortBinUnicode: return "SHORT_BINUNICODE";
-    case kBinUnicode8: return "BINUNICODE8";
-    case kBinBytes8: return "BINBYTES8";
-    case kEmptySet: return "EMPTY_SET";
-    case kAddItems: return "ADDITEMS";
-    case kFrozenSet: return "FROZENSET";
-    case kNewObjEx: return "NEWOBJ_EX";
-    case kStackGlobal: return "STACK_GLOBAL";
-    case kMemoize: return "MEMOIZE";
-    case kFrame: return "FRAME";
-    case kByteArray8: return "BYTEARRAY8";
-    case kNextBuffer: return "NEXT_BUFFER";
-    case kReadonlyBuffer: return "READONLY_BUFFER";
-    default: return nullptr;
-  }
-}
 
 constexpr int kHighestProtocol = 5;
 // Python refuses longer decimal integer literals (sys.int_info.default_max_str_digits); the limit
@@ -370,13 +230,13 @@ class unpickler {
  private:
   [[noreturn]] void fail_plain(const std::string& what) const {
     std::string m = context_.empty() ? std::string() : context_ + ": ";
-    m += "at byte " + std::to_string(op_pos_) + ": " + what;
+    m += fmt::format("at byte {}: {}", op_pos_, what);
     throw input_error(m);
   }
 
   [[noreturn]] void fail(const std::string& what) const {
     const char* name = opcode_name(op_);
-    fail_plain(std::string("opcode ") + (name ? name : "?") + " (" + hex_byte(op_) + "): " + what);
+    fail_plain(fmt::format("opcode {} ({}): {}", name ? name : "?", hex_byte(op_), what));
   }
 
   const uint8_t* take(uint64_t n) {
@@ -403,7 +263,7 @@ class unpickler {
 
   pickle_node* node(pickle_kind kind) {
     if (++nodes_made_ > limits_.max_nodes)
-      fail("too many objects (limit " + std::to_string(limits_.max_nodes) + ")");
+      fail(fmt::format("too many objects (limit {})", limits_.max_nodes));
     return doc_->make(kind);
   }
 
@@ -411,7 +271,7 @@ class unpickler {
 
   void push(pickle_node* n) {
     if (stack_.size() + marks_.size() >= limits_.max_stack)
-      fail("stack too deep (limit " + std::to_string(limits_.max_stack) + ")");
+      fail(fmt::format("stack too deep (limit {})", limits_.max_stack));
     stack_.push_back(n);
   }
 
@@ -447,7 +307,7 @@ class unpickler {
       return;
     }
     if (memo_vec_.size() + memo_map_.size() >= limits_.max_memo)
-      fail("too many memo entries (limit " + std::to_string(limits_.max_memo) + ")");
+      fail(fmt::format("too many memo entries (limit {})", limits_.max_memo));
     if (key == memo_vec_.size())
       memo_vec_.push_back(n);
     else
@@ -457,7 +317,7 @@ class unpickler {
   pickle_node* memo_get(uint64_t key) {
     if (key < memo_vec_.size()) return memo_vec_[key];
     auto it = memo_map_.find(key);
-    if (it == memo_map_.end()) fail("memo key " + std::to_string(key) + " not found");
+    if (it == memo_map_.end()) fail(fmt::format("memo key {} not found", key));
     return it->second;
   }
 
@@ -518,10 +378,10 @@ class unpickler {
       return;
     }
     if (source->kind != pickle_kind::list && source->kind != pickle_kind::tuple)
-      fail(std::string("bad argument for ") + callable + ": " + pickle_type_name(*source));
+      fail(fmt::format("bad argument for {}: {}", callable, pickle_type_name(*source)));
     for (pickle_node* pair : source->items) {
       if ((pair->kind != pickle_kind::tuple && pair->kind != pickle_kind::list) || pair->items.size() != 2)
-        fail(std::string("bad argument for ") + callable + ": expected key-value pairs");
+        fail(fmt::format("bad argument for {}: expected key-value pairs", callable));
       insert_keyed(dict, pair->items[0], pair->items[1]);
     }
   }
@@ -543,7 +403,7 @@ class unpickler {
       case pickle_kind::dict:
         for (const auto& kv : source->entries) add(kv.first);
         break;
-      default: fail(std::string("bad argument for ") + callable + ": " + pickle_type_name(*source));
+      default: fail(fmt::format("bad argument for {}: {}", callable, pickle_type_name(*source)));
     }
   }
 
@@ -557,20 +417,20 @@ class unpickler {
 
   int64_t int_arg(const pickle_node* n, const char* what) {
     if (n->kind == pickle_kind::big_integer)
-      fail(std::string("tensor ") + what + " has an entry outside the int64 range");
+      fail(fmt::format("tensor {} has an entry outside the int64 range", what));
     if (n->kind != pickle_kind::integer)
-      fail(std::string("tensor ") + what + " is " + pickle_type_name(*n) + ", not int");
+      fail(fmt::format("tensor {} is {}, not int", what, pickle_type_name(*n)));
     return n->int_value;
   }
 
   std::vector<int64_t> int_tuple_arg(const pickle_node* n, const char* what) {
     if (n->kind != pickle_kind::tuple && n->kind != pickle_kind::list)
-      fail(std::string("tensor ") + what + " is " + pickle_type_name(*n) + ", not a tuple");
+      fail(fmt::format("tensor {} is {}, not a tuple", what, pickle_type_name(*n)));
     std::vector<int64_t> out;
     out.reserve(n->items.size());
     for (const pickle_node* x : n->items) {
       const int64_t v = int_arg(x, what);
-      if (v < 0) fail(std::string("tensor ") + what + " has a negative entry");
+      if (v < 0) fail(fmt::format("tensor {} has a negative entry", what));
       out.push_back(v);
     }
     return out;
@@ -579,15 +439,15 @@ class unpickler {
   bool bool_arg(const pickle_node* n, const char* what) {
     if (n->kind == pickle_kind::boolean) return n->bool_value;
     if (n->kind == pickle_kind::integer) return n->int_value != 0;
-    fail(std::string(what) + " is " + pickle_type_name(*n) + ", not bool");
+    fail(fmt::format("{} is {}, not bool", what, pickle_type_name(*n)));
   }
 
   pickle_node* rebuild_tensor(const std::vector<pickle_node*>& a, bool v2) {
     const size_t want = v2 ? 6 : 4;
     if (a.size() < want || a.size() > want + (v2 ? 1 : 0))
-      fail("tensor rebuild takes " + std::to_string(want) + " arguments, got " + std::to_string(a.size()));
+      fail(fmt::format("tensor rebuild takes {} arguments, got {}", want, a.size()));
     if (a[0]->kind != pickle_kind::storage)
-      fail("tensor storage is " + pickle_type_name(*a[0]) + ", not a storage");
+      fail(fmt::format("tensor storage is {}, not a storage", pickle_type_name(*a[0])));
     auto t = std::make_unique<pickle_tensor_ref>();
     t->storage = *a[0]->storage;
     t->offset = int_arg(a[1], "storage offset");
@@ -603,9 +463,9 @@ class unpickler {
 
   pickle_node* rebuild_parameter(const std::vector<pickle_node*>& a, size_t want) {
     if (a.size() != want)
-      fail("parameter rebuild takes " + std::to_string(want) + " arguments, got " + std::to_string(a.size()));
+      fail(fmt::format("parameter rebuild takes {} arguments, got {}", want, a.size()));
     if (a[0]->kind != pickle_kind::tensor)
-      fail("parameter data is " + pickle_type_name(*a[0]) + ", not a tensor");
+      fail(fmt::format("parameter data is {}, not a tensor", pickle_type_name(*a[0])));
     pickle_node* n = node(pickle_kind::tensor);
     n->tensor = std::make_unique<pickle_tensor_ref>(*a[0]->tensor);
     n->tensor->requires_grad = bool_arg(a[1], "requires_grad");
@@ -625,7 +485,7 @@ class unpickler {
   pickle_node* call(pickle_node* callable, const std::vector<pickle_node*>& args, bool is_new) {
     if (callable->kind == pickle_kind::opaque) return opaque(callable->text);
     if (callable->kind != pickle_kind::global)
-      fail("calling " + pickle_type_name(*callable) + ", which is not callable");
+      fail(fmt::format("calling {}, which is not callable", pickle_type_name(*callable)));
     const std::string& name = callable->text;
     const char* cname = name.c_str();
 
@@ -682,7 +542,7 @@ class unpickler {
 
   std::vector<pickle_node*> tuple_items(pickle_node* n, const char* what) {
     if (n->kind != pickle_kind::tuple)
-      fail(std::string(what) + " is " + pickle_type_name(*n) + ", not a tuple");
+      fail(fmt::format("{} is {}, not a tuple", what, pickle_type_name(*n)));
     return n->items;
   }
 
@@ -705,7 +565,7 @@ class unpickler {
     auto reject = [&]() -> pickle_node* {
       std::string what = pickle_type_name(*pid);
       if (pid->kind == pickle_kind::string && pid->text.size() <= 64 && valid_utf8(pid->text))
-        what += " '" + pid->text + "'";
+        what += fmt::format(" '{}'", pid->text);
       fail("persistent id is not a storage: " + what);
     };
     if (pid->kind != pickle_kind::tuple) return reject();
@@ -723,9 +583,9 @@ class unpickler {
     else
       type = dtype_from_storage_class(cls);
     if (!type) fail("persistent id names an unknown storage type " + it[1]->text);
-    if (it[2]->kind != pickle_kind::string) fail("storage key is " + pickle_type_name(*it[2]) + ", not str");
+    if (it[2]->kind != pickle_kind::string) fail(fmt::format("storage key is {}, not str", pickle_type_name(*it[2])));
     if (it[3]->kind != pickle_kind::string)
-      fail("storage location is " + pickle_type_name(*it[3]) + ", not str");
+      fail(fmt::format("storage location is {}, not str", pickle_type_name(*it[3])));
     if (it[4]->kind != pickle_kind::integer || it[4]->int_value < 0)
       fail("storage size is not a non-negative int");
     pickle_node* n = node(pickle_kind::storage);
@@ -940,7 +800,7 @@ class unpickler {
       case kFrame: u64(); break;
       case kMark:
         if (stack_.size() + marks_.size() >= limits_.max_stack)
-          fail("stack too deep (limit " + std::to_string(limits_.max_stack) + ")");
+          fail(fmt::format("stack too deep (limit {})", limits_.max_stack));
         marks_.push_back(stack_.size());
         break;
       case kPop:

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string_view>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "util/atomic_file.h"
@@ -96,7 +97,7 @@ std::string printable(const std::string& s) {
   return out;
 }
 
-std::string quote_name(const std::string& s) { return "'" + printable(s) + "'"; }
+std::string quote_name(const std::string& s) { return fmt::format("'{}'", printable(s)); }
 
 // A short rendering of a JSON value for messages.
 std::string render(const json& j) {
@@ -118,7 +119,7 @@ std::optional<uint64_t> as_non_negative(const json& j) {
 }
 
 std::string offsets_string(uint64_t begin, uint64_t end) {
-  return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+  return fmt::format("[{}, {}]", begin, end);
 }
 
 struct entry {
@@ -141,7 +142,7 @@ class header_parser : public nlohmann::json_sax<json> {
     return std::move(root_);
   }
 
-  [[noreturn]] void fail(const std::string& message) const { throw input_error(path_ + ": " + message); }
+  [[noreturn]] void fail(const std::string& message) const { throw input_error(fmt::format("{}: {}", path_, message)); }
 
   bool null() override { return add(nullptr); }
   bool boolean(bool v) override { return add(v); }
@@ -159,7 +160,8 @@ class header_parser : public nlohmann::json_sax<json> {
   bool key(string_t& k) override {
     if (stack_.size() == 1) top_key_ = k;
     if (stack_.back()->contains(k)) {
-      if (stack_.size() > 1) fail("duplicate key " + quote_name(k) + " in the entry of " + quote_name(top_key_));
+      if (stack_.size() > 1)
+        fail(fmt::format("duplicate key {} in the entry of {}", quote_name(k), quote_name(top_key_)));
       fail(k == kMetadataKey ? std::string("duplicate key '__metadata__'") : "duplicate tensor name " + quote_name(k));
     }
     key_ = std::move(k);
@@ -195,7 +197,7 @@ class header_parser : public nlohmann::json_sax<json> {
 
   bool open(json&& container) {
     if (stack_.size() >= static_cast<size_t>(kMaxJsonDepth))
-      fail("header nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+      fail(fmt::format("header nests JSON deeper than {} levels", kMaxJsonDepth));
     stack_.push_back(place(std::move(container)));
     return true;
   }
@@ -213,65 +215,67 @@ class header_parser : public nlohmann::json_sax<json> {
 };
 
 entry parse_entry(const header_parser& p, const std::string& name, const json& value) {
-  const std::string where = "tensor " + quote_name(name) + ": ";
+  const std::string where = fmt::format("tensor {}: ", quote_name(name));
   if (name.empty()) p.fail("a tensor has an empty name");
   if (name.find('\0') != std::string::npos) p.fail(where + "name contains a NUL byte");
   if (!value.is_object())
-    p.fail(where + "entry is " + type_with_article(value) +
-           ", expected an object with dtype, shape and data_offsets");
+    p.fail(fmt::format("{}entry is {}, expected an object with dtype, shape and data_offsets", where,
+                       type_with_article(value)));
   for (const auto& item : value.items())
     if (item.key() != "dtype" && item.key() != "shape" && item.key() != "data_offsets")
-      p.fail(where + "unexpected key " + quote_name(item.key()) + " (expected dtype, shape and data_offsets)");
+      p.fail(
+          fmt::format("{}unexpected key {} (expected dtype, shape and data_offsets)", where, quote_name(item.key())));
   for (const char* key : {"dtype", "shape", "data_offsets"})
-    if (!value.contains(key)) p.fail(where + "missing '" + key + "'");
+    if (!value.contains(key)) p.fail(fmt::format("{}missing '{}'", where, key));
 
   entry e;
   e.name = name;
   const json& d = value["dtype"];
-  if (!d.is_string()) p.fail(where + "dtype is " + type_with_article(d) + " " + render(d) + ", expected a string");
+  if (!d.is_string())
+    p.fail(fmt::format("{}dtype is {} {}, expected a string", where, type_with_article(d), render(d)));
   const std::string& dname = d.get_ref<const std::string&>();
   e.type = find_dtype(dname);
-  if (!e.type) p.fail(where + "unknown dtype " + quote_name(dname));
+  if (!e.type) p.fail(fmt::format("{}unknown dtype {}", where, quote_name(dname)));
 
   const json& s = value["shape"];
-  if (!s.is_array()) p.fail(where + "shape is " + type_with_article(s) + " " + render(s) + ", expected an array");
+  if (!s.is_array()) p.fail(fmt::format("{}shape is {} {}, expected an array", where, type_with_article(s), render(s)));
   uint64_t extent = 1;
   for (size_t i = 0; i < s.size(); ++i) {
     auto dim = as_non_negative(s[i]);
     if (!dim) {
       const bool negative = s[i].is_number_integer() && !s[i].is_number_unsigned();
-      p.fail(where + "shape element " + std::to_string(i) + " is " + render(s[i]) +
-             (negative ? ": negative, expected a non-negative integer" : ", expected a non-negative integer"));
+      p.fail(
+          fmt::format("{}shape element {} is {}{}", where, i, render(s[i]),
+                      negative ? ": negative, expected a non-negative integer" : ", expected a non-negative integer"));
     }
     auto next = checked_mul(extent, std::max<uint64_t>(*dim, 1));
-    if (!next || *next > kMaxElements) p.fail(where + "shape " + render(s) + " is too large");
+    if (!next || *next > kMaxElements) p.fail(fmt::format("{}shape {} is too large", where, render(s)));
     extent = *next;
     e.shape.push_back(static_cast<int64_t>(*dim));
   }
 
   const json& o = value["data_offsets"];
   if (!o.is_array() || o.size() != 2)
-    p.fail(where + "data_offsets is " + render(o) + ", expected [begin, end]");
+    p.fail(fmt::format("{}data_offsets is {}, expected [begin, end]", where, render(o)));
   for (size_t i = 0; i < 2; ++i) {
     if (!as_non_negative(o[i])) {
       const bool negative = o[i].is_number_integer() && !o[i].is_number_unsigned();
-      p.fail(where + "data_offsets " + render(o) + (negative ? " holds a negative number" : "") +
-             ": expected two non-negative integers");
+      p.fail(fmt::format("{}data_offsets {}{}: expected two non-negative integers", where, render(o),
+                         negative ? " holds a negative number" : ""));
     }
   }
   e.begin = *as_non_negative(o[0]);
   e.end = *as_non_negative(o[1]);
-  if (e.end < e.begin) p.fail(where + "data_offsets " + offsets_string(e.begin, e.end) + " end before they begin");
+  if (e.end < e.begin)
+    p.fail(fmt::format("{}data_offsets {} end before they begin", where, offsets_string(e.begin, e.end)));
 
   uint64_t numel = 1;
   for (int64_t dim : e.shape) numel *= static_cast<uint64_t>(dim);  // bounded by kMaxElements
   auto nbytes = checked_mul(numel, e.type->size);
-  const std::string product =
-      "shape " + shape_string(e.shape) + " x " + std::to_string(e.type->size) + " bytes";
-  if (!nbytes) p.fail(where + product + " overflows");
+  const std::string product = fmt::format("shape {} x {} bytes", shape_string(e.shape), e.type->size);
+  if (!nbytes) p.fail(fmt::format("{}{} overflows", where, product));
   if (*nbytes != e.end - e.begin)
-    p.fail(where + product + " = " + std::to_string(*nbytes) + " bytes but data_offsets span " +
-           std::to_string(e.end - e.begin) + " bytes");
+    p.fail(fmt::format("{}{} = {} bytes but data_offsets span {} bytes", where, product, *nbytes, e.end - e.begin));
   return e;
 }
 
@@ -294,28 +298,25 @@ safetensors_content read_safetensors(const std::shared_ptr<const mapped_file>& f
   const uint8_t* data = file->data();
   const uint64_t size = file->size();
   if (size < 8)
-    p.fail("file is " + std::to_string(size) +
-           " bytes, too short for a safetensors header length (8 bytes)");
+    p.fail(fmt::format("file is {} bytes, too short for a safetensors header length (8 bytes)", size));
   const uint64_t n = load_le<uint64_t>(data);
   if (n > kMaxSafetensorsHeader)
-    p.fail("header length " + std::to_string(n) + " exceeds the limit of " +
-           std::to_string(kMaxSafetensorsHeader) + " bytes");
+    p.fail(fmt::format("header length {} exceeds the limit of {} bytes", n, kMaxSafetensorsHeader));
   if (!range_inside(8, n, size))
-    p.fail("header length " + std::to_string(n) + " but the file has only " + std::to_string(size - 8) +
-           " bytes after the length field");
+    p.fail(fmt::format("header length {} but the file has only {} bytes after the length field", n, size - 8));
   const uint8_t* header = data + 8;
   if (auto bad = invalid_utf8_at(header, n))
-    p.fail("header is not valid UTF-8 (byte " + std::to_string(8 + *bad) + " of the file)");
+    p.fail(fmt::format("header is not valid UTF-8 (byte {} of the file)", 8 + *bad));
 
   if (n >= 3 && header[0] == 0xEF && header[1] == 0xBB && header[2] == 0xBF)
     p.fail("header is not valid JSON: it starts with a UTF-8 byte order mark");
   // nlohmann's lexer takes a raw NUL byte for the end of the input; JSON allows none anywhere.
   if (const void* nul = std::memchr(header, 0, n))
-    p.fail("header is not valid JSON: NUL byte at byte " +
-           std::to_string(8 + (static_cast<const uint8_t*>(nul) - header)) + " of the file");
+    p.fail(fmt::format("header is not valid JSON: NUL byte at byte {} of the file",
+                       8 + (static_cast<const uint8_t*>(nul) - header)));
   const char* text = reinterpret_cast<const char*>(header);
   json doc = p.parse(text, text + n);
-  if (!doc.is_object()) p.fail("header is " + type_with_article(doc) + ", expected a JSON object");
+  if (!doc.is_object()) p.fail(fmt::format("header is {}, expected a JSON object", type_with_article(doc)));
 
   safetensors_content out;
   std::vector<entry> entries;
@@ -324,11 +325,11 @@ safetensors_content read_safetensors(const std::shared_ptr<const mapped_file>& f
       const json& m = item.value();
       if (m.is_null()) continue;
       if (!m.is_object())
-        p.fail("__metadata__ is " + type_with_article(m) + ", expected an object of strings");
+        p.fail(fmt::format("__metadata__ is {}, expected an object of strings", type_with_article(m)));
       for (const auto& kv : m.items()) {
         if (!kv.value().is_string())
-          p.fail("__metadata__ value for key " + quote_name(kv.key()) + " is " + type_with_article(kv.value()) +
-                 " " + render(kv.value()) + ", expected a string");
+          p.fail(fmt::format("__metadata__ value for key {} is {} {}, expected a string", quote_name(kv.key()),
+                             type_with_article(kv.value()), render(kv.value())));
         out.metadata[kv.key()] = kv.value().get<std::string>();
       }
       continue;
@@ -343,30 +344,31 @@ safetensors_content read_safetensors(const std::shared_ptr<const mapped_file>& f
   uint64_t expected = 0;
   const entry* previous = nullptr;
   for (const auto& e : entries) {
-    const std::string where = "tensor " + quote_name(e.name) + ": data_offsets " + offsets_string(e.begin, e.end);
+    const std::string where =
+        fmt::format("tensor {}: data_offsets {}", quote_name(e.name), offsets_string(e.begin, e.end));
     if (e.begin > expected) {
       if (previous)
-        p.fail(where + " leave a gap of " + std::to_string(e.begin - expected) + " bytes after tensor " +
-               quote_name(previous->name) + " which ends at " + std::to_string(expected));
-      p.fail(where + " leave a gap of " + std::to_string(e.begin) + " bytes at the start of the data section");
+        p.fail(fmt::format("{} leave a gap of {} bytes after tensor {} which ends at {}", where, e.begin - expected,
+                           quote_name(previous->name), expected));
+      p.fail(fmt::format("{} leave a gap of {} bytes at the start of the data section", where, e.begin));
     }
     if (e.begin < expected)
-      p.fail(where + " overlap tensor " + quote_name(previous->name) + " at " +
-             offsets_string(previous->begin, previous->end));
+      p.fail(fmt::format("{} overlap tensor {} at {}", where, quote_name(previous->name),
+                         offsets_string(previous->begin, previous->end)));
     if (e.end > data_len)
-      p.fail(where + " are out of range: the data section has " + std::to_string(data_len) + " bytes");
+      p.fail(fmt::format("{} are out of range: the data section has {} bytes", where, data_len));
     expected = e.end;
     previous = &e;
   }
   if (expected != data_len)
-    p.fail("the data section has " + std::to_string(data_len) + " bytes but the tensors end at " +
-           std::to_string(expected) + ": " + std::to_string(data_len - expected) + " trailing bytes");
+    p.fail(fmt::format("the data section has {} bytes but the tensors end at {}: {} trailing bytes", data_len, expected,
+                       data_len - expected));
 
   const uint8_t* base = data + 8 + n;
   out.tensors.reserve(entries.size());
   for (const auto& e : entries) {
     if (!e.type->type)
-      p.fail("tensor " + quote_name(e.name) + ": dtype " + e.type->name + " is not supported by swavg");
+      p.fail(fmt::format("tensor {}: dtype {} is not supported by swavg", quote_name(e.name), e.type->name));
     named_tensor t;
     t.name = e.name;
     t.view.type = *e.type->type;
@@ -387,33 +389,35 @@ safetensors_writer::safetensors_writer(atomic_file& out, const std::vector<spec>
                                        const std::map<std::string, std::string>& metadata)
     : out_(out) {
   const std::string& path = out.target();
-  auto fail = [&](const std::string& message) { throw usage_error(path + ": " + message); };
+  auto fail = [&](const std::string& message) { throw usage_error(fmt::format("{}: {}", path, message)); };
 
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     auto& m = header[kMetadataKey] = nlohmann::ordered_json::object();
     for (const auto& [k, v] : metadata) {
       if (!valid_utf8(k) || !valid_utf8(v))
-        fail("metadata entry " + quote_name(k) + " is not valid UTF-8");
+        fail(fmt::format("metadata entry {} is not valid UTF-8", quote_name(k)));
       m[k] = v;
     }
   }
   for (const auto& s : specs) {
     if (s.name.empty()) fail("cannot write a tensor with an empty name");
     if (s.name == kMetadataKey) fail("cannot write a tensor named '__metadata__'");
-    if (s.name.find('\0') != std::string::npos) fail("tensor name " + quote_name(s.name) + " contains a NUL byte");
-    if (!valid_utf8(s.name)) fail("tensor name " + quote_name(s.name) + " is not valid UTF-8");
+    if (s.name.find('\0') != std::string::npos)
+      fail(fmt::format("tensor name {} contains a NUL byte", quote_name(s.name)));
+    if (!valid_utf8(s.name)) fail(fmt::format("tensor name {} is not valid UTF-8", quote_name(s.name)));
     if (header.contains(s.name)) fail("duplicate tensor name " + quote_name(s.name));
     const char* type = safetensors_dtype_name(s.type);
     if (!type)
-      fail(std::string("safetensors cannot hold ") + dtype_name(s.type) + " tensor " + quote_name(s.name));
+      fail(fmt::format("safetensors cannot hold {} tensor {}", dtype_name(s.type), quote_name(s.name)));
     std::optional<uint64_t> nbytes = itemsize(s.type);
     for (int64_t dim : s.shape) {
-      if (dim < 0) fail("tensor " + quote_name(s.name) + " has negative size in shape " + shape_string(s.shape));
+      if (dim < 0)
+        fail(fmt::format("tensor {} has negative size in shape {}", quote_name(s.name), shape_string(s.shape)));
       if (nbytes) nbytes = checked_mul(*nbytes, static_cast<uint64_t>(dim));
     }
     auto end = nbytes ? checked_add(expected_, *nbytes) : std::nullopt;
-    if (!end) fail("tensor " + quote_name(s.name) + " of shape " + shape_string(s.shape) + " is too large");
+    if (!end) fail(fmt::format("tensor {} of shape {} is too large", quote_name(s.name), shape_string(s.shape)));
     auto& e = header[s.name] = nlohmann::ordered_json::object();
     e["dtype"] = type;
     e["shape"] = s.shape;
@@ -424,8 +428,8 @@ safetensors_writer::safetensors_writer(atomic_file& out, const std::vector<spec>
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   if (text.size() > kMaxSafetensorsHeader)
-    fail("the safetensors header would be " + std::to_string(text.size()) + " bytes, over the limit of " +
-         std::to_string(kMaxSafetensorsHeader));
+    fail(fmt::format("the safetensors header would be {} bytes, over the limit of {}", text.size(),
+                     kMaxSafetensorsHeader));
   uint8_t length[8];
   store_le<uint64_t>(length, text.size());
   out_.write(length, sizeof length);
@@ -435,16 +439,16 @@ safetensors_writer::safetensors_writer(atomic_file& out, const std::vector<spec>
 void safetensors_writer::write(const void* data, uint64_t size) {
   auto total = checked_add(written_, size);
   if (!total || *total > expected_)
-    throw error(exit_code::internal, out_.target() + ": safetensors writer got more than the " +
-                                         std::to_string(expected_) + " declared bytes");
+    throw error(exit_code::internal,
+                fmt::format("{}: safetensors writer got more than the {} declared bytes", out_.target(), expected_));
   out_.write(data, size);
   written_ = *total;
 }
 
 void safetensors_writer::finish() {
   if (written_ != expected_)
-    throw error(exit_code::internal, out_.target() + ": safetensors writer got " + std::to_string(written_) +
-                                         " bytes but the header declares " + std::to_string(expected_));
+    throw error(exit_code::internal, fmt::format("{}: safetensors writer got {} bytes but the header declares {}",
+                                                 out_.target(), written_, expected_));
 }
 
 }  // namespace swavg

@@ -1,5 +1,7 @@
 #include "formats/torch_file.h"
 
+#include <fmt/format.h>
+
 #include <map>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
@@ -115,7 +117,7 @@ std::map<std::string, std::string> read_swavg_record(const zip_reader& zip, cons
     for (const auto& [k, v] : j.items())
       if (v.is_string()) out[k] = v.get<std::string>();
   } catch (const nlohmann::json::exception& ex) {
-    throw input_error(path + ": record '" + name + "' is not valid JSON: " + ex.what());
+    throw input_error(fmt::format("{}: record '{}' is not valid JSON: {}", path, name, ex.what()));
   }
   return out;
 }
@@ -148,8 +150,8 @@ const pickle_node* resolve_pickle_path(const pickle_node* root, const std::strin
   std::string rest = dotted, walked;
   while (!rest.empty()) {
     if (!is_dict(node) && !is_sequence(node))
-      throw usage_error(file + ": " + option + " '" + dotted + "': '" + (walked.empty() ? "<top level>" : walked) +
-                        "' is a " + (node ? pickle_type_name(*node) : "None") + ", not a dict, list or tuple");
+      throw usage_error(fmt::format("{}: {} '{}': '{}' is a {}, not a dict, list or tuple", file, option, dotted,
+                                    walked.empty() ? "<top level>" : walked, node ? pickle_type_name(*node) : "None"));
     const pickle_node* next = nullptr;
     size_t used = rest.size();
     for (size_t end = rest.size();;) {
@@ -162,9 +164,10 @@ const pickle_node* resolve_pickle_path(const pickle_node* root, const std::strin
       end = dot;
     }
     if (!next)
-      throw usage_error(file + ": " + option + " '" + dotted + "': no entry '" + rest.substr(0, rest.find('.')) +
-                        "' in " + (walked.empty() ? "the top level" : "'" + walked + "'") +
-                        "; entries there: " + quoted_list(entry_names(node)));
+      throw usage_error(fmt::format("{}: {} '{}': no entry '{}' in {}; entries there: {}", file, option, dotted,
+                                    rest.substr(0, rest.find('.')),
+                                    walked.empty() ? "the top level" : fmt::format("'{}'", walked),
+                                    quoted_list(entry_names(node))));
     walked = join(walked, rest.substr(0, used));
     rest = used < rest.size() ? rest.substr(used + 1) : "";
     node = next;
@@ -186,16 +189,17 @@ torch_archive open_torch_archive(const std::shared_ptr<const mapped_file>& file,
   a.file = file;
   a.zip = std::make_unique<zip_reader>(read_zip(*file));
   if (is_torchscript_archive(*a.zip))
-    throw input_error(path + ": is a TorchScript archive (torch.jit.save), expected " + expected);
+    throw input_error(fmt::format("{}: is a TorchScript archive (torch.jit.save), expected {}", path, expected));
   a.prefix = a.zip->root() + "/";
   if (const zip_entry* order = a.zip->find(a.prefix + "byteorder")) {
     const zip_entry& e = a.zip->stored(order->name);
     std::string value(reinterpret_cast<const char*>(a.zip->bytes(e)), e.size);
     if (value != "little")
-      throw input_error(path + ": byteorder record says '" + value + "'; swavg reads little-endian archives only");
+      throw input_error(
+          fmt::format("{}: byteorder record says '{}'; swavg reads little-endian archives only", path, value));
   }
   const zip_entry& pkl = a.zip->stored(a.prefix + "data.pkl");
-  a.doc = unpickle(a.zip->bytes(pkl), pkl.size, path + ": " + pkl.name);
+  a.doc = unpickle(a.zip->bytes(pkl), pkl.size, fmt::format("{}: {}", path, pkl.name));
   return a;
 }
 
@@ -208,22 +212,21 @@ tensor_view torch_storage_reader::view_of(const std::string& what, const pickle_
     const zip_entry& e = archive_.zip->stored(record);
     auto expected = checked_mul(s.numel, itemsize(s.type));
     if (!expected || *expected != e.size)
-      throw input_error(path + ": " + what + ": storage record '" + record + "' holds " + std::to_string(e.size) +
-                        " bytes but its " + storage_class_name(s.type) + " of " + std::to_string(s.numel) +
-                        " elements needs " + (expected ? std::to_string(*expected) : std::string("more than 2^64")));
+      throw input_error(fmt::format("{}: {}: storage record '{}' holds {} bytes but its {} of {} elements needs {}",
+                                    path, what, record, e.size, storage_class_name(s.type), s.numel,
+                                    expected ? std::to_string(*expected) : std::string("more than 2^64")));
     it = checked_.emplace(s.key, std::make_pair(s.type, &e)).first;
   } else if (it->second.first != s.type) {
-    throw input_error(path + ": " + what + ": storage '" + s.key + "' is used as " + dtype_name(s.type) +
-                      " here but as " + dtype_name(it->second.first) + " elsewhere");
+    throw input_error(fmt::format("{}: {}: storage '{}' is used as {} here but as {} elsewhere", path, what, s.key,
+                                  dtype_name(s.type), dtype_name(it->second.first)));
   } else if (s.numel != it->second.second->size / itemsize(s.type)) {
     // The record was checked against the first reference's element count; a later reference that
     // declares more would let its view reach past the record.
-    throw input_error(path + ": " + what + ": storage '" + s.key + "' is declared with " + std::to_string(s.numel) +
-                      " elements here but " + std::to_string(it->second.second->size / itemsize(s.type)) +
-                      " elsewhere");
+    throw input_error(fmt::format("{}: {}: storage '{}' is declared with {} elements here but {} elsewhere", path, what,
+                                  s.key, s.numel, it->second.second->size / itemsize(s.type)));
   }
   const std::string bounds = check_view_bounds(t.shape, t.strides, t.offset, s.numel);
-  if (!bounds.empty()) throw input_error(path + ": " + what + " " + bounds);
+  if (!bounds.empty()) throw input_error(fmt::format("{}: {} {}", path, what, bounds));
   const zip_entry& entry = *it->second.second;
   tensor_view v;
   v.type = s.type;
@@ -253,8 +256,8 @@ state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const
   if (!key.empty()) {
     chosen = resolve_pickle_path(root, key, path, "--key");
     if (!is_dict(chosen))
-      throw usage_error(path + ": --key '" + key + "' holds a value of type " +
-                        (chosen ? pickle_type_name(*chosen) : "None") + ", expected a dict of tensors");
+      throw usage_error(fmt::format("{}: --key '{}' holds a value of type {}, expected a dict of tensors", path, key,
+                                    chosen ? pickle_type_name(*chosen) : "None"));
     sd.key = key;
   } else if (maps_names_to_tensors(root)) {
     chosen = root;
@@ -271,8 +274,9 @@ state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const
     if (!chosen) {
       std::string what = is_dict(root) ? "top-level keys: " + quoted_list(entry_names(root))
                                        : "the top level is a " + pickle_type_name(*root);
-      throw input_error(path + ": no state dict found (expected a dict of tensors at the top level or under one of " +
-                        quoted_list(kStateDictKeys) + "); " + what + "; choose one with --key");
+      throw input_error(fmt::format("{}: no state dict found (expected a dict of tensors at the top level or under one "
+                                    "of {}); {}; choose one with --key",
+                                    path, quoted_list(kStateDictKeys), what));
     }
   }
 
@@ -280,9 +284,11 @@ state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const
   std::unordered_set<std::string> names;
   for (const auto& [k, v] : chosen->entries) {
     if (is_tensor(v) && is_string(k)) {
-      if (!names.insert(k->text).second) throw input_error(path + ": tensor name '" + k->text + "' appears twice");
+      if (!names.insert(k->text).second)
+        throw input_error(fmt::format("{}: tensor name '{}' appears twice", path, k->text));
       tensor_kind kind = v->tensor->is_parameter ? tensor_kind::parameter : tensor_kind::unknown;
-      sd.tensors.push_back(named_tensor{k->text, reader.view_of("tensor '" + k->text + "'", *v->tensor), kind});
+      sd.tensors.push_back(
+          named_tensor{k->text, reader.view_of(fmt::format("tensor '{}'", k->text), *v->tensor), kind});
     } else {
       sd.others.push_back(
           other_entry{pickle_key_text(k), v ? pickle_type_name(*v) : "None", v ? scalar_text(*v) : ""});

@@ -1,8 +1,11 @@
 #include "formats/torch_writer.h"
 
+#include <fmt/format.h>
+
 #include <utility>
 
 #include "tensor/state_dict.h"
+#include "formats/pickle_opcodes.h"
 #include "formats/zip.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -10,8 +13,11 @@
 namespace swavg {
 namespace {
 
+using namespace pickle_op;
+
 constexpr const char* kArchiveRoot = "archive/";
 constexpr const char* kFormatVersion = "3\n";
+constexpr uint8_t kProtocol = 2;
 
 // Emits the pickle opcodes (protocol 2) that torch.save uses and that both torch.load's full and
 // weights_only unpicklers (1.13 and 2.x) accept.
@@ -19,33 +25,43 @@ class pickle_emitter {
  public:
   std::string bytes;
 
-  void proto() { bytes += "\x80\x02"; }
-  void stop() { bytes += '.'; }
-  void mark() { bytes += '('; }
-  void global(const std::string& module, const std::string& name) { bytes += "c" + module + "\n" + name + "\n"; }
-  void empty_tuple() { bytes += ')'; }
-  void tuple_from_mark() { bytes += 't'; }
-  void reduce() { bytes += 'R'; }
-  void setitems() { bytes += 'u'; }
-  void binpersid() { bytes += 'Q'; }
-  void boolean(bool v) { bytes += v ? '\x88' : '\x89'; }
+  void proto() {
+    op(kProto);
+    bytes += static_cast<char>(kProtocol);
+  }
+  void stop() { op(kStop); }
+  void mark() { op(kMark); }
+  void global(const std::string& module, const std::string& name) {
+    op(kGlobal);
+    bytes += module;
+    bytes += '\n';
+    bytes += name;
+    bytes += '\n';
+  }
+  void empty_tuple() { op(kEmptyTuple); }
+  void tuple_from_mark() { op(kTuple); }
+  void reduce() { op(kReduce); }
+  void setitems() { op(kSetItems); }
+  void binpersid() { op(kBinPersId); }
+  void boolean(bool v) { op(v ? kNewTrue : kNewFalse); }
   void string(const std::string& s) {
-    bytes += 'X';
+    op(kBinUnicode);
     append_le(static_cast<uint32_t>(s.size()));
     bytes += s;
   }
   void integer(int64_t v) {
     if (v >= 0 && v < 256) {
-      bytes += 'K';
+      op(kBinInt1);
       bytes += static_cast<char>(v);
     } else if (v >= 0 && v < 65536) {
-      bytes += 'M';
+      op(kBinInt2);
       append_le(static_cast<uint16_t>(v));
     } else if (v >= INT32_MIN && v <= INT32_MAX) {
-      bytes += 'J';
+      op(kBinInt);
       append_le(static_cast<int32_t>(v));
     } else {
-      bytes += "\x8a\x08";  // LONG1, 8 bytes two's complement
+      op(kLong1);
+      bytes += static_cast<char>(sizeof v);  // 8 bytes, two's complement
       append_le(v);
     }
   }
@@ -61,6 +77,7 @@ class pickle_emitter {
   }
 
  private:
+  void op(opcode o) { bytes += static_cast<char>(o); }
   template <typename T>
   void append_le(T v) {
     bytes.append(reinterpret_cast<const char*>(&v), sizeof(T));
@@ -86,9 +103,10 @@ void torch_writer::add_tensor(const std::string& name, const std::string& storag
                               const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
   auto it = storages_.find(storage_key);
   if (it == storages_.end())
-    throw error(exit_code::internal, "torch_writer: tensor '" + name + "' refers to unknown storage " + storage_key);
+    throw error(exit_code::internal,
+                fmt::format("torch_writer: tensor '{}' refers to unknown storage {}", name, storage_key));
   std::string bounds = check_view_bounds(shape, strides, offset, it->second.numel);
-  if (!bounds.empty()) throw error(exit_code::internal, "torch_writer: tensor '" + name + "' " + bounds);
+  if (!bounds.empty()) throw error(exit_code::internal, fmt::format("torch_writer: tensor '{}' {}", name, bounds));
   tensors_.push_back(tensor_info{name, storage_key, offset, shape, strides});
 }
 

@@ -1,5 +1,7 @@
 #include "formats/zip.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -78,8 +80,6 @@ std::string quoted(std::string_view name) {
   }
   return out + "'";
 }
-
-std::string str(uint64_t v) { return std::to_string(v); }
 
 // ----------------------------------------------------------------------------------------------
 // CRC-32, slice-by-16.
@@ -235,7 +235,7 @@ bool looks_like_zip(const uint8_t* data, size_t size) {
 
 zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context, const done_fn& done_with)
     : data_(data), size_(size), context_(std::move(context)) {
-  auto fail = [this](const std::string& what) { throw input_error(context_ + ": " + what); };
+  auto fail = [this](const std::string& what) { throw input_error(fmt::format("{}: {}", context_, what)); };
   auto u16 = [this](uint64_t at) { return load_le<uint16_t>(data_ + at); };
   auto u32 = [this](uint64_t at) { return load_le<uint32_t>(data_ + at); };
   auto u64 = [this](uint64_t at) { return load_le<uint64_t>(data_ + at); };
@@ -243,8 +243,7 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context, co
 
   if (file_size == 0) fail("not a zip archive: the file is empty");
   if (file_size < kEndSize)
-    fail("not a zip archive: no end-of-central-directory record (the file has only " +
-         str(file_size) + " bytes)");
+    fail(fmt::format("not a zip archive: no end-of-central-directory record (the file has only {} bytes)", file_size));
 
   // The end record is the last 22 bytes unless a comment of up to 64 KiB follows it.
   uint64_t eocd = file_size;
@@ -272,20 +271,21 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context, co
     uint64_t end64 = u64(locator + 8);
     uint32_t disks = u32(locator + 16);
     if (end64_disk != 0 || disks > 1)
-      fail("multi-disk archives are not supported (the ZIP64 locator names " + str(disks) +
-           " disks)");
+      fail(fmt::format("multi-disk archives are not supported (the ZIP64 locator names {} disks)", disks));
     if (!range_inside(end64, kEnd64Size, locator))
-      fail("the ZIP64 end-of-central-directory locator points to offset " + str(end64) +
-           ", but the record needs " + str(kEnd64Size) + " bytes before the locator at offset " +
-           str(locator));
+      fail(fmt::format(
+          "the ZIP64 end-of-central-directory locator points to offset {}, but the record needs {} bytes before the "
+          "locator at offset {}",
+          end64, kEnd64Size, locator));
     if (u32(end64) != kEnd64Sig)
-      fail("no ZIP64 end-of-central-directory record at offset " + str(end64) +
-           " (found signature " + hex32(u32(end64)) + ", expected " + hex32(kEnd64Sig) + ")");
+      fail(fmt::format("no ZIP64 end-of-central-directory record at offset {} (found signature {}, expected {})", end64,
+                       hex32(u32(end64)), hex32(kEnd64Sig)));
     uint64_t record_size = u64(end64 + 4);
     if (record_size < kEnd64Size - 12 || record_size > locator - end64 - 12)
-      fail("the ZIP64 end-of-central-directory record at offset " + str(end64) +
-           " declares a size of " + str(record_size) + " bytes (expected " + str(kEnd64Size - 12) +
-           " up to the locator)");
+      fail(fmt::format(
+          "the ZIP64 end-of-central-directory record at offset {} declares a size of {} bytes (expected {} up to the "
+          "locator)",
+          end64, record_size, kEnd64Size - 12));
     this_disk = u32(end64 + 16);
     cd_disk = u32(end64 + 20);
     disk_entries = u64(end64 + 24);
@@ -296,36 +296,34 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context, co
   }
 
   if (this_disk != 0 || cd_disk != 0 || disk_entries != total_entries)
-    fail("multi-disk archives are not supported (disk " + str(this_disk) + ", directory on disk " +
-         str(cd_disk) + ", " + str(disk_entries) + " of " + str(total_entries) +
-         " entries on this disk)");
+    fail(fmt::format(
+        "multi-disk archives are not supported (disk {}, directory on disk {}, {} of {} entries on this disk)",
+        this_disk, cd_disk, disk_entries, total_entries));
 
-  const std::string cd_text =
-      "the central directory (" + str(cd_size) + " bytes at offset " + str(cd_offset) + ")";
+  const std::string cd_text = fmt::format("the central directory ({} bytes at offset {})", cd_size, cd_offset);
   if (!range_inside(cd_offset, cd_size, file_size))
-    fail(cd_text + " lies outside the file (file has " + str(file_size) + " bytes)");
+    fail(fmt::format("{} lies outside the file (file has {} bytes)", cd_text, file_size));
   const uint64_t cd_end = cd_offset + cd_size;
   if (cd_end > cd_limit)
-    fail(cd_text + " runs into the end-of-central-directory record at offset " + str(cd_limit));
+    fail(fmt::format("{} runs into the end-of-central-directory record at offset {}", cd_text, cd_limit));
   if (total_entries > cd_size / kCentralSize)
-    fail("the end-of-central-directory record claims " + str(total_entries) + " entries, but " +
-         cd_text + " has room for at most " + str(cd_size / kCentralSize));
+    fail(fmt::format("the end-of-central-directory record claims {} entries, but {} has room for at most {}",
+                     total_entries, cd_text, cd_size / kCentralSize));
   if (total_entries > kMax32)
-    fail("the archive has " + str(total_entries) + " entries, more than " + str(kMax32) +
-         " are not supported");
+    fail(fmt::format("the archive has {} entries, more than {} are not supported", total_entries, kMax32));
 
   entries_.reserve(total_entries);
   std::vector<uint64_t> data_ends;
   data_ends.reserve(total_entries);
   uint64_t p = cd_offset;
   for (uint64_t i = 0; i < total_entries; ++i) {
-    auto which = [&] { return "entry " + str(i + 1) + " of " + str(total_entries); };
+    auto which = [&] { return fmt::format("entry {} of {}", i + 1, total_entries); };
     if (cd_end - p < kCentralSize)
-      fail("truncated central directory: " + which() + " starts at offset " + str(p) +
-           " but the directory ends at offset " + str(cd_end));
+      fail(fmt::format("truncated central directory: {} starts at offset {} but the directory ends at offset {}",
+                       which(), p, cd_end));
     if (u32(p) != kCentralSig)
-      fail("corrupt central directory: " + which() + " at offset " + str(p) + " has signature " +
-           hex32(u32(p)) + " (expected " + hex32(kCentralSig) + ")");
+      fail(fmt::format("corrupt central directory: {} at offset {} has signature {} (expected {})", which(), p,
+                       hex32(u32(p)), hex32(kCentralSig)));
     const uint16_t flags = u16(p + 8);
     const uint16_t method = u16(p + 10);
     const uint32_t crc = u32(p + 16);
@@ -337,16 +335,15 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context, co
     uint32_t disk = u16(p + 34);
     uint64_t local = u32(p + 42);
     if (cd_end - p - kCentralSize < name_len + extra_len + comment_len)
-      fail("truncated central directory: " + which() + " at offset " + str(p) + " needs " +
-           str(kCentralSize + name_len + extra_len + comment_len) +
-           " bytes but the directory ends at offset " + str(cd_end));
+      fail(
+          fmt::format("truncated central directory: {} at offset {} needs {} bytes but the directory ends at offset {}",
+                      which(), p, kCentralSize + name_len + extra_len + comment_len, cd_end));
 
     zip_entry e;
     e.name.assign(reinterpret_cast<const char*>(data_ + p + kCentralSize), name_len);
     auto rec = [&e] { return "record " + quoted(e.name); };
     if (flags & (kFlagEncrypted | kFlagStrongEncryption | kFlagMaskedHeader))
-      fail(rec() + " is encrypted (flags " + hex16(flags) +
-           "); encrypted archives are not supported");
+      fail(fmt::format("{} is encrypted (flags {}); encrypted archives are not supported", rec(), hex16(flags)));
 
     const bool need64 =
         uncompressed == kMax32 || compressed == kMax32 || local == kMax32 || disk == kMax16;
@@ -357,16 +354,15 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context, co
       const uint16_t id = u16(x);
       const uint64_t len = u16(x + 2);
       if (len > x_left - 4)
-        fail(rec() + " has a malformed extra field (field " + hex16(id) + " declares " + str(len) +
-             " bytes, " + str(x_left - 4) + " remain)");
+        fail(fmt::format("{} has a malformed extra field (field {} declares {} bytes, {} remain)", rec(), hex16(id),
+                         len, x_left - 4));
       if (id == kZip64ExtraId && need64 && !seen64) {
         seen64 = true;
         uint64_t f = x + 4;
         uint64_t f_left = len;
         auto take64 = [&](uint64_t& v, const char* what) {
           if (f_left < 8)
-            fail(rec() + " has a ZIP64 extra field too short for its " + what + " (" + str(len) +
-                 " bytes)");
+            fail(fmt::format("{} has a ZIP64 extra field too short for its {} ({} bytes)", rec(), what, len));
           v = u64(f);
           f += 8;
           f_left -= 8;
@@ -383,41 +379,42 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context, co
       x_left -= 4 + len;
     }
     if (disk != 0)
-      fail(rec() + " is on disk " + str(disk) + "; multi-disk archives are not supported");
+      fail(fmt::format("{} is on disk {}; multi-disk archives are not supported", rec(), disk));
 
     if (local >= cd_offset && local < cd_end)
-      fail(rec() + " starts inside the central directory (local header at offset " + str(local) +
-           ", directory at offsets " + str(cd_offset) + " to " + str(cd_end) + ")");
+      fail(fmt::format(
+          "{} starts inside the central directory (local header at offset {}, directory at offsets {} to {})", rec(),
+          local, cd_offset, cd_end));
     if (!range_inside(local, kLocalSize, file_size))
-      fail(rec() + ": local header at offset " + str(local) +
-           " lies past the end of the file (file has " + str(file_size) + " bytes)");
+      fail(fmt::format("{}: local header at offset {} lies past the end of the file (file has {} bytes)", rec(), local,
+                       file_size));
     if (local >= cd_end)
-      fail(rec() + " starts after the central directory (local header at offset " + str(local) +
-           ", directory ends at offset " + str(cd_end) + ")");
+      fail(fmt::format("{} starts after the central directory (local header at offset {}, directory ends at offset {})",
+                       rec(), local, cd_end));
     if (u32(local) != kLocalSig)
-      fail(rec() + ": no local header at offset " + str(local) + " (found signature " +
-           hex32(u32(local)) + ", expected " + hex32(kLocalSig) + ")");
+      fail(fmt::format("{}: no local header at offset {} (found signature {}, expected {})", rec(), local,
+                       hex32(u32(local)), hex32(kLocalSig)));
     const uint64_t local_name_len = u16(local + 26);
     const uint64_t local_extra_len = u16(local + 28);
     const uint64_t data_offset = local + kLocalSize + local_name_len + local_extra_len;
     if (data_offset > file_size)
-      fail(rec() + ": local header at offset " + str(local) +
-           " extends past the end of the file (needs bytes up to " + str(data_offset) +
-           ", file has " + str(file_size) + ")");
+      fail(fmt::format(
+          "{}: local header at offset {} extends past the end of the file (needs bytes up to {}, file has {})", rec(),
+          local, data_offset, file_size));
     if (local_name_len != name_len ||
         std::memcmp(data_ + local + kLocalSize, e.name.data(), name_len) != 0)
-      fail(rec() + ": the local header at offset " + str(local) + " names it " +
-           quoted(std::string_view(reinterpret_cast<const char*>(data_ + local + kLocalSize),
-                                   local_name_len)));
+      fail(fmt::format(
+          "{}: the local header at offset {} names it {}", rec(), local,
+          quoted(std::string_view(reinterpret_cast<const char*>(data_ + local + kLocalSize), local_name_len))));
     auto data_end = checked_add(data_offset, compressed);
     if (!data_end || *data_end > file_size)
-      fail(rec() + " extends past the end of the file (needs " + str(compressed) +
-           " bytes from offset " + str(data_offset) +
-           (data_end ? ", up to " + str(*data_end) : std::string()) + ", file has " +
-           str(file_size) + ")");
+      fail(fmt::format("{} extends past the end of the file (needs {} bytes from offset {}{}, file has {})", rec(),
+                       compressed, data_offset, data_end ? fmt::format(", up to {}", *data_end) : std::string(),
+                       file_size));
     if (*data_end > cd_offset)
-      fail(rec() + " runs into the central directory (its bytes end at offset " + str(*data_end) +
-           ", the directory starts at offset " + str(cd_offset) + ")");
+      fail(fmt::format(
+          "{} runs into the central directory (its bytes end at offset {}, the directory starts at offset {})", rec(),
+          *data_end, cd_offset));
 
     if (done_with) done_with(local, data_offset);
     e.header_offset = local;
@@ -440,9 +437,9 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context, co
   for (uint32_t i = 1; i < n; ++i) {
     const uint32_t a = by_offset[i - 1], b = by_offset[i];
     if (data_ends[a] > entries_[b].header_offset)
-      fail("records " + quoted(entries_[a].name) + " and " + quoted(entries_[b].name) +
-           " overlap (the first ends at offset " + str(data_ends[a]) +
-           ", the second's local header starts at offset " + str(entries_[b].header_offset) + ")");
+      fail(fmt::format(
+          "records {} and {} overlap (the first ends at offset {}, the second's local header starts at offset {})",
+          quoted(entries_[a].name), quoted(entries_[b].name), data_ends[a], entries_[b].header_offset));
   }
 
   by_name_.resize(n);
@@ -451,8 +448,7 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context, co
             [this](uint32_t a, uint32_t b) { return entries_[a].name < entries_[b].name; });
   for (uint32_t i = 1; i < n; ++i) {
     if (entries_[by_name_[i - 1]].name == entries_[by_name_[i]].name)
-      fail("record " + quoted(entries_[by_name_[i]].name) +
-           " appears twice in the central directory");
+      fail(fmt::format("record {} appears twice in the central directory", quoted(entries_[by_name_[i]].name)));
   }
 
   if (entries_.empty()) {
@@ -462,15 +458,15 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context, co
       const size_t slash = e.name.find('/');
       if (slash == std::string::npos || slash == 0) {
         root_.clear();
-        root_error_ = "record " + quoted(e.name) + " is not inside a top folder";
+        root_error_ = fmt::format("record {} is not inside a top folder", quoted(e.name));
         break;
       }
       const std::string_view top(e.name.data(), slash);
       if (root_.empty()) {
         root_ = top;
       } else if (top != root_) {
-        root_error_ = "records " + quoted(entries_.front().name) + " and " + quoted(e.name) +
-                      " are in different top folders";
+        root_error_ = fmt::format("records {} and {} are in different top folders", quoted(entries_.front().name),
+                                  quoted(e.name));
         root_.clear();
         break;
       }
@@ -479,7 +475,7 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context, co
 }
 
 const std::string& zip_reader::root() const {
-  if (root_.empty()) throw input_error(context_ + ": " + root_error_);
+  if (root_.empty()) throw input_error(fmt::format("{}: {}", context_, root_error_));
   return root_;
 }
 
@@ -498,14 +494,15 @@ const zip_entry* zip_reader::find(std::string_view name) const {
 
 const zip_entry& zip_reader::stored(std::string_view name) const {
   const zip_entry* e = find(name);
-  if (!e) throw input_error(context_ + ": record " + quoted(name) + " is missing");
+  if (!e) throw input_error(fmt::format("{}: record {} is missing", context_, quoted(name)));
   if (e->method != 0)
-    throw input_error(context_ + ": record " + quoted(name) + " is compressed (method " +
-                      str(e->method) + "); PyTorch archives store records uncompressed");
+    throw input_error(
+        fmt::format("{}: record {} is compressed (method {}); PyTorch archives store records uncompressed", context_,
+                    quoted(name), e->method));
   if (e->compressed_size != e->size)
-    throw input_error(context_ + ": record " + quoted(name) + " is stored, but its stored size (" +
-                      str(e->compressed_size) + " bytes) differs from its size (" + str(e->size) +
-                      " bytes)");
+    throw input_error(
+        fmt::format("{}: record {} is stored, but its stored size ({} bytes) differs from its size ({} bytes)",
+                    context_, quoted(name), e->compressed_size, e->size));
   return *e;
 }
 
@@ -515,15 +512,15 @@ const zip_entry& zip_reader::stored(std::string_view name) const {
 zip_writer::zip_writer(atomic_file& out, bool force_zip64) : out_(out), force_zip64_(force_zip64) {}
 
 void zip_writer::fail(const std::string& what) const {
-  throw error(exit_code::internal, out_.target() + ": zip writer: " + what);
+  throw error(exit_code::internal, fmt::format("{}: zip writer: {}", out_.target(), what));
 }
 
 void zip_writer::write_local_header(const std::string& name, uint64_t size, uint32_t crc) {
-  if (finished_) fail("record " + quoted(name) + " added after finish()");
+  if (finished_) fail(fmt::format("record {} added after finish()", quoted(name)));
   if (open_)
-    fail("record " + quoted(name) + " started while " + quoted(records_.back().name) + " is open");
+    fail(fmt::format("record {} started while {} is open", quoted(name), quoted(records_.back().name)));
   if (name.empty() || name.size() > kMax16)
-    fail("record name of " + str(name.size()) + " bytes (must be 1 to 65535)");
+    fail(fmt::format("record name of {} bytes (must be 1 to 65535)", name.size()));
 
   const uint64_t offset = out_.tell();
   const bool local64 = force_zip64_ || size >= kMax32;
@@ -575,8 +572,7 @@ void zip_writer::write(const void* data, uint64_t size) {
   if (!open_) fail("write() without an open record");
   const record& r = records_.back();
   if (size > r.size - written_)
-    fail("record " + quoted(r.name) + " declared " + str(r.size) + " bytes but " +
-         str(written_ + size) + " were written");
+    fail(fmt::format("record {} declared {} bytes but {} were written", quoted(r.name), r.size, written_ + size));
   crc_ = crc32_update(crc_, data, size);
   out_.write(data, size);
   written_ += size;
@@ -586,8 +582,7 @@ void zip_writer::end_record() {
   if (!open_) fail("end_record() without an open record");
   record& r = records_.back();
   if (written_ != r.size)
-    fail("record " + quoted(r.name) + " declared " + str(r.size) + " bytes but only " +
-         str(written_) + " were written");
+    fail(fmt::format("record {} declared {} bytes but only {} were written", quoted(r.name), r.size, written_));
   uint8_t crc[4];
   store_le(crc, crc_);
   out_.pwrite(crc, 4, r.header_offset + 14);
@@ -597,7 +592,7 @@ void zip_writer::end_record() {
 
 void zip_writer::finish() {
   if (finished_) fail("finish() called twice");
-  if (open_) fail("finish() while record " + quoted(records_.back().name) + " is open");
+  if (open_) fail(fmt::format("finish() while record {} is open", quoted(records_.back().name)));
   finished_ = true;
 
   const uint64_t cd_offset = out_.tell();

@@ -65,15 +65,18 @@ std::optional<double> momentum_of(const Module& m, const std::string& name, cons
       if (node->kind() != kBatchNorm || node->inputs().size() < 7) continue;
       auto training = torch::jit::toIValue(node->input(5));
       if (training && training->isBool() && !training->toBool())
-        throw input_error(model_path + ": BatchNorm '" + name +
-                          "' was traced in eval mode: training=False is baked into its code, so replaying data cannot "
-                          "update its statistics; trace the model after model.train(), or script it");
+        throw input_error(fmt::format(
+            "{}: BatchNorm '{}' was traced in eval mode: training=False is baked into its code, so replaying data "
+            "cannot update its statistics; trace the model after model.train(), or script it",
+            model_path, name));
       if (auto v = torch::jit::toIValue(node->input(6)))
         if (auto momentum = from_value(*v)) return *momentum;
     }
   }
-  throw input_error(model_path + ": cannot tell the momentum of BatchNorm module '" + name +
-                    "' (no 'momentum' constant or attribute, no aten::batch_norm call with a constant momentum)");
+  throw input_error(fmt::format(
+      "{}: cannot tell the momentum of BatchNorm module '{}' (no 'momentum' constant or attribute, no aten::batch_norm "
+      "call with a constant momentum)",
+      model_path, name));
 }
 
 }  // namespace
@@ -99,10 +102,11 @@ std::vector<bn_slot> find_batchnorms(const Module& root, const std::string& mode
     if (auto c = own_buffer(nm.value, "num_batches_tracked")) s.count = *c;
     s.momentum = momentum_of(nm.value, s.name.empty() ? "<root>" : s.name, model_path);
     if (s.momentum && *s.momentum == 0.0)
-      throw input_error(model_path + ": BatchNorm '" + s.name + "' has momentum 0: its statistics never change");
+      throw input_error(
+          fmt::format("{}: BatchNorm '{}' has momentum 0: its statistics never change", model_path, s.name));
     if (!s.momentum && !s.count.defined())
-      throw input_error(model_path + ": BatchNorm '" + s.name +
-                        "' has momentum None but no num_batches_tracked buffer");
+      throw input_error(
+          fmt::format("{}: BatchNorm '{}' has momentum None but no num_batches_tracked buffer", model_path, s.name));
     slots.push_back(std::move(s));
   }
   return slots;

@@ -150,9 +150,10 @@ class replay_state {
       const int64_t n = calls[s.counter].item<int64_t>();
       const int64_t most = max_calls[s.counter].item<int64_t>();
       if (s.momentum && most > 1)
-        throw input_error(model_name + ": BatchNorm '" + s.name + "' ran " + std::to_string(most) +
-                          " times in one forward; with momentum " + std::to_string(*s.momentum) +
-                          " baked into its code swavg cannot separate the calls' statistics");
+        throw input_error(
+            fmt::format("{}: BatchNorm '{}' ran {} times in one forward; with momentum {} baked into its code "
+                        "swavg cannot separate the calls' statistics",
+                        model_name, s.name, most, std::to_string(*s.momentum)));
       const stat_group& g = groups_[s.group];
       const int64_t c = s.mean.numel();
       if (n == 0) {
@@ -236,8 +237,8 @@ bn_report update_bn(Module& module, const dataset& data, const bn_options& o, co
   int64_t batches = n / o.batch_size + (!o.drop_last && n % o.batch_size != 0);
   if (o.max_batches > 0) batches = std::min(batches, o.max_batches);
   if (batches == 0)
-    throw input_error(data.path + ": " + std::to_string(n) + " samples make no whole batch of " +
-                      std::to_string(o.batch_size) + " (--drop-last)");
+    throw input_error(
+        fmt::format("{}: {} samples make no whole batch of {} (--drop-last)", data.path, n, o.batch_size));
 
   const std::optional<dtype> floating = model_floating_type(module);
   if (o.input_type)
@@ -285,10 +286,10 @@ bn_report update_bn(Module& module, const dataset& data, const bn_options& o, co
       } catch (const std::exception& e) {
         std::string hint;
         if (count == 1 && b == batches - 1 && b > 0) hint = " (the last batch holds one sample: try --drop-last)";
-        throw mismatch_error(model_name + ": the forward failed on batch " + std::to_string(b + 1) + " of " +
-                             std::to_string(batches) + " from " + data.path + ": input " +
-                             shape_string(x.sizes().vec()) + " " + dtype_name(r.input_type) + " (samples of shape " +
-                             shape_string(r.sample_shape) + "): " + error_text(e) + hint);
+        throw mismatch_error(
+            fmt::format("{}: the forward failed on batch {} of {} from {}: input {} {} (samples of shape {}): {}{}",
+                        model_name, b + 1, batches, data.path, shape_string(x.sizes().vec()), dtype_name(r.input_type),
+                        shape_string(r.sample_shape), error_text(e), hint));
       }
       state.after_batch();
       bar.advance(sample_bytes * static_cast<uint64_t>(count));

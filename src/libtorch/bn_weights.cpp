@@ -26,7 +26,7 @@ constexpr size_t kMaxListed = 20;
 std::string list_text(const std::vector<std::string>& items) {
   std::string s;
   for (size_t i = 0; i < items.size() && i < kMaxListed; ++i) s += (i ? ", '" : "'") + items[i] + "'";
-  if (items.size() > kMaxListed) s += ", ... (" + std::to_string(items.size()) + " in all)";
+  if (items.size() > kMaxListed) s += fmt::format(", ... ({} in all)", items.size());
   return s.empty() ? "none" : s;
 }
 
@@ -53,24 +53,23 @@ void load_weights(Module& module, const std::vector<named_tensor>& weights, cons
   for (const auto& w : weights)
     if (!target_names.count(w.name)) unexpected.push_back(w.name);
   if (!missing.empty() || !unexpected.empty())
-    throw mismatch_error(source + ": its tensor names do not match the model's: " + std::to_string(missing.size()) +
-                         " missing (" + list_text(missing) + "), " + std::to_string(unexpected.size()) +
-                         " unexpected (" + list_text(unexpected) + ")");
+    throw mismatch_error(
+        fmt::format("{}: its tensor names do not match the model's: {} missing ({}), {} unexpected ({})", source,
+                    missing.size(), list_text(missing), unexpected.size(), list_text(unexpected)));
   c10::NoGradGuard no_grad;
   for (const auto& [name, t] : targets) {
     auto it = given.find(name);
     if (it == given.end()) continue;
     const tensor_view& v = it->second->view;
     if (v.shape != t.sizes().vec())
-      throw mismatch_error(source + ": tensor '" + name + "' has shape " + shape_string(v.shape) +
-                           " but the model expects " + shape_string(t.sizes().vec()));
+      throw mismatch_error(fmt::format("{}: tensor '{}' has shape {} but the model expects {}", source, name,
+                                       shape_string(v.shape), shape_string(t.sizes().vec())));
     try {
       at::Tensor target = t;
       target.copy_(to_tensor(v));
     } catch (const c10::Error& e) {
-      throw mismatch_error(source + ": tensor '" + name + "' (" + dtype_name(v.type) +
-                           ") cannot be loaded into the model's " + std::string(c10::toString(t.scalar_type())) +
-                           " tensor: " + error_text(e));
+      throw mismatch_error(fmt::format("{}: tensor '{}' ({}) cannot be loaded into the model's {} tensor: {}", source,
+                                       name, dtype_name(v.type), c10::toString(t.scalar_type()), error_text(e)));
     }
   }
 }

@@ -155,7 +155,7 @@ uint64_t save_module(const Module& module, const std::string& path) {
     try {
       module.save(stream);
     } catch (const c10::Error& e) {
-      throw io_error(path + ": cannot write the TorchScript module: " + error_text(e));
+      throw io_error(fmt::format("{}: cannot write the TorchScript module: {}", path, error_text(e)));
     }
     stream.flush();
   }

@@ -41,7 +41,7 @@ namespace swavg {
 struct bn_options {
   int64_t batch_size = 32;
   bool drop_last = false;
-  int64_t max_batches = 0;          // 0: all
+  int64_t max_batches = 0;  // 0: all
   device_spec device;
   std::optional<dtype> input_type;  // default: the model's floating dtype for floating data
   bool progress = true;             // a progress bar when stderr is a terminal

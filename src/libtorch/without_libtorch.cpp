@@ -10,6 +10,8 @@
  * scripts/check_layers.py checks that each function here is declared once and defined once more,
  * in src/libtorch/.
  */
+#include <fmt/format.h>
+
 #include <cstdlib>
 
 #include "fold/aten.h"
@@ -35,7 +37,7 @@ void check_device(const device_spec& device) {
 }
 
 void aten_average(const fold_config&, const tensor_plan& p, const chunk_writer&) {
-  require_libtorch("averaging tensor '" + p.name + "' with ATen");
+  require_libtorch(fmt::format("averaging tensor '{}' with ATen", p.name));
 }
 
 state_dict read_torchscript(const std::string& path) {

@@ -1,5 +1,7 @@
 #include "tensor/state_dict.h"
 
+#include <fmt/format.h>
+
 #include <unordered_map>
 
 #include "util/error.h"
@@ -40,8 +42,8 @@ void strip_prefixes(state_dict& sd, const std::vector<std::string>& prefixes) {
     }
     auto [it, fresh] = original.emplace(t.name, before);
     if (!fresh)
-      throw input_error(sd.path + ": stripping prefixes makes '" + it->second + "' and '" + before +
-                        "' both '" + t.name + "'");
+      throw input_error(
+          fmt::format("{}: stripping prefixes makes '{}' and '{}' both '{}'", sd.path, it->second, before, t.name));
   }
 }
 

@@ -1,5 +1,7 @@
 #include "tensor/tensor_view.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 
 #include <algorithm>
@@ -94,14 +96,12 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
 
 std::string check_view_bounds(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
                               int64_t offset, uint64_t storage_numel) {
-  if (shape.size() != strides.size())
-    return "has " + std::to_string(shape.size()) + " sizes but " + std::to_string(strides.size()) +
-           " strides";
+  if (shape.size() != strides.size()) return fmt::format("has {} sizes but {} strides", shape.size(), strides.size());
   if (offset < 0) return "has negative storage offset " + std::to_string(offset);
   uint64_t numel = 1;
   uint64_t last = static_cast<uint64_t>(offset);  // highest element index reached
   for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] < 0) return "has negative size " + std::to_string(shape[i]) + " in " + shape_string(shape);
+    if (shape[i] < 0) return fmt::format("has negative size {} in {}", shape[i], shape_string(shape));
     if (strides[i] < 0) return "has negative stride " + std::to_string(strides[i]);
     auto n = checked_mul(numel, static_cast<uint64_t>(shape[i]));
     if (!n || *n > (uint64_t{1} << 62)) return "has an element count that overflows: " + shape_string(shape);
@@ -115,8 +115,7 @@ std::string check_view_bounds(const std::vector<int64_t>& shape, const std::vect
     last = *sum;
   }
   if (last >= storage_numel)
-    return "needs storage elements up to " + std::to_string(last + 1) + " but the storage has " +
-           std::to_string(storage_numel);
+    return fmt::format("needs storage elements up to {} but the storage has {}", last + 1, storage_numel);
   return {};
 }
 

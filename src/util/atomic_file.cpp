@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -54,7 +56,7 @@ void write_all(int fd, const char* p, uint64_t n, const std::string& path) {
     ssize_t w = ::write(fd, p, std::min<uint64_t>(n, 1u << 30));
     if (w < 0) {
       if (errno == EINTR) continue;
-      throw io_error(path + ": write failed: " + errno_text(errno));
+      throw io_error(fmt::format("{}: write failed: {}", path, errno_text(errno)));
     }
     p += w;
     n -= static_cast<uint64_t>(w);
@@ -67,12 +69,12 @@ atomic_file::atomic_file(std::string target) : target_(std::move(target)) {
   const std::string dir = parent_dir(target_);
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw io_error(target_ + ": output folder '" + dir + "' does not exist");
+    throw io_error(fmt::format("{}: output folder '{}' does not exist", target_, dir));
   remove_stale_temps(dir, base_name(target_));
   std::random_device rd;
   temp_ = temp_path_beside(target_, std::to_string(rd() % 1000000));
   fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw io_error(target_ + ": cannot create temp file " + temp_ + ": " + errno_text(errno));
+  if (fd_ < 0) throw io_error(fmt::format("{}: cannot create temp file {}: {}", target_, temp_, errno_text(errno)));
   buffer_.reserve(kBufferSize);
 }
 
@@ -119,7 +121,7 @@ void atomic_file::pwrite(const void* data, uint64_t size, uint64_t offset) {
     ssize_t w = ::pwrite(fd_, p, size, static_cast<off_t>(offset));
     if (w < 0) {
       if (errno == EINTR) continue;
-      throw io_error(target_ + ": write failed: " + errno_text(errno));
+      throw io_error(fmt::format("{}: write failed: {}", target_, errno_text(errno)));
     }
     p += w;
     size -= static_cast<uint64_t>(w);
@@ -129,14 +131,14 @@ void atomic_file::pwrite(const void* data, uint64_t size, uint64_t offset) {
 
 void atomic_file::commit() {
   flush();
-  if (::fsync(fd_) != 0) throw io_error(target_ + ": fsync failed: " + errno_text(errno));
+  if (::fsync(fd_) != 0) throw io_error(fmt::format("{}: fsync failed: {}", target_, errno_text(errno)));
   if (::close(fd_) != 0) {
     fd_ = -1;
-    throw io_error(target_ + ": close failed: " + errno_text(errno));
+    throw io_error(fmt::format("{}: close failed: {}", target_, errno_text(errno)));
   }
   fd_ = -1;
   if (::rename(temp_.c_str(), target_.c_str()) != 0)
-    throw io_error(target_ + ": cannot rename temp file into place: " + errno_text(errno));
+    throw io_error(fmt::format("{}: cannot rename temp file into place: {}", target_, errno_text(errno)));
   committed_ = true;
   int dfd = ::open(parent_dir(target_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
@@ -155,7 +157,7 @@ void check_output_path(const std::string& output, const std::vector<std::string>
   for (const auto& in : inputs) {
     struct stat st {};
     if (::stat(in.c_str(), &st) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino)
-      throw usage_error(output + ": the output is the input '" + in + "'; swavg never overwrites its inputs");
+      throw usage_error(fmt::format("{}: the output is the input '{}'; swavg never overwrites its inputs", output, in));
   }
   if (S_ISDIR(out.st_mode)) throw usage_error(output + ": the output is a directory");
   if (!force) throw usage_error(output + ": the output exists; pass --force to replace it");

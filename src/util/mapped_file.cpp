@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cerrno>
 
@@ -38,21 +40,23 @@ std::shared_ptr<const mapped_file> mapped_file::open(const std::string& path) {
     if (err == ENOENT && ::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
       throw io_error(path + ": dangling symbolic link");
     if (err == ELOOP) throw io_error(path + ": too many levels of symbolic links");
-    throw io_error(path + ": cannot open: " + errno_text(err));
+    throw io_error(fmt::format("{}: cannot open: {}", path, errno_text(err)));
   }
-  if (!S_ISREG(st.st_mode)) throw input_error(path + ": expected a regular file but it is " + file_type_name(st.st_mode));
+  if (!S_ISREG(st.st_mode))
+    throw input_error(fmt::format("{}: expected a regular file but it is {}", path, file_type_name(st.st_mode)));
   // O_NONBLOCK: a path swapped for a FIFO between stat and open must not hang us.
   fd_guard fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
-  if (fd.fd < 0) throw io_error(path + ": cannot open: " + errno_text(errno));
-  if (::fstat(fd.fd, &st) != 0) throw io_error(path + ": cannot stat: " + errno_text(errno));
-  if (!S_ISREG(st.st_mode)) throw input_error(path + ": expected a regular file but it is " + file_type_name(st.st_mode));
+  if (fd.fd < 0) throw io_error(fmt::format("{}: cannot open: {}", path, errno_text(errno)));
+  if (::fstat(fd.fd, &st) != 0) throw io_error(fmt::format("{}: cannot stat: {}", path, errno_text(errno)));
+  if (!S_ISREG(st.st_mode))
+    throw input_error(fmt::format("{}: expected a regular file but it is {}", path, file_type_name(st.st_mode)));
 
   std::shared_ptr<mapped_file> m(new mapped_file());
   m->path_ = path;
   m->size_ = static_cast<size_t>(st.st_size);
   if (m->size_ == 0) return m;
   void* p = ::mmap(nullptr, m->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd.fd, 0);
-  if (p == MAP_FAILED) throw io_error(path + ": cannot map " + std::to_string(m->size_) + " bytes: " + errno_text(errno));
+  if (p == MAP_FAILED) throw io_error(fmt::format("{}: cannot map {} bytes: {}", path, m->size_, errno_text(errno)));
   m->data_ = static_cast<const uint8_t*>(p);
   m->mapped_ = true;
   return m;
