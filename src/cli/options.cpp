@@ -25,7 +25,7 @@ CLI::Option* add_dtype_option(CLI::App* app, const std::string& flags, std::opti
             if (t && (!floating_only || is_floating(*t))) return std::string();
             return fmt::format("expected {}, got '{}'", expected, value);
           },
-          floating_only ? "float32|float64|float16|bfloat16" : "DTYPE"));
+          floating_only ? "{float32,float64,float16,bfloat16}" : "DTYPE"));
 }
 
 }  // namespace swavg

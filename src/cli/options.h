@@ -32,7 +32,7 @@ CLI::Option* add_enum_option_to(CLI::App* app, const std::string& flags, std::fu
                                 name_table<E> names, const std::string& help) {
   std::vector<std::string> keys;
   for (const auto& n : names) keys.push_back(n.first);
-  const std::string list = fmt::format("{}", fmt::join(keys, "|"));
+  const std::string list = fmt::format("{{{}}}", fmt::join(keys, ","));
   const auto setter = [set, names](const std::string& value) {
     for (const auto& [key, e] : names)
       if (key == value) set(e);
@@ -40,7 +40,7 @@ CLI::Option* add_enum_option_to(CLI::App* app, const std::string& flags, std::fu
   const auto validate = [names, list](std::string& value) {
     for (const auto& n : names)
       if (n.first == value) return std::string();
-    return fmt::format("expected {}, got '{}'", list, value);
+    return fmt::format("expected one of {}, got '{}'", list, value);
   };
   return app->add_option_function<std::string>(flags, setter, help)->check(CLI::Validator(validate, list));
 }
