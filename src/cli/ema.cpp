@@ -24,7 +24,7 @@ command setup_ema(CLI::App& parent) {
   add_fold_options(app, o->fold);
   app->add_option("--decay", o->fold.job.config.decay, "Decay in [0, 1], e.g. 0.999")->required();
   add_enum_option(app, "--warmup", o->fold.job.config.warmup,
-                  {{"none", warmup_kind::none}, {"torch_ema", warmup_kind::torch_ema}, {"power", warmup_kind::power}},
+                  names_of({warmup_kind::none, warmup_kind::torch_ema, warmup_kind::power}, warmup_name),
                   "none; torch_ema: min(decay, (1+n)/(10+n)); power: 1-(1+n/G)^-P clamped to [min_decay, decay]");
   app->add_option("--inv-gamma", o->fold.job.config.inv_gamma, "G of the power warmup (default 1)");
   app->add_option("--power", o->fold.job.config.power, "P of the power warmup (default 2/3)");

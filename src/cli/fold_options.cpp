@@ -25,7 +25,7 @@ void add_fold_options(CLI::App* app, fold_options& o) {
   app->add_option("--every", o.selection.every, "Keep every K-th input: the K-th, 2K-th, ... (after sorting)");
   app->add_option("-o,--output", o.job.output, "File to write (atomically)")->required();
   add_enum_option(app, "--format", o.job.format,
-                  {{"torch", output_format::torch}, {"safetensors", output_format::safetensors}},
+                  names_of({output_format::torch, output_format::safetensors}, output_format_name),
                   "torch or safetensors (default: from the output's extension)");
   app->add_flag("--force", o.job.force, "Replace an existing output");
   app->add_option("--key", o.job.load.key, "Dotted path of the state dict inside torch.save objects, e.g. model");
@@ -49,7 +49,7 @@ void add_fold_options(CLI::App* app, fold_options& o) {
                    "Write floating tensors in this dtype (default: each input's)");
   app->add_option("--resume", o.job.resume, "Continue from an earlier output of the same mode");
   add_enum_option(app, "--layout", c.layout,
-                  {{"state-dict", output_layout::state_dict}, {"averaged-model", output_layout::averaged_model}},
+                  names_of({output_layout::state_dict, output_layout::averaged_model}, layout_name),
                   "state-dict (the inputs' names) or averaged-model (module.<name> + n_averaged)");
   app->add_flag("--allow-missing", c.allow_missing, "Average each tensor over the inputs that have it");
   app->add_flag("--allow-nonfinite", c.allow_nonfinite, "Accept NaN and Inf values in the inputs");

@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -24,6 +25,14 @@ namespace swavg {
 
 template <typename E>
 using name_table = std::vector<std::pair<std::string, E>>;
+
+// The table of `values` under the names `name_of` gives them (the names the library prints).
+template <typename E>
+name_table<E> names_of(std::initializer_list<E> values, const char* (*name_of)(E)) {
+  name_table<E> t;
+  for (E v : values) t.emplace_back(name_of(v), v);
+  return t;
+}
 
 // An option taking one of `names` and handing the matching value to `set` (CLI11's
 // CheckedTransformer, with the names alone in --help and in the error).

@@ -49,7 +49,7 @@ fold_report run_fold_job(const fold_job& job) {
   const auto start = std::chrono::steady_clock::now();
   const fold_config& c = job.config;
   validate_config(c, job.inputs.size(), !job.resume.empty());
-  if (!c.device.is_cpu()) check_device(c.device);
+  check_device(c.device);
   std::vector<std::string> guarded = job.inputs;
   if (!job.model.empty()) guarded.push_back(job.model);
   check_output_path(job.output, guarded, job.force);

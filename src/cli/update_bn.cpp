@@ -7,6 +7,7 @@
 #include "cli/options.h"
 #include "cli/pipeline.h"
 #include "cli/report.h"
+#include "fold/config.h"
 #include "formats/load.h"
 #include "formats/save.h"
 #include "libtorch/update_bn.h"
@@ -68,7 +69,7 @@ void run_update_bn(const update_bn_options& o) {
 
   nlohmann::ordered_json report = nlohmann::ordered_json::parse(bn_report_json(result.report));
   report["checkpoint"] = o.checkpoint;
-  report["layout"] = result.averaged_layout ? "averaged-model" : "state-dict";
+  report["layout"] = layout_name(result.averaged_layout ? output_layout::averaged_model : output_layout::state_dict);
   if (!o.output.empty()) {
     const uint64_t bytes = save_updated_state(o.output, format, result, weights.metadata);
     spdlog::info("wrote {} tensors ({} bytes) to {}", result.tensors.size(), bytes, o.output);
@@ -108,7 +109,7 @@ command setup_update_bn(CLI::App& parent) {
                    "Feed the model this dtype (default: the model's floating dtype for floating data, else as stored)");
   app->add_option("-o,--output", o->output, "State dict to write (torch.save or safetensors), atomically");
   add_enum_option(app, "--format", o->format,
-                  {{"torch", output_format::torch}, {"safetensors", output_format::safetensors}},
+                  names_of({output_format::torch, output_format::safetensors}, output_format_name),
                   "torch or safetensors (default: from the output's extension)");
   app->add_option("--save-module", o->module_output, "Also write the updated TorchScript module here");
   app->add_flag("--force", o->force, "Replace existing outputs");

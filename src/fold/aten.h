@@ -16,7 +16,8 @@ namespace swavg {
 // get_ema_multi_avg_fn's expressions), for everything native_average does not cover.
 void aten_average(const fold_config& c, const tensor_plan& p, const chunk_writer& write);
 
-// Throws usage_error for a device this LibTorch cannot use (no CUDA, no GPU visible).
+// Throws usage_error for a device this LibTorch cannot use (no CUDA, no GPU visible); nothing
+// for the CPU.
 void check_device(const device_spec& device);
 
 }  // namespace swavg

@@ -36,9 +36,10 @@ class kind_oracle {
 };
 
 // One plan per name, in first-seen order, with the inputs holding it: one pass over all tensors.
-std::vector<tensor_plan> gather_sources(const std::vector<state_dict>& inputs) {
+// `index` maps each name to its plan.
+std::vector<tensor_plan> gather_sources(const std::vector<state_dict>& inputs,
+                                        std::unordered_map<std::string, size_t>& index) {
   std::vector<tensor_plan> plans;
-  std::unordered_map<std::string, size_t> index;
   for (size_t i = 0; i < inputs.size(); ++i)
     for (const auto& t : inputs[i].tensors) {
       auto [it, added] = index.emplace(t.name, plans.size());
@@ -53,16 +54,15 @@ std::vector<tensor_plan> gather_sources(const std::vector<state_dict>& inputs) {
 
 // Every difference between the inputs (and the resumed average), or an empty list.
 std::vector<std::string> find_mismatches(const std::vector<state_dict>& inputs, const resumed_average* resume,
-                                         const std::vector<tensor_plan>& plans, bool allow_missing) {
+                                         const std::vector<tensor_plan>& plans,
+                                         const std::unordered_map<std::string, size_t>& index, bool allow_missing) {
   std::vector<std::string> out;
-  std::unordered_map<std::string, const tensor_plan*> by_name;
-  for (const auto& p : plans) by_name.emplace(p.name, &p);
   for (size_t i = 0; i < inputs.size(); ++i) {
     std::vector<bool> have(plans.size(), false);
     for (const auto& t : inputs[i].tensors) {
-      const tensor_plan& p = *by_name.at(t.name);
-      have[static_cast<size_t>(&p - plans.data())] = true;
-      const fold_source& ref = p.sources.front();
+      const size_t k = index.at(t.name);
+      have[k] = true;
+      const fold_source& ref = plans[k].sources.front();
       if (ref.input == i) continue;
       if (t.view.shape != ref.view->shape)
         out.push_back(fmt::format("{}: tensor '{}': expected shape {} (as in {}) but found {}", inputs[i].path, t.name,
@@ -79,14 +79,14 @@ std::vector<std::string> find_mismatches(const std::vector<state_dict>& inputs, 
   }
   if (resume) {
     for (const auto& [name, view] : resume->tensors) {
-      auto it = by_name.find(name);
-      if (it == by_name.end()) {
+      auto it = index.find(name);
+      if (it == index.end()) {
         if (!allow_missing)
           out.push_back(
               fmt::format("{}: tensor '{}' is in the resumed average but in no input", resume->sd.path, name));
         continue;
       }
-      const fold_source& ref = it->second->sources.front();
+      const fold_source& ref = plans[it->second].sources.front();
       if (view->shape != ref.view->shape)
         out.push_back(fmt::format("{}: tensor '{}': expected shape {} (as in {}) but found {}", resume->sd.path, name,
                                   shape_string(ref.view->shape), inputs[ref.input].path, shape_string(view->shape)));
@@ -148,8 +148,9 @@ dtype accumulator_for(dtype t, accumulate_policy p) {
 fold_plan plan_fold(const fold_config& c, const std::vector<state_dict>& inputs, const resumed_average* resume,
                     const kind_table& model_kinds) {
   fold_plan plan;
-  plan.tensors = gather_sources(inputs);
-  const auto differences = find_mismatches(inputs, resume, plan.tensors, c.allow_missing);
+  std::unordered_map<std::string, size_t> index;
+  plan.tensors = gather_sources(inputs, index);
+  const auto differences = find_mismatches(inputs, resume, plan.tensors, index, c.allow_missing);
   if (!differences.empty()) throw_mismatches(differences, c.allow_missing);
   const kind_oracle kinds(c, inputs, model_kinds);
   for (auto& p : plan.tensors) {

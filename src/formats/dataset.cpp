@@ -287,18 +287,18 @@ dataset read_safetensors_data(const std::shared_ptr<const mapped_file>& file, co
 
 dataset read_raw(const std::shared_ptr<const mapped_file>& file, const dataset_options& o) {
   const std::string& path = file->path();
-  const std::optional<dtype> type = o.type.value_or(dtype::float32);
-  const std::string type_name = dtype_name(*type);
+  const dtype type = o.type.value_or(dtype::float32);
+  const std::string type_name = dtype_name(type);
   for (int64_t s : o.shape)
     if (s <= 0) throw usage_error("--shape: every dimension must be positive, got " + shape_string(o.shape));
-  const uint64_t sample_bytes = array_bytes(o.shape, *type, "--shape");
+  const uint64_t sample_bytes = array_bytes(o.shape, type, "--shape");
   if (file->size() % sample_bytes != 0)
     throw input_error(fmt::format("{}: holds {} bytes, not a whole number of samples of {} {} ({} bytes each)", path,
                                   file->size(), type_name, shape_string(o.shape), sample_bytes));
   dataset d;
   d.path = path;
   d.format = "raw";
-  d.samples.type = *type;
+  d.samples.type = type;
   d.samples.shape = o.shape;
   d.samples.shape.insert(d.samples.shape.begin(), static_cast<int64_t>(file->size() / sample_bytes));
   d.samples.strides = contiguous_strides(d.samples.shape);
