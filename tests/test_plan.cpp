@@ -301,6 +301,7 @@ TEST_CASE("resume record: what cannot be resumed is refused", "[resume]") {
       {"another mode", R"({"mode": "ema", "n": 2})", fold_mode::swa, exit_code::usage,
        "was made in ema mode, cannot resume it in swa mode"},
       {"n = 0", R"({"mode": "swa", "n": 0})", fold_mode::swa, exit_code::bad_input, "holds n = 0, expected >= 1"},
+      {"n = -1", R"({"mode": "swa", "n": -1})", fold_mode::swa, exit_code::bad_input, "holds n = -1, expected >= 1"},
       {"n not a number", R"({"mode": "swa", "n": "3"})", fold_mode::swa, exit_code::bad_input, "is not valid"},
   };
   for (const auto& k : cases) {
@@ -315,6 +316,36 @@ TEST_CASE("resume record: what cannot be resumed is refused", "[resume]") {
     } catch (const error& e) {
       CHECK(e.code() == k.code);
       CHECK_THAT(e.what(), Catch::Contains(k.message));
+    }
+  }
+}
+
+TEST_CASE("resume record: n = 1 is the smallest average that can be continued", "[resume]") {
+  state_dict sd = make_sd("avg.pt", kModel);
+  sd.metadata[kResumeKey] = R"({"mode": "swa", "n": 1})";
+  const resumed_average r = open_resumed(std::move(sd), fold_config{});
+  CHECK(r.record.n == 1);
+  CHECK(r.count_of("conv.weight") == 1);
+  CHECK(r.tensors.size() == kModel.size());
+}
+
+TEST_CASE("plan: up to 100 differences are listed, more are cut with '...'", "[plan]") {
+  for (const size_t count : {size_t{100}, size_t{101}}) {
+    INFO(count);
+    std::vector<spec> a, b;
+    for (size_t i = 0; i < count; ++i) {
+      a.push_back({"t" + std::to_string(i), dtype::float32, {2}});
+      b.push_back({"t" + std::to_string(i), dtype::float32, {3}});
+    }
+    try {
+      plan_fold(fold_config{}, {make_sd("a.pt", a), make_sd("b.pt", b)}, nullptr);
+      FAIL("no mismatch_error");
+    } catch (const mismatch_error& e) {
+      const std::string what = e.what();
+      CHECK_THAT(what, Catch::Contains("(" + std::to_string(count) + " differences)"));
+      CHECK_THAT(what, Catch::Contains("tensor 't99'"));
+      CHECK_THAT(what, !Catch::Contains("tensor 't100'"));
+      CHECK((what.find("\n  ...") != std::string::npos) == (count > 100));
     }
   }
 }
