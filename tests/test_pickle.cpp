@@ -288,10 +288,34 @@ TEST_CASE("dangerous callables become opaque and are never run", "[pickle][hosti
   }
   CHECK(access(marker.c_str(), F_OK) != 0);
 
-  // Items, state and calls on opaque objects are dropped.
-  auto doc = parse("\x80\x02" "cos\nsystem\n)R(K\x01" "eK\x02" "a}" "b(K\x01K\x02u)R."s);
-  CHECK(doc->root()->kind == pickle_kind::opaque);
+  // Items, state and calls on opaque objects are kept as data, never acted on.
+  auto doc = parse("\x80\x02" "cos\nsystem\n)R(K\x01" "eK\x02" "a}" "b(K\x03K\x04u)R."s);
+  const pickle_node* root = doc->root();
+  REQUIRE(root->kind == pickle_kind::opaque);
   CHECK(doc->opaque_globals() == std::vector<std::string>{"os.system"});
+  REQUIRE(root->call);
+  CHECK(root->call->args.empty());
+  CHECK_FALSE(root->call->constructed);
+  const pickle_node* inner = root->call->callee;
+  REQUIRE(inner->kind == pickle_kind::opaque);
+  REQUIRE(inner->call);
+  CHECK(inner->call->callee->kind == pickle_kind::global);
+  CHECK(inner->call->callee->text == "os.system");
+  REQUIRE(inner->items.size() == 2);
+  CHECK(inner->items[0]->int_value == 1);
+  CHECK(inner->items[1]->int_value == 2);
+  REQUIRE(inner->call->state);
+  CHECK(inner->call->state->kind == pickle_kind::dict);
+  REQUIRE(inner->entries.size() == 1);
+  CHECK(inner->entries[0].first->int_value == 3);
+  CHECK(inner->entries[0].second->int_value == 4);
+
+  // NEWOBJ marks the object as constructed, as TorchScript writes its __torch__.* modules.
+  auto ts = parse("\x80\x02" "c__torch__\nNet\n)\x81}X\x01\x00\x00\x00" "aK\x05sb."s);
+  REQUIRE(ts->root()->call);
+  CHECK(ts->root()->call->constructed);
+  REQUIRE(ts->root()->call->state);
+  CHECK(ts->root()->call->state->entries.size() == 1);
 }
 
 TEST_CASE("malformed pickles are input errors with the offset and opcode", "[pickle][hostile]") {

@@ -480,10 +480,19 @@ class unpickler {
     return n;
   }
 
+  pickle_node* opaque_call(pickle_node* callee, const std::vector<pickle_node*>& args, bool is_new) {
+    pickle_node* n = opaque(callee->text);
+    n->call = std::make_unique<pickle_call>();
+    n->call->callee = callee;
+    n->call->args = args;
+    n->call->constructed = is_new;
+    return n;
+  }
+
   // The result of calling `callable` with `args` (REDUCE, INST, OBJ) or of cls.__new__(cls, *args)
   // (NEWOBJ, NEWOBJ_EX: `is_new`), for the allow-listed callables; an opaque node otherwise.
   pickle_node* call(pickle_node* callable, const std::vector<pickle_node*>& args, bool is_new) {
-    if (callable->kind == pickle_kind::opaque) return opaque(callable->text);
+    if (callable->kind == pickle_kind::opaque) return opaque_call(callable, args, is_new);
     if (callable->kind != pickle_kind::global)
       fail(fmt::format("calling {}, which is not callable", pickle_type_name(*callable)));
     const std::string& name = callable->text;
@@ -514,7 +523,7 @@ class unpickler {
     if (is_builtin(name, "bytes") || is_builtin(name, "bytearray")) {
       pickle_node* out = node(pickle_kind::bytes);
       if (args.empty()) return out;
-      if (args.size() != 1 || args[0]->kind != pickle_kind::bytes) return opaque(name);
+      if (args.size() != 1 || args[0]->kind != pickle_kind::bytes) return opaque_call(callable, args, is_new);
       out->text = args[0]->text;
       return out;
     }
@@ -522,7 +531,7 @@ class unpickler {
       // Protocols 0-2 write bytes as _codecs.encode(latin-1 text, "latin1").
       if (args.size() != 2 || args[0]->kind != pickle_kind::string || args[1]->kind != pickle_kind::string ||
           (args[1]->text != "latin1" && args[1]->text != "latin-1"))
-        return opaque(name);
+        return opaque_call(callable, args, is_new);
       pickle_node* out = node(pickle_kind::bytes);
       const std::string& s = args[0]->text;
       size_t i = 0;
@@ -537,7 +546,7 @@ class unpickler {
     if (name == "torch._utils._rebuild_tensor") return rebuild_tensor(args, false);
     if (name == "torch._utils._rebuild_parameter") return rebuild_parameter(args, 3);
     if (name == "torch._utils._rebuild_parameter_with_state") return rebuild_parameter(args, 4);
-    return opaque(name);
+    return opaque_call(callable, args, is_new);
   }
 
   std::vector<pickle_node*> tuple_items(pickle_node* n, const char* what) {
@@ -547,6 +556,10 @@ class unpickler {
   }
 
   void build(pickle_node* inst, pickle_node* state) {
+    if (inst->kind == pickle_kind::opaque) {
+      if (inst->call) inst->call->state = state;
+      return;
+    }
     if (inst->kind != pickle_kind::dict) return;
     auto merge = [&](pickle_node* s) {
       if (s->kind != pickle_kind::dict || s->entries.empty()) return;
@@ -761,8 +774,7 @@ class unpickler {
   pickle_node* counted(pickle_kind kind, uint64_t len) { return text_node(kind, take(len), len); }
 
   void add_items(pickle_node* target, const std::vector<pickle_node*>& items) {
-    if (target->kind == pickle_kind::opaque) return;
-    if (target->kind == pickle_kind::list && (op_ == kAppend || op_ == kAppends)) {
+    if (target->kind == pickle_kind::opaque || (target->kind == pickle_kind::list && (op_ == kAppend || op_ == kAppends))) {
       target->items.insert(target->items.end(), items.begin(), items.end());
       return;
     }
@@ -775,7 +787,10 @@ class unpickler {
 
   void set_items(pickle_node* target, const std::vector<pickle_node*>& kv) {
     if (kv.size() % 2) fail("odd number of items for a dict");
-    if (target->kind == pickle_kind::opaque) return;
+    if (target->kind == pickle_kind::opaque) {
+      for (size_t i = 0; i < kv.size(); i += 2) target->entries.emplace_back(kv[i], kv[i + 1]);
+      return;
+    }
     if (target->kind != pickle_kind::dict) fail("cannot set items on " + pickle_type_name(*target));
     for (size_t i = 0; i < kv.size(); i += 2) insert_keyed(target, kv[i], kv[i + 1]);
   }
@@ -1013,7 +1028,9 @@ class unpickler {
         pickle_node* args = pop();
         pickle_node* cls = pop();
         if (kwargs->kind != pickle_kind::dict) fail("NEWOBJ_EX keyword arguments are not a dict");
-        push(call(cls, tuple_items(args, "NEWOBJ_EX argument"), true));
+        pickle_node* made = call(cls, tuple_items(args, "NEWOBJ_EX argument"), true);
+        if (made->call) made->call->kwargs = kwargs;
+        push(made);
         break;
       }
       case kBuild: {

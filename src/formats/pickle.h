@@ -10,7 +10,8 @@
  *   _rebuild_parameter_with_state                     -> tensor
  *   torch.<X>Storage as a persistent-id argument       -> storage
  * Any other callable (argparse.Namespace, a numpy scalar, os.system, ...) yields an opaque node that
- * records the callable's name and nothing else; BUILD/SETITEM/APPEND on it are accepted and dropped.
+ * records the callable's name, its arguments and what BUILD/SETITEM/APPEND gave it (`pickle_call`,
+ * `items`, `entries`), as data: nothing is called.
  *
  * All nodes live in an arena owned by `pickle_document`, referred to by raw pointers, so memo
  * sharing, cycles and deep nesting cost no recursion when the document is destroyed. Consumers walk
@@ -65,18 +66,30 @@ enum class pickle_kind : uint8_t {
   opaque,       // the result of calling or building something not allowed (text: module.name)
 };
 
+// How an opaque node came to be, kept so that a writer can emit the same pickle data again and a
+// reader can look at an object's state (TorchScript modules are __torch__.* objects whose state
+// is a dict) without running anything.
+struct pickle_call {
+  pickle_node* callee = nullptr;  // the global (or opaque) node that was called
+  std::vector<pickle_node*> args;
+  pickle_node* kwargs = nullptr;  // NEWOBJ_EX only
+  bool constructed = false;       // cls.__new__(cls, *args) (NEWOBJ, NEWOBJ_EX, OBJ), else callee(*args)
+  pickle_node* state = nullptr;   // the last BUILD state, if any
+};
+
 struct pickle_node {
   pickle_kind kind = pickle_kind::none;
   bool bool_value = false;
   int64_t int_value = 0;
   double float_value = 0.0;
   std::string text;
-  std::vector<pickle_node*> items;                              // list, tuple, set
-  std::vector<std::pair<pickle_node*, pickle_node*>> entries;  // dict
+  std::vector<pickle_node*> items;                              // list, tuple, set; opaque: APPENDed
+  std::vector<std::pair<pickle_node*, pickle_node*>> entries;  // dict; opaque: SETITEMed, in order
   bool ordered = false;                                        // dict built as collections.OrderedDict
   pickle_node* attributes = nullptr;  // dict state set by BUILD on a dict (OrderedDict._metadata)
   std::unique_ptr<pickle_storage_ref> storage;
   std::unique_ptr<pickle_tensor_ref> tensor;
+  std::unique_ptr<pickle_call> call;  // opaque
 };
 
 class pickle_document {
