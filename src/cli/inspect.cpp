@@ -8,6 +8,11 @@
 
 #include "cli/commands.h"
 #include "formats/load.h"
+#include "util/printable.h"
+
+// Every string from the file (and the path from the command line) goes through printable(), in
+// text and JSON alike, so that names cannot carry terminal escapes, line breaks, direction
+// overrides or bytes that are not UTF-8 into the output.
 
 namespace swavg {
 namespace {
@@ -33,14 +38,14 @@ std::string human_bytes(uint64_t n) {
 
 nlohmann::ordered_json to_json(const state_dict& sd) {
   nlohmann::ordered_json j;
-  j["file"] = sd.path;
+  j["file"] = printable(sd.path);
   j["format"] = format_name(sd.format);
-  j["key"] = sd.key;
+  j["key"] = printable(sd.key);
   uint64_t total_bytes = 0;
   int64_t total_elements = 0;
   auto tensors = nlohmann::ordered_json::array();
   for (const auto& t : sd.tensors) {
-    tensors.push_back({{"name", t.name},
+    tensors.push_back({{"name", printable(t.name)},
                        {"dtype", dtype_name(t.view.type)},
                        {"shape", t.view.shape},
                        {"bytes", t.view.nbytes()},
@@ -52,26 +57,35 @@ nlohmann::ordered_json to_json(const state_dict& sd) {
   j["totals"] = {{"tensors", sd.tensors.size()}, {"elements", total_elements}, {"bytes", total_bytes}};
   auto entries = [](const std::vector<other_entry>& list) {
     auto a = nlohmann::ordered_json::array();
-    for (const auto& e : list) a.push_back({{"path", e.path}, {"type", e.type}, {"value", e.value}});
+    for (const auto& e : list)
+      a.push_back({{"path", printable(e.path)}, {"type", printable(e.type)}, {"value", printable(e.value)}});
     return a;
   };
   j["others"] = entries(sd.others);
   j["opaque"] = entries(sd.opaque);
-  j["metadata"] = sd.metadata;
+  auto metadata = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : sd.metadata) metadata[printable(k)] = printable(v);
+  j["metadata"] = std::move(metadata);
   return j;
 }
 
 void print_text(const state_dict& sd) {
-  std::cout << sd.path << ": " << format_name(sd.format) << ", state dict at "
-            << (sd.key.empty() ? "the top level" : fmt::format("'{}'", sd.key)) << "\n";
+  std::cout << printable(sd.path) << ": " << format_name(sd.format) << ", state dict at "
+            << (sd.key.empty() ? "the top level" : fmt::format("'{}'", printable(sd.key))) << "\n";
+  std::vector<std::string> names;
+  names.reserve(sd.tensors.size());
   size_t width = 4;
-  for (const auto& t : sd.tensors) width = std::max(width, t.name.size());
+  for (const auto& t : sd.tensors) {
+    names.push_back(printable(t.name));
+    width = std::max(width, names.back().size());
+  }
   std::printf("  %-*s  %-10s  %-20s  %12s  %s\n", static_cast<int>(width), "name", "dtype", "shape", "bytes", "kind");
   uint64_t total_bytes = 0;
   int64_t total_elements = 0;
   size_t params = 0, buffers = 0;
-  for (const auto& t : sd.tensors) {
-    std::printf("  %-*s  %-10s  %-20s  %12llu  %s\n", static_cast<int>(width), t.name.c_str(), dtype_name(t.view.type),
+  for (size_t i = 0; i < sd.tensors.size(); ++i) {
+    const auto& t = sd.tensors[i];
+    std::printf("  %-*s  %-10s  %-20s  %12llu  %s\n", static_cast<int>(width), names[i].c_str(), dtype_name(t.view.type),
                 shape_string(t.view.shape).c_str(), static_cast<unsigned long long>(t.view.nbytes()),
                 t.kind == tensor_kind::unknown ? "" : kind_name(t.kind));
     total_bytes += t.view.nbytes();
@@ -86,20 +100,21 @@ void print_text(const state_dict& sd) {
   if (!sd.others.empty()) {
     std::printf("non-tensor entries:\n");
     for (const auto& e : sd.others)
-      std::printf("  %s: %s%s\n", e.path.c_str(), e.type.c_str(), e.value.empty() ? "" : (" = " + e.value).c_str());
+      std::printf("  %s: %s%s\n", printable(e.path).c_str(), printable(e.type).c_str(),
+                  e.value.empty() ? "" : (" = " + printable(e.value)).c_str());
   }
   if (!sd.opaque.empty()) {
     std::printf("opaque objects (not interpreted, never written out):\n");
-    for (const auto& e : sd.opaque) std::printf("  %s: %s\n", e.path.c_str(), e.type.c_str());
+    for (const auto& e : sd.opaque) std::printf("  %s: %s\n", printable(e.path).c_str(), printable(e.type).c_str());
   }
-  for (const auto& [k, v] : sd.metadata) std::printf("metadata %s: %s\n", k.c_str(), v.c_str());
+  for (const auto& [k, v] : sd.metadata) std::printf("metadata %s: %s\n", printable(k).c_str(), printable(v).c_str());
 }
 
 void run_inspect(const inspect_options& o) {
   state_dict sd = load_state_dict(o.input, o.load);
-  if (!sd.key.empty()) spdlog::info("{}: took the state dict at '{}'", sd.path, sd.key);
+  if (!sd.key.empty()) spdlog::info("{}: took the state dict at '{}'", printable(sd.path), printable(sd.key));
   if (o.json)
-    std::cout << to_json(sd).dump(1) << "\n";
+    std::cout << to_json(sd).dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
   else
     print_text(sd);
 }

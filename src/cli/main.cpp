@@ -7,6 +7,7 @@
 #include "cli/hand_over.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/printable.h"
 #include "util/version.h"
 
 int main(int argc, char** argv) {
@@ -49,10 +50,13 @@ int main(int argc, char** argv) {
   } catch (const needs_libtorch& e) {
     return hand_over(argc, argv, e);
   } catch (const error& e) {
-    spdlog::error("{}", e.what());
+    // Messages quote names from files: their control characters, direction overrides and bytes
+    // that are not UTF-8 are escaped (util/printable.h). A '\n' is kept, as messages of several
+    // lines are ours; a file's name with a line break in it breaks the line too.
+    spdlog::error("{}", printable_lines(e.what()));
     return static_cast<int>(e.code());
   } catch (const std::exception& e) {
-    spdlog::error("internal error: {}", e.what());
+    spdlog::error("internal error: {}", printable_lines(e.what()));
     return static_cast<int>(exit_code::internal);
   }
   return 0;

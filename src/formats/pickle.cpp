@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstddef>
@@ -58,6 +59,12 @@ constexpr int kHighestProtocol = 5;
 constexpr size_t kMaxDecimalDigits = 4300;
 // Dicts and sets up to this size find duplicate keys by a linear scan, larger ones by a hash index.
 constexpr size_t kLinearKeyScan = 8;
+// What the memory budget counts for each thing the parser allocates (heap overhead included).
+constexpr uint64_t kNodeCost = sizeof(pickle_node) + sizeof(std::unique_ptr<pickle_node>) + 16;
+constexpr uint64_t kSlotCost = sizeof(pickle_node*);
+constexpr uint64_t kEntryCost = sizeof(std::pair<pickle_node*, pickle_node*>);
+constexpr uint64_t kHashEntryCost = 64;  // one entry of an unordered_map, bucket included
+constexpr uint64_t kMib = uint64_t{1} << 20;
 
 std::string hex_byte(uint8_t b) {
   static const char kHex[] = "0123456789abcdef";
@@ -138,29 +145,51 @@ int hex_value(char c) {
 }
 
 // A node's identity as a dict key or set member, following Python's equality for the hashable
-// scalars (True == 1 == 1.0); false for nodes compared by identity only.
-bool canonical_key(const pickle_node& n, std::string& out) {
+// scalars (True == 1 == 1.0): a tag, a number and, for str, bytes and big ints, a view of the text.
+// Nodes compared by identity only (containers, opaque objects, NaN) have none.
+struct key_ref {
+  char tag = 0;
+  uint64_t number = 0;
+  std::string_view text;
+  size_t hash = 0;
+
+  bool operator==(const key_ref& o) const {
+    return hash == o.hash && tag == o.tag && number == o.number && text == o.text;
+  }
+};
+
+struct key_ref_hash {
+  size_t operator()(const key_ref& k) const { return k.hash; }
+};
+
+std::optional<key_ref> scalar_key(const pickle_node& n) {
+  key_ref k;
   switch (n.kind) {
-    case pickle_kind::none: out = "N"; return true;
-    case pickle_kind::boolean: out = n.bool_value ? "i1" : "i0"; return true;
-    case pickle_kind::integer: out = "i" + std::to_string(n.int_value); return true;
-    case pickle_kind::big_integer: out = "b" + n.text; return true;
+    case pickle_kind::none: k.tag = 'N'; break;
+    case pickle_kind::boolean: k.tag = 'i', k.number = n.bool_value ? 1 : 0; break;
+    case pickle_kind::integer: k.tag = 'i', std::memcpy(&k.number, &n.int_value, sizeof k.number); break;
     case pickle_kind::floating: {
       const double f = n.float_value;
-      if (std::isnan(f)) return false;
+      if (std::isnan(f)) return std::nullopt;
       if (f == std::floor(f) && f >= -9223372036854775808.0 && f < 9223372036854775808.0) {
-        out = "i" + std::to_string(static_cast<int64_t>(f));
+        const auto i = static_cast<int64_t>(f);
+        k.tag = 'i', std::memcpy(&k.number, &i, sizeof k.number);
       } else {
-        uint64_t bits;
-        std::memcpy(&bits, &f, sizeof bits);
-        out = "f" + std::to_string(bits);
+        k.tag = 'f', std::memcpy(&k.number, &f, sizeof k.number);
       }
-      return true;
+      break;
     }
-    case pickle_kind::string: out = "s" + n.text; return true;
-    case pickle_kind::bytes: out = "y" + n.text; return true;
-    default: return false;
+    case pickle_kind::string: k.tag = 's', k.text = n.text; break;
+    case pickle_kind::bytes: k.tag = 'y', k.text = n.text; break;
+    case pickle_kind::big_integer: k.tag = 'b', k.text = n.text; break;
+    default: return std::nullopt;
   }
+  k.hash = std::hash<std::string_view>()(k.text) ^ (std::hash<uint64_t>()(k.number) * 31 + static_cast<size_t>(k.tag));
+  return k;
+}
+
+bool has_text_key(const pickle_node& n) {
+  return n.kind == pickle_kind::string || n.kind == pickle_kind::bytes || n.kind == pickle_kind::big_integer;
 }
 
 // What Python's float() gives for a well-formed decimal literal beyond double's range: +-inf when
@@ -212,6 +241,7 @@ class unpickler {
         size_(size),
         context_(context),
         limits_(limits),
+        budget_(memory_budget(size, limits)),
         doc_(std::make_unique<pickle_document>()) {}
 
   std::unique_ptr<pickle_document> run() {
@@ -221,6 +251,7 @@ class unpickler {
       op_ = data_[pos_++];
       if (op_ == kStop) {
         doc_->set_root(pop());
+        doc_->set_charged_bytes(charged_);
         return std::move(doc_);
       }
       step();
@@ -228,6 +259,42 @@ class unpickler {
   }
 
  private:
+  static uint64_t memory_budget(size_t size, const unpickle_limits& l) {
+    const auto scaled = checked_mul(static_cast<uint64_t>(size), l.bytes_per_input_byte);
+    const auto total = scaled ? checked_add(*scaled, l.base_bytes) : std::nullopt;
+    return total ? std::min(*total, l.max_bytes) : l.max_bytes;
+  }
+
+  // Counts `bytes` about to be allocated for the document against the budget.
+  void charge(uint64_t bytes) {
+    charged_ += bytes;
+    if (charged_ > budget_)
+      fail(fmt::format("memory limit: the objects built so far need {} bytes, more than the {} allowed for a "
+                       "{}-byte pickle ({} bytes per byte + {} MiB, at most {} MiB)",
+                       charged_, budget_, size_, limits_.bytes_per_input_byte, limits_.base_bytes / kMib,
+                       limits_.max_bytes / kMib));
+  }
+
+  void set_text(pickle_node* n, std::string text) {
+    charge(text.size());
+    n->text = std::move(text);
+  }
+
+  void append_items(pickle_node* n, const std::vector<pickle_node*>& items) {
+    charge(items.size() * kSlotCost);
+    n->items.insert(n->items.end(), items.begin(), items.end());
+  }
+
+  void append_item(pickle_node* n, pickle_node* x) {
+    charge(kSlotCost);
+    n->items.push_back(x);
+  }
+
+  void append_entry(pickle_node* n, pickle_node* k, pickle_node* v) {
+    charge(kEntryCost);
+    n->entries.emplace_back(k, v);
+  }
+
   [[noreturn]] void fail_plain(const std::string& what) const {
     std::string m = context_.empty() ? std::string() : context_ + ": ";
     m += fmt::format("at byte {}: {}", op_pos_, what);
@@ -264,7 +331,30 @@ class unpickler {
   pickle_node* node(pickle_kind kind) {
     if (++nodes_made_ > limits_.max_nodes)
       fail(fmt::format("too many objects (limit {})", limits_.max_nodes));
+    charge(kNodeCost);
     return doc_->make(kind);
+  }
+
+  pickle_node* shared(pickle_node*& slot, pickle_kind kind) {
+    if (!slot) slot = node(kind);
+    return slot;
+  }
+
+  pickle_node* boolean(bool v) {
+    pickle_node* n = shared(v ? true_ : false_, pickle_kind::boolean);
+    n->bool_value = v;
+    return n;
+  }
+
+  pickle_node* integer(int64_t v) {
+    if (v >= 0 && v < static_cast<int64_t>(small_ints_.size())) {
+      pickle_node* n = shared(small_ints_[static_cast<size_t>(v)], pickle_kind::integer);
+      n->int_value = v;
+      return n;
+    }
+    pickle_node* n = node(pickle_kind::integer);
+    n->int_value = v;
+    return n;
   }
 
   size_t frame_base() const { return marks_.empty() ? 0 : marks_.back(); }
@@ -308,10 +398,13 @@ class unpickler {
     }
     if (memo_vec_.size() + memo_map_.size() >= limits_.max_memo)
       fail(fmt::format("too many memo entries (limit {})", limits_.max_memo));
-    if (key == memo_vec_.size())
+    if (key == memo_vec_.size()) {
+      charge(kSlotCost);
       memo_vec_.push_back(n);
-    else
+    } else {
+      charge(kHashEntryCost);
       memo_map_.emplace(key, n);
+    }
   }
 
   pickle_node* memo_get(uint64_t key) {
@@ -329,6 +422,24 @@ class unpickler {
     return v;
   }
 
+  // The interned id of a node's key identity; a str, bytes or big int is hashed once per node.
+  std::optional<uint64_t> key_id(const pickle_node* n) {
+    const bool text = has_text_key(*n);
+    if (text) {
+      auto cached = text_key_ids_.find(n);
+      if (cached != text_key_ids_.end()) return cached->second;
+    }
+    const std::optional<key_ref> k = scalar_key(*n);
+    if (!k) return std::nullopt;
+    auto [it, fresh] = key_ids_.emplace(*k, key_ids_.size());
+    if (fresh) charge(kHashEntryCost);
+    if (text) {
+      charge(kHashEntryCost);
+      text_key_ids_.emplace(n, it->second);
+    }
+    return it->second;
+  }
+
   // Inserts into a dict (entries) or set (items), replacing an equal scalar key as Python does.
   void insert_keyed(pickle_node* container, pickle_node* key, pickle_node* value) {
     const bool is_dict = container->kind == pickle_kind::dict;
@@ -339,19 +450,19 @@ class unpickler {
     };
     auto append = [&] {
       if (is_dict)
-        container->entries.emplace_back(key, value);
+        append_entry(container, key, value);
       else
-        container->items.push_back(key);
+        append_item(container, key);
     };
-    if (!canonical_key(*key, key_text_)) {
+    const std::optional<uint64_t> id = key_id(key);
+    if (!id) {
       append();
       return;
     }
     auto idx = key_index_.find(container);
     if (idx == key_index_.end() && size < kLinearKeyScan) {
-      std::string other;
       for (size_t i = 0; i < size; ++i) {
-        if (canonical_key(*key_at(i), other) && other == key_text_) {
+        if (key_id(key_at(i)) == id) {
           replace_at(i);
           return;
         }
@@ -360,16 +471,21 @@ class unpickler {
       return;
     }
     if (idx == key_index_.end()) {
-      idx = key_index_.emplace(container, std::unordered_map<std::string, size_t>()).first;
-      std::string other;
-      for (size_t i = 0; i < size; ++i)
-        if (canonical_key(*key_at(i), other)) idx->second.emplace(other, i);
+      idx = key_index_.emplace(container, std::unordered_map<uint64_t, size_t>()).first;
+      for (size_t i = 0; i < size; ++i) {
+        if (const std::optional<uint64_t> other = key_id(key_at(i))) {
+          charge(kHashEntryCost);
+          idx->second.emplace(*other, i);
+        }
+      }
     }
-    auto [slot, fresh] = idx->second.emplace(key_text_, size);
-    if (fresh)
+    auto [slot, fresh] = idx->second.emplace(*id, size);
+    if (fresh) {
+      charge(kHashEntryCost);
       append();
-    else
+    } else {
       replace_at(slot->second);
+    }
   }
 
   void fill_from_pairs(pickle_node* dict, pickle_node* source, const char* callable) {
@@ -392,7 +508,7 @@ class unpickler {
       if (keyed)
         insert_keyed(out, x, nullptr);
       else
-        out->items.push_back(x);
+        append_item(out, x);
     };
     switch (source->kind) {
       case pickle_kind::list:
@@ -427,6 +543,7 @@ class unpickler {
     if (n->kind != pickle_kind::tuple && n->kind != pickle_kind::list)
       fail(fmt::format("tensor {} is {}, not a tuple", what, pickle_type_name(*n)));
     std::vector<int64_t> out;
+    charge(n->items.size() * sizeof(int64_t));
     out.reserve(n->items.size());
     for (const pickle_node* x : n->items) {
       const int64_t v = int_arg(x, what);
@@ -448,6 +565,7 @@ class unpickler {
       fail(fmt::format("tensor rebuild takes {} arguments, got {}", want, a.size()));
     if (a[0]->kind != pickle_kind::storage)
       fail(fmt::format("tensor storage is {}, not a storage", pickle_type_name(*a[0])));
+    charge(sizeof(pickle_tensor_ref) + a[0]->storage->key.size() + a[0]->storage->location.size());
     auto t = std::make_unique<pickle_tensor_ref>();
     t->storage = *a[0]->storage;
     t->offset = int_arg(a[1], "storage offset");
@@ -466,8 +584,11 @@ class unpickler {
       fail(fmt::format("parameter rebuild takes {} arguments, got {}", want, a.size()));
     if (a[0]->kind != pickle_kind::tensor)
       fail(fmt::format("parameter data is {}, not a tensor", pickle_type_name(*a[0])));
+    const pickle_tensor_ref& from = *a[0]->tensor;
+    charge(sizeof(pickle_tensor_ref) + (from.shape.size() + from.strides.size()) * sizeof(int64_t) +
+           from.storage.key.size() + from.storage.location.size() + from.subclass.size());
     pickle_node* n = node(pickle_kind::tensor);
-    n->tensor = std::make_unique<pickle_tensor_ref>(*a[0]->tensor);
+    n->tensor = std::make_unique<pickle_tensor_ref>(from);
     n->tensor->requires_grad = bool_arg(a[1], "requires_grad");
     n->tensor->is_parameter = true;
     return n;
@@ -476,12 +597,13 @@ class unpickler {
   pickle_node* opaque(const std::string& name) {
     doc_->note_opaque(name);
     pickle_node* n = node(pickle_kind::opaque);
-    n->text = name;
+    set_text(n, name);
     return n;
   }
 
   pickle_node* opaque_call(pickle_node* callee, const std::vector<pickle_node*>& args, bool is_new) {
     pickle_node* n = opaque(callee->text);
+    charge(sizeof(pickle_call) + args.size() * kSlotCost);
     n->call = std::make_unique<pickle_call>();
     n->call->callee = callee;
     n->call->args = args;
@@ -524,7 +646,7 @@ class unpickler {
       pickle_node* out = node(pickle_kind::bytes);
       if (args.empty()) return out;
       if (args.size() != 1 || args[0]->kind != pickle_kind::bytes) return opaque_call(callable, args, is_new);
-      out->text = args[0]->text;
+      set_text(out, args[0]->text);
       return out;
     }
     if (name == "_codecs.encode") {
@@ -534,22 +656,50 @@ class unpickler {
         return opaque_call(callable, args, is_new);
       pickle_node* out = node(pickle_kind::bytes);
       const std::string& s = args[0]->text;
+      std::string latin1;
+      latin1.reserve(s.size());
       size_t i = 0;
       uint32_t cp;
       while (i < s.size()) {
         if (!next_code_point(s, i, cp) || cp > 0xff) fail("_codecs.encode: text is not latin-1");
-        out->text += static_cast<char>(cp);
+        latin1 += static_cast<char>(cp);
       }
+      set_text(out, std::move(latin1));
       return out;
     }
-    if (name == "torch._utils._rebuild_tensor_v2") return rebuild_tensor(args, true);
-    if (name == "torch._utils._rebuild_tensor") return rebuild_tensor(args, false);
-    if (name == "torch._utils._rebuild_parameter") return rebuild_parameter(args, 3);
-    if (name == "torch._utils._rebuild_parameter_with_state") return rebuild_parameter(args, 4);
+    if (is_tensor_rebuild(name)) return rebuild(name, args);
+    if (name == "torch._tensor._rebuild_from_type_v2" && !is_new) return rebuild_from_type(callable, args);
     return opaque_call(callable, args, is_new);
   }
 
-  std::vector<pickle_node*> tuple_items(pickle_node* n, const char* what) {
+  static bool is_tensor_rebuild(const std::string& name) {
+    return name == "torch._utils._rebuild_tensor_v2" || name == "torch._utils._rebuild_tensor" ||
+           name == "torch._utils._rebuild_parameter" || name == "torch._utils._rebuild_parameter_with_state";
+  }
+
+  pickle_node* rebuild(const std::string& name, const std::vector<pickle_node*>& args) {
+    if (name == "torch._utils._rebuild_tensor_v2") return rebuild_tensor(args, true);
+    if (name == "torch._utils._rebuild_tensor") return rebuild_tensor(args, false);
+    if (name == "torch._utils._rebuild_parameter") return rebuild_parameter(args, 3);
+    return rebuild_parameter(args, 4);
+  }
+
+  // torch._tensor._rebuild_from_type_v2(func, new_type, args, state), what torch.save writes for a
+  // tensor subclass: func(*args) when func is one of the tensor rebuilds; new_type and state stay
+  // data. Anything else is opaque.
+  pickle_node* rebuild_from_type(pickle_node* callable, const std::vector<pickle_node*>& args) {
+    if (args.size() != 4 || args[0]->kind != pickle_kind::global || !is_tensor_rebuild(args[0]->text) ||
+        args[2]->kind != pickle_kind::tuple)
+      return opaque_call(callable, args, false);
+    pickle_node* t = rebuild(args[0]->text, args[2]->items);
+    if (args[1]->kind == pickle_kind::global || args[1]->kind == pickle_kind::opaque) {
+      charge(args[1]->text.size());
+      t->tensor->subclass = args[1]->text;
+    }
+    return t;
+  }
+
+  const std::vector<pickle_node*>& tuple_items(pickle_node* n, const char* what) {
     if (n->kind != pickle_kind::tuple)
       fail(fmt::format("{} is {}, not a tuple", what, pickle_type_name(*n)));
     return n->items;
@@ -601,6 +751,7 @@ class unpickler {
       fail(fmt::format("storage location is {}, not str", pickle_type_name(*it[3])));
     if (it[4]->kind != pickle_kind::integer || it[4]->int_value < 0)
       fail("storage size is not a non-negative int");
+    charge(sizeof(pickle_storage_ref) + it[2]->text.size() + it[3]->text.size());
     pickle_node* n = node(pickle_kind::storage);
     n->storage = std::make_unique<pickle_storage_ref>();
     n->storage->key = it[2]->text;
@@ -617,10 +768,15 @@ class unpickler {
         if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
       return valid_utf8(s);
     };
+    if (module.size() > limits_.max_name || name.size() > limits_.max_name)
+      fail(fmt::format("global name limit: a module or name of {} bytes, more than {}",
+                       std::max(module.size(), name.size()), limits_.max_name));
     if (!ok(module) || !ok(name)) fail("bad global name");
     pickle_node* n = node(pickle_kind::global);
-    n->text.reserve(module.size() + 1 + name.size());
-    n->text.append(module).append(".").append(name);
+    std::string text;
+    text.reserve(module.size() + 1 + name.size());
+    text.append(module).append(".").append(name);
+    set_text(n, std::move(text));
     return n;
   }
 
@@ -656,8 +812,15 @@ class unpickler {
         carry = t >> 8;
       }
     }
-    pickle_node* n = node(pickle_kind::integer);
-    set_long(n, bytes.data(), bytes.size());
+    return long_node(bytes.data(), bytes.size());
+  }
+
+  pickle_node* long_node(const uint8_t* p, size_t len) {
+    pickle_node tmp;
+    set_long(&tmp, p, len);
+    if (tmp.kind == pickle_kind::integer) return integer(tmp.int_value);
+    pickle_node* n = node(pickle_kind::big_integer);
+    set_text(n, std::move(tmp.text));
     return n;
   }
 
@@ -680,7 +843,7 @@ class unpickler {
   pickle_node* py2_string(std::string bytes) {
     const bool utf8 = valid_utf8(bytes);
     pickle_node* n = node(utf8 ? pickle_kind::string : pickle_kind::bytes);
-    n->text = std::move(bytes);
+    set_text(n, std::move(bytes));
     return n;
   }
 
@@ -766,6 +929,7 @@ class unpickler {
 
   pickle_node* text_node(pickle_kind kind, const uint8_t* p, uint64_t len) {
     pickle_node* n = node(kind);
+    charge(len);
     n->text.assign(reinterpret_cast<const char*>(p), static_cast<size_t>(len));
     if (kind == pickle_kind::string && !valid_utf8(n->text)) fail("string is not valid UTF-8");
     return n;
@@ -775,7 +939,7 @@ class unpickler {
 
   void add_items(pickle_node* target, const std::vector<pickle_node*>& items) {
     if (target->kind == pickle_kind::opaque || (target->kind == pickle_kind::list && (op_ == kAppend || op_ == kAppends))) {
-      target->items.insert(target->items.end(), items.begin(), items.end());
+      append_items(target, items);
       return;
     }
     if (target->kind == pickle_kind::set && op_ == kAddItems) {
@@ -788,7 +952,7 @@ class unpickler {
   void set_items(pickle_node* target, const std::vector<pickle_node*>& kv) {
     if (kv.size() % 2) fail("odd number of items for a dict");
     if (target->kind == pickle_kind::opaque) {
-      for (size_t i = 0; i < kv.size(); i += 2) target->entries.emplace_back(kv[i], kv[i + 1]);
+      for (size_t i = 0; i < kv.size(); i += 2) append_entry(target, kv[i], kv[i + 1]);
       return;
     }
     if (target->kind != pickle_kind::dict) fail("cannot set items on " + pickle_type_name(*target));
@@ -796,10 +960,12 @@ class unpickler {
   }
 
   pickle_node* sequence(pickle_kind kind, std::vector<pickle_node*> items) {
+    if (kind == pickle_kind::tuple && items.empty()) return shared(empty_tuple_, pickle_kind::tuple);
     pickle_node* n = node(kind);
     if (kind == pickle_kind::set) {
       for (pickle_node* x : items) insert_keyed(n, x, nullptr);
     } else {
+      charge(items.size() * kSlotCost);
       n->items = std::move(items);
     }
     return n;
@@ -827,20 +993,13 @@ class unpickler {
       case kPopMark: pop_mark(); break;
       case kDup: push(top()); break;
 
-      case kNone: push(node(pickle_kind::none)); break;
+      case kNone: push(shared(none_, pickle_kind::none)); break;
       case kNewTrue:
-      case kNewFalse: {
-        pickle_node* n = node(pickle_kind::boolean);
-        n->bool_value = op_ == kNewTrue;
-        push(n);
-        break;
-      }
+      case kNewFalse: push(boolean(op_ == kNewTrue)); break;
       case kInt: {
         const std::string_view s = line();
         if (s == "00" || s == "01") {
-          pickle_node* n = node(pickle_kind::boolean);
-          n->bool_value = s == "01";
-          push(n);
+          push(boolean(s == "01"));
         } else {
           push(decimal(s));
         }
@@ -854,12 +1013,7 @@ class unpickler {
       }
       case kBinInt:
       case kBinInt1:
-      case kBinInt2: {
-        pickle_node* n = node(pickle_kind::integer);
-        n->int_value = op_ == kBinInt ? i32() : op_ == kBinInt1 ? u8() : u16();
-        push(n);
-        break;
-      }
+      case kBinInt2: push(integer(op_ == kBinInt ? i32() : op_ == kBinInt1 ? u8() : u16())); break;
       case kLong1:
       case kLong4: {
         uint64_t len;
@@ -871,9 +1025,7 @@ class unpickler {
           len = static_cast<uint64_t>(l);
         }
         const uint8_t* p = take(len);
-        pickle_node* n = node(pickle_kind::integer);
-        set_long(n, p, static_cast<size_t>(len));
-        push(n);
+        push(long_node(p, static_cast<size_t>(len)));
         break;
       }
       case kFloat: push(float_text(line())); break;
@@ -903,7 +1055,7 @@ class unpickler {
       }
       case kUnicode: {
         pickle_node* n = node(pickle_kind::string);
-        n->text = raw_unicode(line());
+        set_text(n, raw_unicode(line()));
         push(n);
         break;
       }
@@ -916,7 +1068,7 @@ class unpickler {
       case kByteArray8: push(counted(pickle_kind::bytes, u64())); break;
 
       case kEmptyList: push(node(pickle_kind::list)); break;
-      case kEmptyTuple: push(node(pickle_kind::tuple)); break;
+      case kEmptyTuple: push(shared(empty_tuple_, pickle_kind::tuple)); break;
       case kEmptyDict: push(node(pickle_kind::dict)); break;
       case kEmptySet: push(node(pickle_kind::set)); break;
       case kList: push(sequence(pickle_kind::list, pop_mark())); break;
@@ -1040,7 +1192,7 @@ class unpickler {
       }
       case kPersId: {
         pickle_node* pid = node(pickle_kind::string);
-        pid->text = std::string(line());
+        set_text(pid, std::string(line()));
         push(persistent_load(pid));
         break;
       }
@@ -1059,6 +1211,8 @@ class unpickler {
   size_t size_;
   const std::string& context_;
   const unpickle_limits& limits_;
+  const uint64_t budget_;
+  uint64_t charged_ = 0;
   std::unique_ptr<pickle_document> doc_;
 
   size_t pos_ = 0;
@@ -1069,8 +1223,14 @@ class unpickler {
   std::vector<size_t> marks_;
   std::vector<pickle_node*> memo_vec_;
   std::unordered_map<uint64_t, pickle_node*> memo_map_;
-  std::unordered_map<const pickle_node*, std::unordered_map<std::string, size_t>> key_index_;
-  std::string key_text_;
+  std::unordered_map<key_ref, uint64_t, key_ref_hash> key_ids_;
+  std::unordered_map<const pickle_node*, uint64_t> text_key_ids_;
+  std::unordered_map<const pickle_node*, std::unordered_map<uint64_t, size_t>> key_index_;
+  pickle_node* none_ = nullptr;
+  pickle_node* true_ = nullptr;
+  pickle_node* false_ = nullptr;
+  pickle_node* empty_tuple_ = nullptr;
+  std::array<pickle_node*, 256> small_ints_{};
 };
 
 }  // namespace

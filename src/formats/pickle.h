@@ -8,6 +8,8 @@
  *   builtins.bytes/bytearray, _codecs.encode(text, "latin1") -> bytes (protocols 0-2 write bytes so)
  *   torch._utils._rebuild_tensor_v2, _rebuild_tensor, _rebuild_parameter,
  *   _rebuild_parameter_with_state                     -> tensor
+ *   torch._tensor._rebuild_from_type_v2(rebuild, new_type, args, state), as torch.save writes a
+ *   tensor subclass, with one of the rebuilds above    -> tensor (new_type's name kept as `subclass`)
  *   torch.<X>Storage as a persistent-id argument       -> storage
  * Any other callable (argparse.Namespace, a numpy scalar, os.system, ...) yields an opaque node that
  * records the callable's name, its arguments and what BUILD/SETITEM/APPEND gave it (`pickle_call`,
@@ -15,7 +17,16 @@
  *
  * All nodes live in an arena owned by `pickle_document`, referred to by raw pointers, so memo
  * sharing, cycles and deep nesting cost no recursion when the document is destroyed. Consumers walk
- * it with explicit depth limits.
+ * it with explicit depth limits. None, True, False, the ints 0-255 and the empty tuple are shared
+ * nodes (immutable, as in Python).
+ *
+ * Resources are proportional to the record: everything the parser allocates (nodes, their text,
+ * container slots, call arguments, tensor shapes, the memo and its key indexes) is counted against
+ * a budget of `bytes_per_input_byte` times the record's size plus `base_bytes`, at most
+ * `max_bytes`, so that a small record cannot build huge containers out of memoised objects
+ * (list(x), dict(x), bytes(x) or a call repeated on one big memo entry). Work per opcode is
+ * constant or proportional to what it allocates; dict and set keys are compared through interned
+ * ids, so a big key is hashed once. Passing a limit is an input_error naming it.
  */
 #pragma once
 
@@ -46,6 +57,7 @@ struct pickle_tensor_ref {
   std::vector<int64_t> strides;
   bool requires_grad = false;
   bool is_parameter = false;  // rebuilt through _rebuild_parameter*
+  std::string subclass;       // _rebuild_from_type_v2's new_type ("module.name"); empty for torch.Tensor
 };
 
 enum class pickle_kind : uint8_t {
@@ -97,23 +109,32 @@ class pickle_document {
   pickle_node* root() const { return root_; }
   // Every name that became an opaque node, as "module.name", in order of first appearance.
   const std::vector<std::string>& opaque_globals() const { return opaque_globals_; }
+  // Bytes the parser counted against unpickle_limits' memory budget.
+  uint64_t charged_bytes() const { return charged_bytes_; }
 
   // Used by the parser.
   pickle_node* make(pickle_kind kind);
   void set_root(pickle_node* n) { root_ = n; }
   void note_opaque(const std::string& name);
+  void set_charged_bytes(uint64_t n) { charged_bytes_ = n; }
 
  private:
   std::vector<std::unique_ptr<pickle_node>> nodes_;
   pickle_node* root_ = nullptr;
   std::vector<std::string> opaque_globals_;
   std::unordered_set<std::string> opaque_seen_;
+  uint64_t charged_bytes_ = 0;
 };
 
 struct unpickle_limits {
   size_t max_nodes = 50'000'000;
   size_t max_memo = 50'000'000;
   size_t max_stack = 10'000'000;
+  size_t max_name = 4096;  // bytes in a global's module or name
+  // The memory budget: bytes_per_input_byte * size + base_bytes, at most max_bytes.
+  uint64_t bytes_per_input_byte = 64;
+  uint64_t base_bytes = uint64_t{64} << 20;
+  uint64_t max_bytes = uint64_t{8} << 30;
 };
 
 // Parses `size` bytes of pickle data. `context` (e.g. "ckpt.pt: archive/data.pkl") starts every

@@ -23,6 +23,7 @@ namespace {
 constexpr int kMaxWalkDepth = 64;
 constexpr size_t kMaxListedOpaque = 1000;
 constexpr size_t kMaxListed = 20;
+constexpr size_t kMaxPathPart = 200;  // bytes of one key in an opaque object's listed path
 
 bool is_tensor(const pickle_node* n) { return n && n->kind == pickle_kind::tensor; }
 bool is_dict(const pickle_node* n) { return n && n->kind == pickle_kind::dict; }
@@ -91,19 +92,58 @@ std::string scalar_text(const pickle_node& n) {
 }
 
 // Lists every opaque object with its dotted path, without recursion past kMaxWalkDepth and without
-// visiting a node twice (memo sharing and cycles).
-void collect_opaque(const pickle_node* n, const std::string& path, int depth, std::unordered_set<const pickle_node*>& seen,
-                    std::vector<other_entry>& out) {
+// visiting a node twice (memo sharing and cycles). The path is one buffer extended and cut back per
+// step, each part at most kMaxPathPart bytes, so a walk costs O(nodes), not O(nodes x path length).
+void append_path_part(std::string& path, const pickle_node* k, size_t index) {
+  if (!path.empty()) path += '.';
+  std::string_view part;
+  std::string number;
+  if (!k) {
+    number = std::to_string(index);
+    part = number;
+  } else if (k->kind == pickle_kind::string) {
+    part = k->text;
+  } else if (k->kind == pickle_kind::opaque) {
+    path += '<';
+    part = k->text;
+  } else {
+    number = pickle_key_text(k);
+    part = number;
+  }
+  if (part.size() > kMaxPathPart) {
+    size_t cut = kMaxPathPart;
+    while (cut > 0 && (static_cast<unsigned char>(part[cut]) & 0xc0) == 0x80) --cut;
+    path.append(part.substr(0, cut)).append("...");
+  } else {
+    path.append(part);
+  }
+  if (k && (k->kind == pickle_kind::opaque)) path += '>';
+}
+
+void collect_opaque_at(const pickle_node* n, std::string& path, int depth, std::unordered_set<const pickle_node*>& seen,
+                       std::vector<other_entry>& out) {
   if (!n || depth > kMaxWalkDepth || out.size() >= kMaxListedOpaque || !seen.insert(n).second) return;
   if (n->kind == pickle_kind::opaque) {
     out.push_back(other_entry{path.empty() ? "<top level>" : path, n->text, {}});
     return;
   }
+  auto visit = [&](const pickle_node* child, const pickle_node* key, size_t index) {
+    const size_t length = path.size();
+    append_path_part(path, key, index);
+    collect_opaque_at(child, path, depth + 1, seen, out);
+    path.resize(length);
+  };
   if (n->kind == pickle_kind::dict) {
-    for (const auto& [k, v] : n->entries) collect_opaque(v, join(path, pickle_key_text(k)), depth + 1, seen, out);
+    for (const auto& [k, v] : n->entries) visit(v, k, 0);
   } else if (n->kind == pickle_kind::list || n->kind == pickle_kind::tuple || n->kind == pickle_kind::set) {
-    for (size_t i = 0; i < n->items.size(); ++i) collect_opaque(n->items[i], join(path, std::to_string(i)), depth + 1, seen, out);
+    for (size_t i = 0; i < n->items.size(); ++i) visit(n->items[i], nullptr, i);
   }
+}
+
+void collect_opaque(const pickle_node* n, const std::string& path, int depth, std::unordered_set<const pickle_node*>& seen,
+                    std::vector<other_entry>& out) {
+  std::string buffer = path;
+  collect_opaque_at(n, buffer, depth, seen, out);
 }
 
 // swavg's own metadata, a JSON object of strings in a record loaders ignore.
