@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "formats/pickle.h"
@@ -536,4 +537,220 @@ TEST_CASE("truncated and corrupted data.pkl never crashes", "[pickle][hostile]")
     if (parse_error(bad).empty()) ++parsed;
   }
   CHECK(parsed < 3000);
+}
+
+namespace {
+
+std::string long_binput(uint32_t k) {
+  std::string out = "r";
+  for (int i = 0; i < 4; ++i) out += static_cast<char>((k >> (8 * i)) & 0xff);
+  return out;
+}
+
+std::string long_binget(uint32_t k) {
+  std::string out = "j";
+  for (int i = 0; i < 4; ++i) out += static_cast<char>((k >> (8 * i)) & 0xff);
+  return out;
+}
+
+// list(L) of a memoised list of `items` Nones, `copies` times, into one list: 7 bytes per copy.
+std::string list_copies(int items, int copies) {
+  std::string data = "\x80\x02" "cbuiltins\nlist\nq\x00" "0]q\x01("s + std::string(static_cast<size_t>(items), 'N') + "e0]";
+  for (int i = 0; i < copies; ++i) data += "h\x00h\x01\x85Ra"s;
+  return data + ".";
+}
+
+}  // namespace
+
+TEST_CASE("the memory budget is proportional to the record, at its edges", "[pickle][hostile]") {
+  const std::string data = list_copies(1000, 10);
+  const auto doc = parse(data);
+  REQUIRE(doc->root()->items.size() == 10);
+  CHECK(doc->root()->items[9]->items.size() == 1000);
+  const uint64_t need = doc->charged_bytes();
+  // Ten copies of 1000 slots are counted.
+  CHECK(need > 10 * 1000 * sizeof(pickle_node*));
+
+  // The base alone: the last budget that fits, and the first that does not.
+  unpickle_limits l;
+  l.bytes_per_input_byte = 0;
+  l.base_bytes = need;
+  CHECK(parse_error(data, l) == "");
+  l.base_bytes = need - 1;
+  const std::string m = parse_error(data, l);
+  CHECK(m.find("memory limit: the objects built so far need ") != std::string::npos);
+  CHECK(m.find(fmt::format("more than the {} allowed for a {}-byte pickle", need - 1, data.size())) !=
+        std::string::npos);
+
+  // The per-byte share: need / size bytes per byte of record, rounded up, fits; one less does not.
+  l.base_bytes = 0;
+  l.bytes_per_input_byte = (need + data.size() - 1) / data.size();
+  CHECK(parse_error(data, l) == "");
+  l.bytes_per_input_byte -= 1;
+  CHECK(parse_error(data, l).find("memory limit") != std::string::npos);
+
+  // The absolute cap, whatever the share.
+  l.bytes_per_input_byte = 1'000'000;
+  l.max_bytes = need;
+  CHECK(parse_error(data, l) == "");
+  l.max_bytes = need - 1;
+  CHECK(parse_error(data, l).find("memory limit") != std::string::npos);
+
+  // A share so large that the product overflows falls back to the cap.
+  l.bytes_per_input_byte = UINT64_MAX;
+  l.max_bytes = need;
+  CHECK(parse_error(data, l) == "");
+}
+
+TEST_CASE("memoised objects cannot be copied into huge containers", "[pickle][hostile]") {
+  // Each 7-byte copy of a 100000-slot list would add 800 KB: 3000 copies, 2.4 GB from 121 KB.
+  const std::string copies = list_copies(100'000, 3000);
+  CHECK(parse_error(copies).find("memory limit") != std::string::npos);
+  CHECK(parse_error(list_copies(100'000, 20)) == "");
+
+  struct named {
+    const char* what;
+    std::string data;
+  };
+  std::string big_dict = "\x80\x02" "cbuiltins\ndict\nq\x00" "0}q\x01"s;
+  for (int k = 0; k < 20000; ++k) big_dict += "(M" + std::string{static_cast<char>(k & 0xff), static_cast<char>(k >> 8)} + "Nu";
+  std::string big_bytes = "\x80\x02" "cbuiltins\nbytes\nq\x00" "0B\x00\x00\x04\x00"s + std::string(256 << 10, 'x') + "q\x01" "0";
+  std::string name = "\x80\x02" "cm\n" + std::string(4000, 'n') + "\nq\x00" "0";
+  std::string shape = "\x80\x02" "ctorch._utils\n_rebuild_tensor_v2\nq\x00" "0(" + storage_pid() + "K\x00(";
+  for (int i = 0; i < 50'000; ++i) shape += "K\x00"s;
+  shape += "tq\x02h\x02\x89NtR"s;
+  shape += "q\x01" "0";
+  const std::vector<named> cases = {
+      {"dict(D)", big_dict + "0]" + [] {
+         std::string s;
+         for (int i = 0; i < 20000; ++i) s += "h\x00h\x01\x85Ra"s;
+         return s;
+       }() + "."},
+      {"bytes(B)", big_bytes + "]" + [] {
+         std::string s;
+         for (int i = 0; i < 3000; ++i) s += "h\x00h\x01\x85Ra"s;
+         return s;
+       }() + "."},
+      {"an opaque call's name", name + "]" + [] {
+         std::string s;
+         for (int i = 0; i < 100'000; ++i) s += "h\x00)Ra"s;
+         return s;
+       }() + "."},
+      {"a tensor's shape", shape + "]" + [] {
+         std::string s;
+         for (int i = 0; i < 3000; ++i) s += "h\x00h\x01Ra"s;
+         return s;
+       }() + "."},
+      {"a million 1-byte nodes", "\x80\x02](" + std::string(1'500'000, ']') + "e."},
+  };
+  for (const auto& c : cases) {
+    INFO(c.what);
+    CHECK(parse_error(c.data).find("memory limit") != std::string::npos);
+  }
+}
+
+TEST_CASE("checkpoints stay far below the memory budget", "[pickle]") {
+  // torch.save's pickles: a few tens of bytes of document per byte at most, under the 64 allowed.
+  for (const char* file : {"torch_state.pkl", "torch_subclass.pkl", "namespace.p2.pkl", "nested.p2.pkl"}) {
+    INFO(file);
+    const std::string data = read_file(kPickles + file);
+    const auto doc = parse(data);
+    CHECK(doc->charged_bytes() < 40 * data.size());
+  }
+}
+
+TEST_CASE("big keys are interned: compared by id, hashed once", "[pickle][hostile]") {
+  // Seven keys of 64 KB set 300000 times would copy 8 keys per set before (150 GB of copies).
+  std::string data = "\x80\x02";
+  for (int i = 0; i < 7; ++i) data += binunicode(std::string(64 << 10, static_cast<char>('a' + i))) + long_binput(10 + i) + "0";
+  data += "}";
+  for (int i = 0; i < 300'000; ++i) data += long_binget(10 + i % 7) + "K" + std::string{static_cast<char>(i % 7)} + "s";
+  // Equal keys from different nodes, past the linear scan (an index), and before it.
+  data += binunicode(std::string(64 << 10, 'a')) + "K\x63s";
+  const std::string set = "\x80\x02\x8f(" + binunicode("x") + binunicode("x") + "K\x01\x88G?\xf0\x00\x00\x00\x00\x00\x00" + "\x90.";
+  auto doc = parse(data + ".");
+  const pickle_node* d = doc->root();
+  REQUIRE(d->entries.size() == 7);
+  CHECK(d->entries[0].first->text == std::string(64 << 10, 'a'));
+  CHECK(d->entries[0].second->int_value == 0x63);
+  CHECK(d->entries[6].second->int_value == 6);
+  doc = parse(set);
+  REQUIRE(doc->root()->items.size() == 2);  // {"x", 1}: True and 1.0 equal 1
+  CHECK(render(doc->root()) == "set{\"x\", 1}");
+}
+
+TEST_CASE("immutable scalars are shared nodes", "[pickle]") {
+  auto doc = parse("\x80\x02(NN\x88\x88I01\nK\x05M\x05\x00J\x05\x00\x00\x00K\xff" "M\x00\x01M\x00\x01))(t\x8a\x01\x05l."s);
+  const auto& it = doc->root()->items;
+  REQUIRE(it.size() == 15);
+  CHECK(it[0] == it[1]);
+  CHECK(it[2] == it[3]);
+  CHECK(it[3] == it[4]);
+  CHECK(it[5] == it[6]);
+  CHECK(it[6] == it[7]);
+  CHECK(it[7] == it[14]);
+  CHECK(it[8]->int_value == 255);
+  CHECK(it[9] != it[10]);  // 256 is past the shared range
+  CHECK(it[10]->int_value == 256);
+  CHECK(it[11] == it[12]);
+  CHECK(it[12] == it[13]);
+  CHECK(it[13]->kind == pickle_kind::tuple);
+}
+
+TEST_CASE("global names are limited in length", "[pickle][hostile]") {
+  const std::string ok(4096, 'm');
+  CHECK(parse_error("c" + ok + "\nx\n.") == "");
+  CHECK(parse_error("cx\n" + ok + "\n.") == "");
+  CHECK(parse_error("c" + ok + "m\nx\n.") ==
+        kContext + ": at byte 0: opcode GLOBAL (0x63): global name limit: a module or name of 4097 bytes, more than 4096");
+  CHECK(parse_error("cx\n" + ok + "m\n.").find("global name limit") != std::string::npos);
+  CHECK(parse_error("\x80\x04" + binunicode(ok + "m") + binunicode("x") + "\x93.").find("global name limit") !=
+        std::string::npos);
+  unpickle_limits l;
+  l.max_name = 3;
+  CHECK(parse_error("cabc\nxyz\n.", l) == "");
+  CHECK(parse_error("cabcd\nxyz\n.", l).find("more than 3") != std::string::npos);
+}
+
+TEST_CASE("tensor subclasses (_rebuild_from_type_v2) are the tensors they hold", "[pickle]") {
+  auto doc = parse(read_file(kPickles + "torch_subclass.pkl"));
+  const pickle_node* root = doc->root();
+  CHECK(doc->opaque_globals().empty());
+  const pickle_node* sub = entry(root, "sub");
+  REQUIRE(sub->kind == pickle_kind::tensor);
+  CHECK(sub->tensor->subclass == "fixtures.pickles._SubTensor");
+  CHECK(sub->tensor->shape == std::vector<int64_t>{2, 3});
+  CHECK_FALSE(sub->tensor->is_parameter);
+  const pickle_node* noted = entry(root, "noted");
+  REQUIRE(noted->kind == pickle_kind::tensor);
+  CHECK(noted->tensor->subclass == "fixtures.pickles._SubTensor");
+  CHECK(entry(root, "sub_param")->tensor->is_parameter);
+  CHECK(entry(root, "sub_param")->tensor->subclass.empty());
+  CHECK(entry(root, "plain")->tensor->subclass.empty());
+
+  // Only the tensor rebuilds are called through it; anything else stays opaque.
+  const std::string from_type = "\x80\x02" "ctorch._tensor\n_rebuild_from_type_v2\n(";
+  const std::string args = "(" + storage_pid() + "K\x00K\x02\x85K\x01\x85\x89Nt";
+  doc = parse(from_type + "ctorch._utils\n_rebuild_tensor_v2\nc__main__\nT\n" + args + "NtR.");
+  REQUIRE(doc->root()->kind == pickle_kind::tensor);
+  CHECK(doc->root()->tensor->subclass == "__main__.T");
+  CHECK(doc->root()->tensor->shape == std::vector<int64_t>{2});
+  doc = parse(from_type + "ctorch._utils\n_rebuild_parameter\nc__main__\nT\n(ctorch._utils\n_rebuild_tensor\n(" +
+              storage_pid() + "K\x00K\x02\x85K\x01\x85tR\x88NtNtR.");
+  REQUIRE(doc->root()->kind == pickle_kind::tensor);
+  CHECK(doc->root()->tensor->is_parameter);
+  const std::vector<std::string> opaque = {
+      from_type + "ctorch._utils\n_rebuild_sparse_tensor\nc__main__\nT\n" + args + "NtR.",  // not a dense rebuild
+      from_type + "cos\nsystem\nc__main__\nT\n(" + binunicode("ls") + "tNtR.",           // not a rebuild at all
+      from_type + "ctorch._utils\n_rebuild_tensor_v2\nc__main__\nT\n]NtR.",               // args not a tuple
+      from_type + "ctorch._utils\n_rebuild_tensor_v2\nc__main__\nT\n" + args + "tR.",      // three arguments
+  };
+  for (const auto& data : opaque) {
+    INFO(escape(data));
+    doc = parse(data);
+    REQUIRE(doc->root()->kind == pickle_kind::opaque);
+    CHECK(doc->root()->text == "torch._tensor._rebuild_from_type_v2");
+  }
+  // Bad tensor arguments are the rebuild's errors.
+  CHECK(parse_error(from_type + "ctorch._utils\n_rebuild_tensor_v2\nc__main__\nT\n(NtNtR.").find("tensor rebuild takes 6 arguments") != std::string::npos);
 }

@@ -1,10 +1,20 @@
-"""swavg inspect agrees with PyTorch on every name, dtype and shape; CLI basics and exit codes."""
+"""swavg inspect agrees with PyTorch on every name, dtype and shape; CLI basics and exit codes; names
+from the file are printed escaped (no control characters, direction overrides or invalid UTF-8
+reach the terminal or the JSON); amplifying pickles stay within memory and time bounds."""
+import collections
+import argparse
+import io
 import json
+import os
+import resource
+import subprocess
+import time
 import unittest
+import zipfile
 
 import torch
 
-from common import SWAVG, fixture, swavg
+from common import FIXTURES, SWAVG, TempDirTest, fixture, swavg
 
 DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
           torch.bfloat16: "bfloat16", torch.int64: "int64", torch.int32: "int32",
@@ -93,6 +103,153 @@ class CliBasicsTest(unittest.TestCase):
         self.assertEqual(p.stderr, "")
         p = swavg("inspect", fixture("training.pt"), "-q")
         self.assertEqual(p.stderr, "")
+
+
+def printable(s):
+    """What swavg prints for a string from a file (src/util/printable.h), from its UTF-8 bytes."""
+    data = s.encode("utf-8", "surrogatepass") if isinstance(s, str) else s
+    out, i = [], 0
+    while i < len(data):
+        for n in (1, 2, 3, 4):
+            try:
+                ch = data[i:i + n].decode("utf-8")
+                break
+            except UnicodeDecodeError:
+                ch = None
+        if ch is None or len(ch) != 1:
+            out.append("\\x%02x" % data[i])
+            i += 1
+            continue
+        cp = ord(ch)
+        i += len(ch.encode("utf-8"))
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch in "\n\r\t":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}[ch])
+        elif cp < 0x20 or cp == 0x7F:
+            out.append("\\x%02x" % cp)
+        elif 0x80 <= cp <= 0x9F or cp in (0x061C, 0x200E, 0x200F) or 0x2028 <= cp <= 0x202E or 0x2066 <= cp <= 0x2069:
+            out.append("\\u%04x" % cp)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+# Bytes that must never reach the output raw: C0 controls but the line break, DEL, C1 controls,
+# direction overrides, marks and isolates, and the line/paragraph separators.
+FORBIDDEN = [bytes([c]) for c in range(0x20) if c != 0x0A] + [b"\x7f"] + \
+            [chr(c).encode() for c in list(range(0x80, 0xA0)) + [0x061C, 0x200E, 0x200F] +
+             list(range(0x2028, 0x202F)) + list(range(0x2066, 0x206A))]
+
+HOSTILE_NAMES = ["w\x1b[2J\x1b[Hhidden", "carriage\rreturn", "\u202eevil.txt", "lone\ud800surrogate",
+                 "tab\tand\nnewline", "c1\x85\x9b", "back\\slash", "\u2066isolate\u2069", "plain.weight"]
+
+
+class HostileNamesTest(TempDirTest):
+    """Tensor names, keys, values and opaque class names with escape sequences, CR, bidi
+    overrides and invalid UTF-8, shown by inspect (text and --json) and quoted in errors."""
+
+    def make(self):
+        torch.manual_seed(3)
+        state = collections.OrderedDict((n, torch.randn(2)) for n in HOSTILE_NAMES)
+        state["note\x1b]0;title\x07"] = "value\x1b[31mred\u202e"
+        state["args"] = argparse.Namespace(lr=0.1)
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        path = self.path("hostile_names.pt")
+        # The opaque class's name, spoofed: argparse.Na<U+202E><U+0085>mespace (the pickler cannot write it).
+        with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as src, zipfile.ZipFile(path, "w") as dst:
+            for info in src.infolist():
+                data = src.read(info.filename)
+                if info.filename.endswith("/data.pkl"):
+                    assert data.count(b"cargparse\nNamespace\n") == 1
+                    data = data.replace(b"cargparse\nNamespace\n", b"cargparse\nNa\xe2\x80\xae\xc2\x85mespace\n")
+                dst.writestr(info.filename, data, compress_type=zipfile.ZIP_STORED)
+        return path, state
+
+    def assert_clean(self, data, what):
+        data.decode("utf-8")  # valid UTF-8
+        for b in FORBIDDEN:
+            self.assertNotIn(b, data, "%s holds %r raw" % (what, b))
+
+    def run_swavg(self, *args):
+        return subprocess.run([SWAVG, *args], capture_output=True, timeout=600)
+
+    def test_text(self):
+        path, state = self.make()
+        p = self.run_swavg("inspect", path)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assert_clean(p.stdout, "inspect's output")
+        out = p.stdout.decode()
+        for name in HOSTILE_NAMES:
+            self.assertIn("  " + printable(name) + " ", out)
+        self.assertIn(printable("note\x1b]0;title\x07") + ": str = " + printable("value\x1b[31mred\u202e"), out)
+        self.assertIn("args: argparse.Na\\u202e\\u0085mespace", out)
+        self.assertIn("lone\\xed\\xa0\\x80surrogate", out)
+
+    def test_json(self):
+        path, state = self.make()
+        p = self.run_swavg("inspect", "--json", path)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assert_clean(p.stdout, "inspect --json's output")
+        doc = json.loads(p.stdout.decode("utf-8"))
+        self.assertEqual([t["name"] for t in doc["tensors"]], [printable(n) for n in HOSTILE_NAMES])
+        others = {o["path"]: (o["type"], o["value"]) for o in doc["others"]}
+        self.assertEqual(others[printable("note\x1b]0;title\x07")], ("str", printable("value\x1b[31mred\u202e")))
+        opaque = {o["path"]: o["type"] for o in doc["opaque"]}
+        self.assertEqual(opaque, {"args": "argparse.Na\\u202e\\u0085mespace"})
+        self.assertEqual(json.loads(json.dumps(doc)), doc)  # the escaped form round-trips
+
+    def test_errors_escape_names(self):
+        path, _ = self.make()
+        plain = self.path("plain.pt")
+        torch.save(collections.OrderedDict(only=torch.zeros(2)), plain)
+        p = self.run_swavg("average", path, plain, "-o", self.path("out.pt"))
+        self.assertEqual(p.returncode, 4, p.stderr)
+        self.assert_clean(p.stderr, "the error message")
+        self.assertIn(printable(HOSTILE_NAMES[0]).encode(), p.stderr)
+
+
+def _manifest():
+    with open(os.path.join(FIXTURES, "hostile", "manifest.json")) as f:
+        return json.load(f)["cases"]
+
+
+class AmplificationTest(unittest.TestCase):
+    """The amplifying pickles of scripts/fixtures/hostile_pickle.py: swavg inspect ends with the
+    expected exit code, within a peak RSS of a base plus a multiple of data.pkl's size and within a
+    few seconds, under a 2 GiB address-space limit that keeps a regression from taking the machine."""
+
+    def test_cases_are_bounded(self):
+        cases = [c for c in _manifest() if c.get("amplification")]
+        self.assertGreaterEqual(len(cases), 8)
+        for case in cases:
+            a = case["amplification"]
+            path = os.path.join(FIXTURES, "hostile", case["inputs"][0])
+            with self.subTest(case=case["name"]):
+                code = ("import os, resource, subprocess, sys, time\n"
+                        "def limit():\n"
+                        "    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+                        "t = time.monotonic()\n"
+                        "p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,\n"
+                        "                     preexec_fn=limit)\n"
+                        "err = p.stderr.read()\n"
+                        "_, status, usage = os.wait4(p.pid, 0)\n"
+                        "print(os.waitstatus_to_exitcode(status), usage.ru_maxrss, time.monotonic() - t)\n"
+                        "sys.stderr.write(err.decode('utf-8', 'replace'))\n")
+                try:
+                    r = subprocess.run(["/usr/bin/python3", "-c", code, SWAVG, "inspect", "--json", path],
+                                       capture_output=True, text=True, timeout=a["seconds"])
+                except subprocess.TimeoutExpired:
+                    self.fail("%s: swavg inspect ran past %d s" % (case["name"], a["seconds"]))
+                rc, rss_kb, seconds = r.stdout.split()
+                detail = "%s: exit %s, peak RSS %s KB, %.2f s; stderr: %s" % (
+                    case["name"], rc, rss_kb, float(seconds), r.stderr[-500:])
+                self.assertEqual(int(rc), case["exit"], detail)
+                for needle in case["message"]:
+                    self.assertIn(needle, r.stderr, detail)
+                bound = a["rss_base"] + a["rss_per_byte"] * a["pickle_bytes"]
+                self.assertLess(int(rss_kb) * 1024, bound, detail)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.max_nodes = 200'000;
   limits.max_memo = 200'000;
   limits.max_stack = 200'000;
+  // The proportional memory budget with a small base: an input must amplify 64-fold to pass it,
+  // which the fuzzer finds (list(x), bytes(x) on memoised objects) and which must stay an input_error.
+  limits.base_bytes = 1 << 20;
   try {
     auto doc = unpickle(data, size, "fuzz.pkl", limits);
     if (!doc->root()) fuzz::die("unpickle returned no root");
@@ -23,6 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (item) n = n + pickle_type_name(*item).size();
     for (const auto& [k, v] : doc->root()->entries)
       if (k && v) n = n + pickle_type_name(*k).size() + pickle_type_name(*v).size();
+    if (doc->charged_bytes() > limits.bytes_per_input_byte * size + limits.base_bytes)
+      fuzz::die("the document took more than the memory budget");
     (void)n;
   } catch (const error&) {
   }
