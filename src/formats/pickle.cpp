@@ -488,7 +488,10 @@ class unpickler {
     }
   }
 
+  // A copy's work is counted as well as what it adds: each element visited costs a slot, so that
+  // dict(L) or set(L) of one memoised item repeated costs what L costs, though it adds one entry.
   void fill_from_pairs(pickle_node* dict, pickle_node* source, const char* callable) {
+    charge((source->kind == pickle_kind::dict ? source->entries.size() : source->items.size()) * kSlotCost);
     if (source->kind == pickle_kind::dict) {
       for (const auto& [k, v] : source->entries) insert_keyed(dict, k, v);
       return;
@@ -504,6 +507,7 @@ class unpickler {
 
   void fill_from_iterable(pickle_node* out, pickle_node* source, const char* callable) {
     const bool keyed = out->kind == pickle_kind::set;
+    if (keyed) charge((source->kind == pickle_kind::dict ? source->entries.size() : source->items.size()) * kSlotCost);
     auto add = [&](pickle_node* x) {
       if (keyed)
         insert_keyed(out, x, nullptr);
@@ -713,6 +717,7 @@ class unpickler {
     if (inst->kind != pickle_kind::dict) return;
     auto merge = [&](pickle_node* s) {
       if (s->kind != pickle_kind::dict || s->entries.empty()) return;
+      charge(s->entries.size() * kSlotCost);
       if (!inst->attributes) inst->attributes = node(pickle_kind::dict);
       for (const auto& [k, v] : s->entries) insert_keyed(inst->attributes, k, v);
     };
