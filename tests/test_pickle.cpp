@@ -615,10 +615,10 @@ TEST_CASE("memoised objects cannot be copied into huge containers", "[pickle][ho
   std::string big_dict = "\x80\x02" "cbuiltins\ndict\nq\x00" "0}q\x01"s;
   for (int k = 0; k < 20000; ++k) big_dict += "(M" + std::string{static_cast<char>(k & 0xff), static_cast<char>(k >> 8)} + "Nu";
   std::string big_bytes = "\x80\x02" "cbuiltins\nbytes\nq\x00" "0B\x00\x00\x04\x00"s + std::string(256 << 10, 'x') + "q\x01" "0";
-  std::string name = "\x80\x02" "cm\n" + std::string(4000, 'n') + "\nq\x00" "0";
-  std::string shape = "\x80\x02" "ctorch._utils\n_rebuild_tensor_v2\nq\x00" "0(" + storage_pid() + "K\x00(";
+  std::string name = "\x80\x02" "cm\n" + std::string(4000, 'n') + "\nq\x00" "0"s;
+  std::string shape = "\x80\x02" "ctorch._utils\n_rebuild_tensor_v2\nq\x00" "0("s + storage_pid() + "K\x00("s;
   for (int i = 0; i < 50'000; ++i) shape += "K\x00"s;
-  shape += "tq\x02h\x02\x89NtR"s;
+  shape += "tq\x02h\x02\x89Nt"s;
   shape += "q\x01" "0";
   const std::vector<named> cases = {
       {"dict(D)", big_dict + "0]" + [] {
@@ -642,10 +642,21 @@ TEST_CASE("memoised objects cannot be copied into huge containers", "[pickle][ho
          return s;
        }() + "."},
       {"a million 1-byte nodes", "\x80\x02](" + std::string(1'500'000, ']') + "e."},
+      {"set(L) of one item repeated", "\x80\x02" "cbuiltins\nset\nq\x00" "0]q\x01("s + std::string(100'000, 'N') + "e0]" + [] {
+         std::string s;
+         for (int i = 0; i < 3000; ++i) s += "h\x00h\x01\x85Ra"s;
+         return s;
+       }() + "."},
+      {"BUILD of one big state", big_dict + "0ccollections\nOrderedDict\n)R" + [] {
+         std::string s;
+         for (int i = 0; i < 20000; ++i) s += "h\x01" "b"s;
+         return s;
+       }() + "."},
   };
   for (const auto& c : cases) {
-    INFO(c.what);
-    CHECK(parse_error(c.data).find("memory limit") != std::string::npos);
+    const std::string m = parse_error(c.data);
+    INFO(c.what << ": " << m);
+    CHECK(m.find("memory limit") != std::string::npos);
   }
 }
 
@@ -667,7 +678,7 @@ TEST_CASE("big keys are interned: compared by id, hashed once", "[pickle][hostil
   for (int i = 0; i < 300'000; ++i) data += long_binget(10 + i % 7) + "K" + std::string{static_cast<char>(i % 7)} + "s";
   // Equal keys from different nodes, past the linear scan (an index), and before it.
   data += binunicode(std::string(64 << 10, 'a')) + "K\x63s";
-  const std::string set = "\x80\x02\x8f(" + binunicode("x") + binunicode("x") + "K\x01\x88G?\xf0\x00\x00\x00\x00\x00\x00" + "\x90.";
+  const std::string set = "\x80\x02\x8f(" + binunicode("x") + binunicode("x") + "K\x01\x88G?\xf0\x00\x00\x00\x00\x00\x00"s + "\x90.";
   auto doc = parse(data + ".");
   const pickle_node* d = doc->root();
   REQUIRE(d->entries.size() == 7);
@@ -730,13 +741,13 @@ TEST_CASE("tensor subclasses (_rebuild_from_type_v2) are the tensors they hold",
 
   // Only the tensor rebuilds are called through it; anything else stays opaque.
   const std::string from_type = "\x80\x02" "ctorch._tensor\n_rebuild_from_type_v2\n(";
-  const std::string args = "(" + storage_pid() + "K\x00K\x02\x85K\x01\x85\x89Nt";
+  const std::string args = "(" + storage_pid() + "K\x00K\x02\x85K\x01\x85\x89Nt"s;
   doc = parse(from_type + "ctorch._utils\n_rebuild_tensor_v2\nc__main__\nT\n" + args + "NtR.");
   REQUIRE(doc->root()->kind == pickle_kind::tensor);
   CHECK(doc->root()->tensor->subclass == "__main__.T");
   CHECK(doc->root()->tensor->shape == std::vector<int64_t>{2});
   doc = parse(from_type + "ctorch._utils\n_rebuild_parameter\nc__main__\nT\n(ctorch._utils\n_rebuild_tensor\n(" +
-              storage_pid() + "K\x00K\x02\x85K\x01\x85tR\x88NtNtR.");
+              storage_pid() + "K\x00K\x02\x85K\x01\x85tR\x88NtNtR."s);
   REQUIRE(doc->root()->kind == pickle_kind::tensor);
   CHECK(doc->root()->tensor->is_parameter);
   const std::vector<std::string> opaque = {

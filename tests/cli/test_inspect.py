@@ -6,9 +6,7 @@ import argparse
 import io
 import json
 import os
-import resource
 import subprocess
-import time
 import unittest
 import zipfile
 
@@ -215,6 +213,30 @@ def _manifest():
         return json.load(f)["cases"]
 
 
+# Runs argv[2:] under a 2 GiB address-space limit and a CPU-time limit, killed past argv[1] seconds;
+# prints its exit code, peak RSS (KB, from wait4) and seconds, or "timeout".
+_BOUNDED_RUN = """
+import os, resource, subprocess, sys, time
+seconds = int(sys.argv[1])
+def limit():
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    resource.setrlimit(resource.RLIMIT_CPU, (seconds + 5, seconds + 5))
+t = time.monotonic()
+p = subprocess.Popen(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=limit)
+try:
+    _, err = p.communicate(timeout=seconds)
+except subprocess.TimeoutExpired:
+    p.kill()
+    p.communicate()
+    print("timeout")
+    sys.exit(0)
+# communicate() has reaped the child: its own peak RSS is this process's RUSAGE_CHILDREN maximum.
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(p.returncode, usage.ru_maxrss, time.monotonic() - t)
+sys.stderr.write(err.decode("utf-8", "replace"))
+"""
+
+
 class AmplificationTest(unittest.TestCase):
     """The amplifying pickles of scripts/fixtures/hostile_pickle.py: swavg inspect ends with the
     expected exit code, within a peak RSS of a base plus a multiple of data.pkl's size and within a
@@ -227,20 +249,9 @@ class AmplificationTest(unittest.TestCase):
             a = case["amplification"]
             path = os.path.join(FIXTURES, "hostile", case["inputs"][0])
             with self.subTest(case=case["name"]):
-                code = ("import os, resource, subprocess, sys, time\n"
-                        "def limit():\n"
-                        "    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
-                        "t = time.monotonic()\n"
-                        "p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,\n"
-                        "                     preexec_fn=limit)\n"
-                        "err = p.stderr.read()\n"
-                        "_, status, usage = os.wait4(p.pid, 0)\n"
-                        "print(os.waitstatus_to_exitcode(status), usage.ru_maxrss, time.monotonic() - t)\n"
-                        "sys.stderr.write(err.decode('utf-8', 'replace'))\n")
-                try:
-                    r = subprocess.run(["/usr/bin/python3", "-c", code, SWAVG, "inspect", "--json", path],
-                                       capture_output=True, text=True, timeout=a["seconds"])
-                except subprocess.TimeoutExpired:
+                r = subprocess.run(["/usr/bin/python3", "-c", _BOUNDED_RUN, str(a["seconds"]), SWAVG, "inspect",
+                                    "--json", path], capture_output=True, text=True, timeout=a["seconds"] + 60)
+                if r.stdout.startswith("timeout"):
                     self.fail("%s: swavg inspect ran past %d s" % (case["name"], a["seconds"]))
                 rc, rss_kb, seconds = r.stdout.split()
                 detail = "%s: exit %s, peak RSS %s KB, %.2f s; stderr: %s" % (
