@@ -688,6 +688,22 @@ TEST_CASE("big keys are interned: compared by id, hashed once", "[pickle][hostil
   doc = parse(set);
   REQUIRE(doc->root()->items.size() == 2);  // {"x", 1}: True and 1.0 equal 1
   CHECK(render(doc->root()) == "set{\"x\", 1}");
+
+  // Other keys are found by identity, as Python does first: one memoised opaque object (or NaN)
+  // set 100000 times is one entry; two equal tuples that are different objects are two.
+  std::string same = "\x80\x02" "cm\n" + std::string(4000, 'n') + "\n)Rq\x01" "0G\x7f\xf8\x00\x00\x00\x00\x00\x00q\x02" "0}"s;
+  for (int i = 0; i < 100'000; ++i) same += "h\x01K\x01s"s;
+  same += "h\x02K\x02sh\x02K\x03sK\x01K\x02\x86K\x04sK\x01K\x02\x86K\x05s.";
+  doc = parse(same);
+  REQUIRE(doc->root()->entries.size() == 4);
+  CHECK(doc->root()->entries[0].first->kind == pickle_kind::opaque);
+  CHECK(doc->root()->entries[1].second->int_value == 3);
+  CHECK(doc->root()->entries[2].second->int_value == 4);
+  CHECK(doc->root()->entries[3].second->int_value == 5);
+  doc = parse("\x80\x02G\x7f\xf8\x00\x00\x00\x00\x00\x00q\x00" "0\x8f(h\x00h\x00\x90."s);
+  CHECK(doc->root()->items.size() == 1);
+  doc = parse("\x80\x02\x8f(G\x7f\xf8\x00\x00\x00\x00\x00\x00G\x7f\xf8\x00\x00\x00\x00\x00\x00\x90."s);
+  CHECK(doc->root()->items.size() == 2);  // two NaN objects
 }
 
 TEST_CASE("immutable scalars are shared nodes", "[pickle]") {

@@ -146,7 +146,7 @@ int hex_value(char c) {
 
 // A node's identity as a dict key or set member, following Python's equality for the hashable
 // scalars (True == 1 == 1.0): a tag, a number and, for str, bytes and big ints, a view of the text.
-// Nodes compared by identity only (containers, opaque objects, NaN) have none.
+// Other nodes (containers, opaque objects, NaN) have none: they are keys by identity (key_id).
 struct key_ref {
   char tag = 0;
   uint64_t number = 0;
@@ -422,22 +422,25 @@ class unpickler {
     return v;
   }
 
-  // The interned id of a node's key identity; a str, bytes or big int is hashed once per node.
-  std::optional<uint64_t> key_id(const pickle_node* n) {
-    const bool text = has_text_key(*n);
-    if (text) {
-      auto cached = text_key_ids_.find(n);
-      if (cached != text_key_ids_.end()) return cached->second;
-    }
+  // The interned id of a node as a key: equal scalars share one (a str, bytes or big int is hashed
+  // once per node); any other node (a tuple, an opaque object, NaN) is its own key, as Python finds
+  // an object by identity first, so one memoised object set again and again stays one entry.
+  uint64_t key_id(const pickle_node* n) {
+    auto cached = node_key_ids_.find(n);
+    if (cached != node_key_ids_.end()) return cached->second;
     const std::optional<key_ref> k = scalar_key(*n);
-    if (!k) return std::nullopt;
-    auto [it, fresh] = key_ids_.emplace(*k, key_ids_.size());
-    if (fresh) charge(kHashEntryCost);
-    if (text) {
-      charge(kHashEntryCost);
-      text_key_ids_.emplace(n, it->second);
+    uint64_t id = next_key_id_;
+    if (k) {
+      auto [it, fresh] = key_ids_.emplace(*k, next_key_id_);
+      if (fresh) charge(kHashEntryCost);
+      id = it->second;
     }
-    return it->second;
+    if (id == next_key_id_) ++next_key_id_;
+    if (!k || has_text_key(*n)) {
+      charge(kHashEntryCost);
+      node_key_ids_.emplace(n, id);
+    }
+    return id;
   }
 
   // Inserts into a dict (entries) or set (items), replacing an equal scalar key as Python does.
@@ -454,11 +457,7 @@ class unpickler {
       else
         append_item(container, key);
     };
-    const std::optional<uint64_t> id = key_id(key);
-    if (!id) {
-      append();
-      return;
-    }
+    const uint64_t id = key_id(key);
     auto idx = key_index_.find(container);
     if (idx == key_index_.end() && size < kLinearKeyScan) {
       for (size_t i = 0; i < size; ++i) {
@@ -472,14 +471,10 @@ class unpickler {
     }
     if (idx == key_index_.end()) {
       idx = key_index_.emplace(container, std::unordered_map<uint64_t, size_t>()).first;
-      for (size_t i = 0; i < size; ++i) {
-        if (const std::optional<uint64_t> other = key_id(key_at(i))) {
-          charge(kHashEntryCost);
-          idx->second.emplace(*other, i);
-        }
-      }
+      charge(size * kHashEntryCost);
+      for (size_t i = 0; i < size; ++i) idx->second.emplace(key_id(key_at(i)), i);
     }
-    auto [slot, fresh] = idx->second.emplace(*id, size);
+    auto [slot, fresh] = idx->second.emplace(id, size);
     if (fresh) {
       charge(kHashEntryCost);
       append();
@@ -1229,7 +1224,8 @@ class unpickler {
   std::vector<pickle_node*> memo_vec_;
   std::unordered_map<uint64_t, pickle_node*> memo_map_;
   std::unordered_map<key_ref, uint64_t, key_ref_hash> key_ids_;
-  std::unordered_map<const pickle_node*, uint64_t> text_key_ids_;
+  std::unordered_map<const pickle_node*, uint64_t> node_key_ids_;
+  uint64_t next_key_id_ = 0;
   std::unordered_map<const pickle_node*, std::unordered_map<uint64_t, size_t>> key_index_;
   pickle_node* none_ = nullptr;
   pickle_node* true_ = nullptr;
