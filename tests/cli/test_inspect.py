@@ -12,7 +12,7 @@ import zipfile
 
 import torch
 
-from common import FIXTURES, SWAVG, TempDirTest, fixture, swavg
+from common import FIXTURES, SWAVG, TempDirTest, fixture, same_bits, swavg
 
 DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
           torch.bfloat16: "bfloat16", torch.int64: "int64", torch.int32: "int32",
@@ -206,6 +206,55 @@ class HostileNamesTest(TempDirTest):
         self.assertEqual(p.returncode, 4, p.stderr)
         self.assert_clean(p.stderr, "the error message")
         self.assertIn(printable(HOSTILE_NAMES[0]).encode(), p.stderr)
+
+
+class SubclassTensor(torch.Tensor):
+    """torch.save writes it as torch._tensor._rebuild_from_type_v2(_rebuild_tensor_v2, this class, ...)."""
+
+
+class SubclassParameter(torch.nn.Parameter):
+    """torch.save writes it as a Parameter (_rebuild_parameter)."""
+
+
+class SubclassTest(TempDirTest):
+    """Tensor subclasses are read as the tensors they hold, by inspect and convert."""
+
+    def make(self):
+        torch.manual_seed(11)
+        state = collections.OrderedDict()
+        state["sub"] = torch.randn(3, 4).as_subclass(SubclassTensor)
+        noted = torch.randn(5, dtype=torch.float64).as_subclass(SubclassTensor)
+        noted.note = "an attribute, saved as the rebuild's state"
+        state["noted"] = noted
+        state["sub_param"] = SubclassParameter(torch.randn(2))
+        state["plain"] = torch.arange(4)
+        path = self.path("subclass.pt")
+        torch.save(state, path)
+        return path, state
+
+    def test_inspect(self):
+        path, state = self.make()
+        report = inspect_json(path)
+        self.assertEqual(report["opaque"], [])
+        self.assertEqual(report["others"], [])
+        InspectTest.assert_matches(self, report, state)
+        kinds = {t["name"]: t["kind"] for t in report["tensors"]}
+        self.assertEqual(kinds["sub_param"], "parameter")
+
+    def test_convert(self):
+        path, state = self.make()
+        swavg("convert", path, "-o", self.path("out.pt"))
+        got = torch.load(self.path("out.pt"))
+        self.assertEqual(list(got), list(state))
+        for k, v in state.items():
+            self.assertIs(type(got[k]), torch.Tensor, k)
+            self.assertTrue(same_bits(got[k], v.as_subclass(torch.Tensor).detach()), k)
+        swavg("convert", path, "-o", self.path("out.safetensors"))
+        import safetensors_ref
+        tensors, _ = safetensors_ref.read(self.path("out.safetensors"))
+        self.assertEqual({name: (shape, data) for name, _, shape, data in tensors},
+                         {k: (list(v.shape), v.detach().as_subclass(torch.Tensor).numpy().tobytes())
+                          for k, v in state.items()})
 
 
 def _manifest():
