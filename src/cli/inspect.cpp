@@ -85,8 +85,9 @@ void print_text(const state_dict& sd) {
   size_t params = 0, buffers = 0;
   for (size_t i = 0; i < sd.tensors.size(); ++i) {
     const auto& t = sd.tensors[i];
-    std::printf("  %-*s  %-10s  %-20s  %12llu  %s\n", static_cast<int>(width), names[i].c_str(), dtype_name(t.view.type),
-                shape_string(t.view.shape).c_str(), static_cast<unsigned long long>(t.view.nbytes()),
+    std::printf("  %-*s  %-10s  %-20s  %12llu  %s\n", static_cast<int>(width), names[i].c_str(),
+                dtype_name(t.view.type), shape_string(t.view.shape).c_str(),
+                static_cast<unsigned long long>(t.view.nbytes()),
                 t.kind == tensor_kind::unknown ? "" : kind_name(t.kind));
     total_bytes += t.view.nbytes();
     total_elements += t.view.numel();

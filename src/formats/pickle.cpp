@@ -269,10 +269,10 @@ class unpickler {
   void charge(uint64_t bytes) {
     charged_ += bytes;
     if (charged_ > budget_)
-      fail(fmt::format("memory limit: the objects built so far need {} bytes, more than the {} allowed for a "
-                       "{}-byte pickle ({} bytes per byte + {} MiB, at most {} MiB)",
-                       charged_, budget_, size_, limits_.bytes_per_input_byte, limits_.base_bytes / kMib,
-                       limits_.max_bytes / kMib));
+      fail(fmt::format(
+          "memory limit: the objects built so far need {} bytes, more than the {} allowed for a "
+          "{}-byte pickle ({} bytes per byte + {} MiB, at most {} MiB)",
+          charged_, budget_, size_, limits_.bytes_per_input_byte, limits_.base_bytes / kMib, limits_.max_bytes / kMib));
   }
 
   void set_text(pickle_node* n, std::string text) {

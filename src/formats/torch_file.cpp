@@ -140,8 +140,8 @@ void collect_opaque_at(const pickle_node* n, std::string& path, int depth, std::
   }
 }
 
-void collect_opaque(const pickle_node* n, const std::string& path, int depth, std::unordered_set<const pickle_node*>& seen,
-                    std::vector<other_entry>& out) {
+void collect_opaque(const pickle_node* n, const std::string& path, int depth,
+                    std::unordered_set<const pickle_node*>& seen, std::vector<other_entry>& out) {
   std::string buffer = path;
   collect_opaque_at(n, buffer, depth, seen, out);
 }
