@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <set>
 
 #include "formats/torchscript.h"
@@ -14,6 +15,7 @@
 #include "libtorch/module.h"
 #include "support.h"
 #include "util/error.h"
+#include "util/mapped_file.h"
 
 using namespace swavg;
 using test::fixture;
@@ -124,13 +126,13 @@ TEST_CASE("Class scanner: declarations as torch.jit.save prints them", "[torchsc
   REQUIRE(classes.size() == 3);
   const auto& a = classes.at("__torch__.m.A");
   CHECK(a.is_module);
-  CHECK(a.parameters == std::vector<std::string>{"weight", "bias"});
-  CHECK(a.buffers == std::vector<std::string>{"running_mean"});
+  CHECK(a.parameters == std::vector<std::string>({"weight", "bias"}));
+  CHECK(a.buffers == std::vector<std::string>({"running_mean"}));
   CHECK_FALSE(a.has_setstate);
   const auto& b = classes.at("__torch__.m.B");
   CHECK(b.parameters.empty());
   CHECK(b.has_parameters);
-  CHECK(b.buffers == std::vector<std::string>{"0", "1"});
+  CHECK(b.buffers == std::vector<std::string>({"0", "1"}));
   CHECK(b.has_setstate);
   const auto& c = classes.at("__torch__.m.C");
   CHECK_FALSE(c.is_module);
@@ -154,4 +156,38 @@ TEST_CASE("Class scanner: what it cannot read is an input_error", "[torchscript]
     CHECK_THROWS_AS(scan_torchscript_classes("__torch__", source, "code.py"), input_error);
     CHECK_THROWS_WITH(scan_torchscript_classes("__torch__", source, "code.py"), Catch::Contains(message));
   }
+}
+
+TEST_CASE("Code records: the per-record and total bounds, at the last valid and first invalid value",
+          "[torchscript][limits]") {
+  // tied.ts reads two code records: the root's class and Linear's.
+  const std::string path = fixture("torchscript/tied.ts");
+  auto file = mapped_file::open(path);
+  const zip_reader zip = read_zip(*file);
+  uint64_t largest = 0, total = 0;
+  int records = 0;
+  for (const auto& e : zip.entries()) {
+    if (e.name.find("/code/") == std::string::npos || e.name.size() < 3 ||
+        e.name.compare(e.name.size() - 3, 3, ".py") != 0)
+      continue;
+    largest = std::max(largest, e.size);
+    total += e.size;
+    ++records;
+  }
+  REQUIRE(records == 2);
+  torchscript_limits limits;
+  limits.max_code_record = largest;
+  limits.max_code_total = total;
+  CHECK(read_torchscript(file, limits).tensors.size() == 6);
+  limits.max_code_record = largest - 1;
+  CHECK_THROWS_WITH(read_torchscript(file, limits),
+                    Catch::Contains(fmt::format("declares {} bytes; swavg reads code records of at most {}", largest,
+                                                largest - 1)));
+  limits.max_code_record = largest;
+  limits.max_code_total = total - 1;
+  CHECK_THROWS_WITH(read_torchscript(file, limits),
+                    Catch::Contains(fmt::format("takes the code read past {} bytes in all", total - 1)));
+  limits = torchscript_limits{};
+  limits.max_depth = 0;  // the root alone
+  CHECK_THROWS_WITH(read_torchscript(file, limits), Catch::Contains("module 'a' is nested 1 modules deep"));
 }

@@ -36,13 +36,14 @@ bool is_identifier_char(char c) {
 // ---------------------------------------------------------------------------------------------
 // Code records: stored or deflated, inflated only up to their declared size and a budget.
 
-std::string inflate_record(const zip_reader& zip, const zip_entry& e, uint64_t& budget, const std::string& path) {
-  if (e.size > kMaxTorchScriptCodeRecord)
+std::string inflate_record(const zip_reader& zip, const zip_entry& e, const torchscript_limits& limits,
+                           uint64_t& budget, const std::string& path) {
+  if (e.size > limits.max_code_record)
     throw input_error(fmt::format("{}: code record '{}' declares {} bytes; swavg reads code records of at most {}",
-                                  path, e.name, e.size, kMaxTorchScriptCodeRecord));
+                                  path, e.name, e.size, limits.max_code_record));
   if (e.size > budget)
-    throw input_error(fmt::format("{}: code record '{}' ({} bytes) takes the code past {} bytes in all", path, e.name,
-                                  e.size, kMaxTorchScriptCodeTotal));
+    throw input_error(fmt::format("{}: code record '{}' ({} bytes) takes the code read past {} bytes in all", path,
+                                  e.name, e.size, limits.max_code_total));
   budget -= e.size;
   if (e.method == 0) {
     const zip_entry& s = zip.stored(e.name);
@@ -206,29 +207,28 @@ namespace {
 
 class class_index {
  public:
-  class_index(const zip_reader& zip, const std::string& prefix, const std::string& path)
-      : zip_(zip), code_(prefix + "code/"), path_(path) {}
+  class_index(const zip_reader& zip, const std::string& prefix, const std::string& path,
+              const torchscript_limits& limits)
+      : zip_(zip), code_(prefix + "code/"), path_(path), limits_(limits), budget_(limits.max_code_total) {}
 
   // nullptr when no code record defines it.
   const torchscript_class* find(const std::string& qualified) {
     auto it = classes_.find(qualified);
     if (it != classes_.end()) return &it->second;
-    // __torch__.a.b.C lives in code/__torch__/a/b.py.
     const size_t dot = qualified.rfind('.');
     if (dot == std::string::npos) return nullptr;
-    std::string record = code_ + qualified.substr(0, dot) + ".py";
-    for (size_t i = code_.size(); i < record.size() - 3; ++i)
-      if (record[i] == '.') record[i] = '/';
+    const std::string record = record_of(qualified);
     if (!scanned_.insert(record).second) return nullptr;
     const zip_entry* e = zip_.find(record);
     if (!e) return nullptr;
-    const std::string text = inflate_record(zip_, *e, budget_, path_);
+    const std::string text = inflate_record(zip_, *e, limits_, budget_, path_);
     for (auto& [name, c] : scan_torchscript_classes(qualified.substr(0, dot), text, path_ + ": " + record))
       classes_.emplace(name, std::move(c));
     it = classes_.find(qualified);
     return it == classes_.end() ? nullptr : &it->second;
   }
 
+  // __torch__.a.b.C is defined in code/__torch__/a/b.py.
   std::string record_of(const std::string& qualified) const {
     const size_t dot = qualified.rfind('.');
     std::string record = code_ + qualified.substr(0, dot == std::string::npos ? 0 : dot) + ".py";
@@ -241,7 +241,8 @@ class class_index {
   const zip_reader& zip_;
   std::string code_;
   const std::string& path_;
-  uint64_t budget_ = kMaxTorchScriptCodeTotal;
+  const torchscript_limits& limits_;
+  uint64_t budget_;
   std::unordered_map<std::string, torchscript_class> classes_;
   std::unordered_set<std::string> scanned_;
 };
@@ -265,13 +266,13 @@ std::string module_label(const std::string& prefix) { return prefix.empty() ? "t
 
 class module_walker {
  public:
-  module_walker(const torch_archive& archive, class_index& classes, state_dict& out)
-      : path_(archive.file->path()), reader_(archive), classes_(classes), out_(out) {}
+  module_walker(const torch_archive& archive, class_index& classes, int max_depth, state_dict& out)
+      : path_(archive.file->path()), reader_(archive), classes_(classes), max_depth_(max_depth), out_(out) {}
 
   void walk(const pickle_node* object, const std::string& prefix, int depth) {
-    if (depth > kMaxTorchScriptDepth)
+    if (depth > max_depth_)
       throw input_error(fmt::format("{}: {} is nested {} modules deep; swavg reads at most {}", path_,
-                                    module_label(prefix), depth, kMaxTorchScriptDepth));
+                                    module_label(prefix), depth, max_depth_));
     if (!visited_.insert(object).second)
       throw input_error(fmt::format("{}: {} is a module object already met elsewhere in data.pkl (shared through the "
                                     "pickle memo, or a cycle); torch.jit.save writes each module once",
@@ -365,6 +366,7 @@ class module_walker {
   const std::string& path_;
   torch_storage_reader reader_;
   class_index& classes_;
+  int max_depth_;
   state_dict& out_;
   std::unordered_set<const pickle_node*> visited_;
   std::unordered_set<std::string> names_;
@@ -396,13 +398,13 @@ torch_archive open_torchscript_archive(const std::shared_ptr<const mapped_file>&
 
 }  // namespace
 
-state_dict read_torchscript(const std::shared_ptr<const mapped_file>& file) {
+state_dict read_torchscript(const std::shared_ptr<const mapped_file>& file, const torchscript_limits& limits) {
   torch_archive archive = open_torchscript_archive(file);
   state_dict sd;
   sd.path = file->path();
   sd.format = file_format::torchscript;
-  class_index classes(*archive.zip, archive.prefix, sd.path);
-  module_walker(archive, classes, sd).walk(archive.doc->root(), "", 0);
+  class_index classes(*archive.zip, archive.prefix, sd.path, limits);
+  module_walker(archive, classes, limits.max_depth, sd).walk(archive.doc->root(), "", 0);
   return sd;
 }
 

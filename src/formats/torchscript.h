@@ -39,9 +39,15 @@ namespace swavg {
 
 class mapped_file;
 
-constexpr int kMaxTorchScriptDepth = 200;                      // module nesting below the root
-constexpr uint64_t kMaxTorchScriptCodeRecord = 64ull << 20;    // bytes of one inflated code record
-constexpr uint64_t kMaxTorchScriptCodeTotal = 512ull << 20;    // bytes of all inflated code records
+constexpr int kMaxTorchScriptDepth = 200;                    // module nesting below the root
+constexpr uint64_t kMaxTorchScriptCodeRecord = 64ull << 20;  // bytes of one inflated code record
+constexpr uint64_t kMaxTorchScriptCodeTotal = 512ull << 20;  // bytes of all inflated code records
+
+struct torchscript_limits {
+  int max_depth = kMaxTorchScriptDepth;
+  uint64_t max_code_record = kMaxTorchScriptCodeRecord;
+  uint64_t max_code_total = kMaxTorchScriptCodeTotal;
+};
 
 // What a class statement in code/ declares.
 struct torchscript_class {
@@ -62,7 +68,7 @@ std::map<std::string, torchscript_class> scan_torchscript_classes(const std::str
 
 // Reads the parameters and buffers of a TorchScript archive. Throws input_error naming the file,
 // the record or tensor, expected vs found.
-state_dict read_torchscript(const std::shared_ptr<const mapped_file>& file);
+state_dict read_torchscript(const std::shared_ptr<const mapped_file>& file, const torchscript_limits& limits = {});
 state_dict read_torchscript(const std::string& path);
 
 }  // namespace swavg

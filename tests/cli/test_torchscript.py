@@ -84,7 +84,7 @@ class TorchScriptTest(unittest.TestCase):
         self.assertTrue(os.path.exists(out))
 
     def test_payload_runs_under_torch_jit_load_but_not_swavg(self):
-        evil = os.path.join(FIXTURES, "hostile", "ts_setstate_marker.pt")
+        evil = os.path.abspath(os.path.join(FIXTURES, "hostile", "ts_setstate_marker.pt"))
         with tempfile.TemporaryDirectory() as cwd:
             subprocess.run([sys.executable, "-c", "import sys, torch; torch.jit.load(sys.argv[1])", evil], cwd=cwd,
                            capture_output=True, timeout=300)
