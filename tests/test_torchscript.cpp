@@ -3,7 +3,11 @@
 // attribute, the BatchNorm fixtures), the same names in the same order, the same parameter/buffer
 // split, dtypes, shapes, strides and bytes as torch.jit.load(f).state_dict() in Python and as
 // LibTorch's own jit loader here. Plus the class scanner's edge cases and the nesting bound.
+// LibTorch first: its logging defines CHECK, which Catch2 must define over.
+#include "libtorch/module.h"
+// clang-format off
 #include <catch2/catch.hpp>
+// clang-format on
 
 #include <fmt/format.h>
 
@@ -12,7 +16,6 @@
 
 #include "formats/torchscript.h"
 #include "formats/zip.h"
-#include "libtorch/module.h"
 #include "support.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
@@ -43,7 +46,8 @@ TEST_CASE("TorchScript archives read as PyTorch reads them", "[torchscript]") {
                                "tied", "tied_traced", "mixed", "bn_cnn_scripted", "bn_cnn_traced"})
     CHECK(names.count(required) == 1);
   for (const auto& c : cases) {
-    DYNAMIC_SECTION(c["name"].get<std::string>()) {
+    INFO(c["name"].get<std::string>());
+    {
       const state_dict sd = read_torchscript(fixture(c["archive"].get<std::string>()));
       const auto ref = test::read_json(fixture(c["reference"].get<std::string>()));
       const auto& want = ref["tensors"];
@@ -71,7 +75,8 @@ TEST_CASE("TorchScript archives read as PyTorch reads them", "[torchscript]") {
 
 TEST_CASE("TorchScript archives read as LibTorch's jit loader reads them", "[torchscript][libtorch]") {
   for (const auto& c : all_cases()) {
-    DYNAMIC_SECTION(c["name"].get<std::string>()) {
+    INFO(c["name"].get<std::string>());
+    {
       const std::string path = fixture(c["archive"].get<std::string>());
       const state_dict sd = read_torchscript(path);
       const auto module = load_module(path);

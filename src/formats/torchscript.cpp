@@ -154,12 +154,14 @@ std::map<std::string, torchscript_class> scan_torchscript_classes(const std::str
   std::map<std::string, torchscript_class> classes;
   torchscript_class* current = nullptr;
   std::string current_name;
+  size_t body_indent = 0;  // of the current class's statements, once seen
   line_cursor lines{source};
   std::string_view line;
   while (lines.next(line)) {
     if (line.empty()) continue;
     if (line.front() != ' ' && line.front() != '\t') {
       current = nullptr;
+      body_indent = 0;
       if (!starts_with(line, "class ")) continue;
       std::string_view rest = line.substr(6);
       size_t n = 0;
@@ -183,6 +185,11 @@ std::map<std::string, torchscript_class> scan_torchscript_classes(const std::str
       continue;
     }
     if (!current) continue;
+    // Only the class's own statements (its first indentation level), not its methods' bodies.
+    const size_t indent = line.find_first_not_of(" \t");
+    if (indent == std::string_view::npos) continue;
+    if (!body_indent) body_indent = indent;
+    if (indent != body_indent) continue;
     const std::string_view body = trim(line);
     for (const bool parameters : {true, false}) {
       const std::string_view key = parameters ? "__parameters__" : "__buffers__";
