@@ -185,9 +185,9 @@ TEST_CASE("Code records: the per-record and total bounds, at the last valid and 
   limits.max_code_total = total;
   CHECK(read_torchscript(file, limits).tensors.size() == 6);
   limits.max_code_record = largest - 1;
-  CHECK_THROWS_WITH(read_torchscript(file, limits),
-                    Catch::Contains(fmt::format("declares {} bytes; swavg reads code records of at most {}", largest,
-                                                largest - 1)));
+  CHECK_THROWS_WITH(
+      read_torchscript(file, limits),
+      Catch::Contains(fmt::format("declares {} bytes; swavg reads code records of at most {}", largest, largest - 1)));
   limits.max_code_record = largest;
   limits.max_code_total = total - 1;
   CHECK_THROWS_WITH(read_torchscript(file, limits),

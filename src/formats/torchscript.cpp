@@ -50,9 +50,10 @@ std::string inflate_record(const zip_reader& zip, const zip_entry& e, const torc
     return std::string(reinterpret_cast<const char*>(zip.bytes(s)), s.size);
   }
   if (e.method != 8)
-    throw input_error(fmt::format("{}: code record '{}' is compressed with method {}; expected stored (0) or "
-                                  "deflated (8)",
-                                  path, e.name, e.method));
+    throw input_error(
+        fmt::format("{}: code record '{}' is compressed with method {}; expected stored (0) or "
+                    "deflated (8)",
+                    path, e.name, e.method));
   std::string out(e.size, '\0');
   z_stream z{};
   if (inflateInit2(&z, -MAX_WBITS) != Z_OK)
@@ -67,17 +68,17 @@ std::string inflate_record(const zip_reader& zip, const zip_entry& e, const torc
   const uint64_t produced = z.total_out;
   inflateEnd(&z);
   if (rc != Z_STREAM_END)
-    throw input_error(fmt::format(
-        "{}: code record '{}' does not inflate to its declared {} bytes ({})", path, e.name, e.size,
-        rc == Z_OK || rc == Z_BUF_ERROR ? "it holds more, or its deflate data ends early"
-                                        : "its deflate data is corrupt"));
+    throw input_error(fmt::format("{}: code record '{}' does not inflate to its declared {} bytes ({})", path, e.name,
+                                  e.size,
+                                  rc == Z_OK || rc == Z_BUF_ERROR ? "it holds more, or its deflate data ends early"
+                                                                  : "its deflate data is corrupt"));
   if (produced != e.size)
-    throw input_error(fmt::format("{}: code record '{}' inflates to {} bytes, its header says {}", path, e.name,
-                                  produced, e.size));
+    throw input_error(
+        fmt::format("{}: code record '{}' inflates to {} bytes, its header says {}", path, e.name, produced, e.size));
   const uint32_t crc = crc32_update(0, out.data(), out.size());
   if (crc != e.crc32)
-    throw input_error(fmt::format("{}: code record '{}' has CRC-32 {:08x}, its header says {:08x}", path, e.name, crc,
-                                  e.crc32));
+    throw input_error(
+        fmt::format("{}: code record '{}' has CRC-32 {:08x}, its header says {:08x}", path, e.name, crc, e.crc32));
   return out;
 }
 
@@ -136,8 +137,8 @@ std::vector<std::string> read_name_list(std::string_view rest, line_cursor& line
         throw input_error(fmt::format("{}: a name in the list has no closing quote: '{}'", where, shown(rest)));
       std::string_view name = rest.substr(1, close - 1);
       if (name.find('\\') != std::string_view::npos)
-        throw input_error(fmt::format("{}: the name '{}' has an escape, which swavg does not read", where,
-                                      shown(name)));
+        throw input_error(
+            fmt::format("{}: the name '{}' has an escape, which swavg does not read", where, shown(name)));
       names.emplace_back(name);
       rest.remove_prefix(close + 1);
       want_name = false;
@@ -150,7 +151,7 @@ std::vector<std::string> read_name_list(std::string_view rest, line_cursor& line
 }  // namespace
 
 std::map<std::string, torchscript_class> scan_torchscript_classes(const std::string& qualifier, std::string_view source,
-                                                                 const std::string& context) {
+                                                                  const std::string& context) {
   std::map<std::string, torchscript_class> classes;
   torchscript_class* current = nullptr;
   std::string current_name;
@@ -167,8 +168,8 @@ std::map<std::string, torchscript_class> scan_torchscript_classes(const std::str
       size_t n = 0;
       while (n < rest.size() && is_identifier_char(rest[n])) ++n;
       if (n == 0)
-        throw input_error(fmt::format("{}, line {}: a class statement without a name: '{}'", context, lines.number,
-                                      shown(line)));
+        throw input_error(
+            fmt::format("{}, line {}: a class statement without a name: '{}'", context, lines.number, shown(line)));
       current_name = qualifier + "." + std::string(rest.substr(0, n));
       rest = trim(rest.substr(n));
       std::string_view base;
@@ -178,8 +179,7 @@ std::map<std::string, torchscript_class> scan_torchscript_classes(const std::str
       }
       auto [it, fresh] = classes.emplace(current_name, torchscript_class{});
       if (!fresh)
-        throw input_error(fmt::format("{}, line {}: class '{}' is defined twice", context, lines.number,
-                                      current_name));
+        throw input_error(fmt::format("{}, line {}: class '{}' is defined twice", context, lines.number, current_name));
       current = &it->second;
       current->is_module = base == "Module";
       continue;
@@ -269,7 +269,9 @@ std::string join_name(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 
-std::string module_label(const std::string& prefix) { return prefix.empty() ? "the top-level module" : "module '" + prefix + "'"; }
+std::string module_label(const std::string& prefix) {
+  return prefix.empty() ? "the top-level module" : "module '" + prefix + "'";
+}
 
 class module_walker {
  public:
@@ -281,16 +283,18 @@ class module_walker {
       throw input_error(fmt::format("{}: {} is nested {} modules deep; swavg reads at most {}", path_,
                                     module_label(prefix), depth, max_depth_));
     if (!visited_.insert(object).second)
-      throw input_error(fmt::format("{}: {} is a module object already met elsewhere in data.pkl (shared through the "
-                                    "pickle memo, or a cycle); torch.jit.save writes each module once",
-                                    path_, module_label(prefix)));
+      throw input_error(
+          fmt::format("{}: {} is a module object already met elsewhere in data.pkl (shared through the "
+                      "pickle memo, or a cycle); torch.jit.save writes each module once",
+                      path_, module_label(prefix)));
     const std::string type = torch_class_of(object);
     const torchscript_class* cls = module_class(type, prefix);
     const pickle_node* state = object->call->state;
     if (cls->has_setstate)
-      throw input_error(fmt::format("{}: {} is a '{}', which defines __setstate__: its attributes are made by running "
-                                    "its code at load time, which swavg never does",
-                                    path_, module_label(prefix), type));
+      throw input_error(
+          fmt::format("{}: {} is a '{}', which defines __setstate__: its attributes are made by running "
+                      "its code at load time, which swavg never does",
+                      path_, module_label(prefix), type));
     if (!state || state->kind != pickle_kind::dict)
       throw input_error(fmt::format("{}: {} ('{}') has {} as its state, expected a dict of attributes", path_,
                                     module_label(prefix), type,
@@ -308,8 +312,8 @@ class module_walker {
       for (const auto& name : *names)
         if (!attributes.count(name))
           throw input_error(fmt::format("{}: {} ('{}') declares {} '{}', which its state does not hold", path_,
-                                        module_label(prefix), type,
-                                        names == &cls->parameters ? "parameter" : "buffer", name));
+                                        module_label(prefix), type, names == &cls->parameters ? "parameter" : "buffer",
+                                        name));
     for (const auto& name : cls->parameters)
       if (buffers.count(name))
         throw input_error(fmt::format("{}: {} ('{}') declares '{}' as both a parameter and a buffer", path_,
@@ -339,16 +343,16 @@ class module_walker {
                                     module_label(prefix)));
     const torchscript_class* cls = classes_.find(type);
     if (!cls)
-      throw input_error(fmt::format("{}: {} is a '{}', whose class is not defined in '{}'", path_,
-                                    module_label(prefix), type, classes_.record_of(type)));
+      throw input_error(fmt::format("{}: {} is a '{}', whose class is not defined in '{}'", path_, module_label(prefix),
+                                    type, classes_.record_of(type)));
     if (!cls->is_module)
-      throw input_error(fmt::format("{}: {} is a '{}', which is not declared as a Module", path_,
-                                    module_label(prefix), type));
+      throw input_error(
+          fmt::format("{}: {} is a '{}', which is not declared as a Module", path_, module_label(prefix), type));
     if (!cls->has_parameters || !cls->has_buffers)
-      throw input_error(fmt::format("{}: class '{}' ({}) does not declare {}; torch.jit.save writes both "
-                                    "__parameters__ and __buffers__ for every module class",
-                                    path_, type, classes_.record_of(type),
-                                    cls->has_parameters ? "__buffers__" : "__parameters__"));
+      throw input_error(
+          fmt::format("{}: class '{}' ({}) does not declare {}; torch.jit.save writes both "
+                      "__parameters__ and __buffers__ for every module class",
+                      path_, type, classes_.record_of(type), cls->has_parameters ? "__buffers__" : "__parameters__"));
     return cls;
   }
 
@@ -365,8 +369,7 @@ class module_walker {
   }
 
   void add_tensor(const std::string& name, const pickle_tensor_ref& t, tensor_kind kind) {
-    if (!names_.insert(name).second)
-      throw input_error(fmt::format("{}: tensor name '{}' appears twice", path_, name));
+    if (!names_.insert(name).second) throw input_error(fmt::format("{}: tensor name '{}' appears twice", path_, name));
     out_.tensors.push_back(named_tensor{name, reader_.view_of(fmt::format("tensor '{}'", name), t), kind});
   }
 
@@ -385,9 +388,10 @@ torch_archive open_torchscript_archive(const std::shared_ptr<const mapped_file>&
   a.file = file;
   a.zip = std::make_unique<zip_reader>(read_zip(*file));
   if (!is_torchscript_archive(*a.zip))
-    throw input_error(fmt::format("{}: is a torch.save checkpoint, not a TorchScript archive (no code/ or "
-                                  "constants.pkl records)",
-                                  path));
+    throw input_error(
+        fmt::format("{}: is a torch.save checkpoint, not a TorchScript archive (no code/ or "
+                    "constants.pkl records)",
+                    path));
   a.prefix = a.zip->root() + "/";
   for (const char* name : {"byteorder", ".data/byteorder"}) {
     const zip_entry* order = a.zip->find(a.prefix + name);

@@ -51,20 +51,19 @@ struct torchscript_limits {
 
 // What a class statement in code/ declares.
 struct torchscript_class {
-  bool is_module = false;   // `class X(Module):`
+  bool is_module = false;                            // `class X(Module):`
   bool has_parameters = false, has_buffers = false;  // the declarations were there
-  std::vector<std::string> parameters;  // __parameters__
-  std::vector<std::string> buffers;     // __buffers__
-  bool has_setstate = false;            // defines __setstate__
+  std::vector<std::string> parameters;               // __parameters__
+  std::vector<std::string> buffers;                  // __buffers__
+  bool has_setstate = false;                         // defines __setstate__
 };
 
 // Scans one code record's text for its class statements. `qualifier` is the record's module
 // ("__torch__.torch.nn.modules.linear"); keys are qualified class names. A tolerant, linear scanner
 // of the declarations only; throws input_error (starting with `context`) for a declaration it cannot
 // read or a class defined twice.
-std::map<std::string, torchscript_class> scan_torchscript_classes(const std::string& qualifier,
-                                                                 std::string_view source,
-                                                                 const std::string& context);
+std::map<std::string, torchscript_class> scan_torchscript_classes(const std::string& qualifier, std::string_view source,
+                                                                  const std::string& context);
 
 // Reads the parameters and buffers of a TorchScript archive. Throws input_error naming the file,
 // the record or tensor, expected vs found.
