@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes swavg's parsers with libFuzzer, AddressSanitizer and UndefinedBehaviorSanitizer.
 #
-#   scripts/fuzz.sh SECONDS [TARGET...]     # targets: unpickle zip safetensors torch_file (default: all)
+#   scripts/fuzz.sh SECONDS [TARGET...]     # targets: unpickle zip safetensors torch_file torchscript (default: all)
 #
 # Builds tests/fuzz/ with clang-14 into build-fuzz/ (Debian: apt-get install clang-14 libclang-rt-14-dev),
 # seeds one corpus per target from the real fixtures (build/fixtures, made by scripts/make_fixtures.py
@@ -22,7 +22,7 @@ fi
 SECONDS_EACH=$1
 shift
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(unpickle zip safetensors torch_file)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(unpickle zip safetensors torch_file torchscript)
 
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
 FIXTURES=${FIXTURES:-build/fixtures}
@@ -80,6 +80,13 @@ for p in sorted(files):
             add("torch_file", data)
         try:
             with zipfile.ZipFile(p) as z:
+                if any("/code/" in n or n.endswith("constants.pkl") for n in z.namelist()):
+                    add("torchscript", data)
+        except Exception:
+            if "/hostile/ts_" in p:
+                add("torchscript", data)
+        try:
+            with zipfile.ZipFile(p) as z:
                 for n in z.namelist():
                     if n.endswith(".pkl"):
                         add("unpickle", z.read(n))
@@ -95,7 +102,8 @@ for t in targets:
 EOF
 
 # --- Fuzz --------------------------------------------------------------------------------------
-declare -A DICT=([unpickle]=pickle.dict [zip]=zip.dict [safetensors]=safetensors.dict [torch_file]=zip.dict)
+declare -A DICT=([unpickle]=pickle.dict [zip]=zip.dict [safetensors]=safetensors.dict [torch_file]=zip.dict
+             [torchscript]=torchscript.dict)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0

@@ -21,7 +21,7 @@ start=$(date +%s)
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
       -DSWAVG_SANITIZE=ON ${CMAKE_ARGS:-}
 targets=(test_pickle test_zip test_safetensors test_torch_file
-         fuzz_unpickle fuzz_zip fuzz_safetensors fuzz_torch_file swavg-replay)
+         fuzz_unpickle fuzz_zip fuzz_safetensors fuzz_torch_file fuzz_torchscript swavg-replay)
 tests='^(make_fixtures|pickle:|zip:|safetensors:|torch_file:|fuzz_replay:|hostile_replay)'
 if [ "${SWAVG_SANITIZE_FULL:-0}" = 1 ]; then
   targets+=(swavg)

@@ -56,8 +56,7 @@ state_dict load_state_dict(const std::string& path, const load_options& options)
       break;
     case file_format::torchscript:
       if (!options.key.empty()) throw usage_error(path + ": --key applies to torch.save files, this is TorchScript");
-      file.reset();
-      sd = read_torchscript(path);
+      sd = read_torchscript(file);
       break;
     case file_format::safetensors: {
       if (!options.key.empty()) throw usage_error(path + ": --key applies to torch.save files, this is safetensors");

@@ -1,6 +1,8 @@
 /*
- * TorchScript modules through LibTorch's jit loader, for what must run a model (update-bn) and for
- * reading TorchScript checkpoints. There is one torch::jit::load in swavg, in load_module.
+ * TorchScript modules through LibTorch's jit loader, only for what must run a model (update-bn and
+ * --save-module): the loader compiles and runs the archive's code. Reading TorchScript checkpoints
+ * is formats/torchscript.cpp's, without LibTorch. There is one torch::jit::load in swavg, in
+ * load_module.
  */
 #pragma once
 

@@ -1,5 +1,7 @@
 /*
- * TorchScript through LibTorch: loading an archive, reading the state of a module, saving one.
+ * TorchScript through LibTorch, only where a model must run (update-bn, --save-module): loading an
+ * archive, reading the state of the loaded module, saving one. Reading TorchScript checkpoints
+ * (inspect, convert, average, ema, --model) is formats/torchscript.cpp's, which runs nothing.
  */
 #include <c10/util/Exception.h>
 #include <torch/csrc/jit/serialization/import.h>
@@ -11,7 +13,6 @@
 #include <unordered_set>
 
 #include "formats/load.h"
-#include "formats/torchscript.h"
 #include "libtorch/module.h"
 #include "libtorch/tensor_bridge.h"
 #include "libtorch/update_bn.h"
@@ -22,15 +23,6 @@ namespace swavg {
 namespace {
 
 using torch::jit::Module;
-
-void collect(const Module& m, const std::string& prefix, const std::shared_ptr<const void>& owner,
-             std::vector<named_tensor>& out) {
-  for (const auto& p : m.named_parameters(/*recurse=*/false))
-    out.push_back(named_tensor{prefix + p.name, from_tensor(p.value.detach(), owner), tensor_kind::parameter});
-  for (const auto& b : m.named_buffers(/*recurse=*/false))
-    out.push_back(named_tensor{prefix + b.name, from_tensor(b.value.detach(), owner), tensor_kind::buffer});
-  for (const auto& c : m.named_children()) collect(c.value, prefix + c.name + ".", owner, out);
-}
 
 void collect_state(const Module& m, const std::string& prefix, std::vector<std::pair<std::string, at::Tensor>>& out) {
   for (const auto& p : m.named_parameters(/*recurse=*/false)) out.emplace_back(join(prefix, p.name), p.value);
@@ -79,15 +71,6 @@ std::shared_ptr<Module> load_model(const std::string& path) {
                                   "(of torch.jit.script or torch.jit.trace)",
                                   path, format == file_format::torch ? "torch.save checkpoint" : "safetensors file"));
   return load_module(path);
-}
-
-state_dict read_torchscript(const std::string& path) {
-  std::shared_ptr<Module> module = load_module(path);
-  state_dict sd;
-  sd.path = path;
-  sd.format = file_format::torchscript;
-  collect(*module, "", module, sd.tensors);
-  return sd;
 }
 
 std::string join(const std::string& prefix, const std::string& name) {

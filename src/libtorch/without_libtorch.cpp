@@ -2,8 +2,9 @@
  * Every seam's stand-in, in one file: what the swavg binary built without LibTorch has in place of
  * the functions src/libtorch/ defines. LibTorch costs about half a second of start-up (its operator
  * registry is built by static initialisers), more than reading a large checkpoint, so `swavg` does
- * not load it: inspect, convert, average and ema run there whenever swavg's own kernels cover the
- * job. Everything else (TorchScript files, update-bn, GPUs, complex averages) throws
+ * not load it: inspect, convert, average and ema run there (TorchScript files included: they are
+ * read by formats/torchscript.cpp) whenever swavg's own kernels cover the job. Everything else
+ * (update-bn, GPUs, complex averages) throws
  * needs_libtorch before any output is written, and main() hands the same command line to
  * swavg-torch, the same program linked with LibTorch. The fuzz drivers link this file too.
  *
@@ -16,7 +17,6 @@
 
 #include "fold/aten.h"
 #include "fold/native_kernels.h"
-#include "formats/torchscript.h"
 #include "libtorch/update_bn.h"
 #include "util/error.h"
 
@@ -38,11 +38,6 @@ void check_device(const device_spec& device) {
 
 void aten_average(const fold_config&, const tensor_plan& p, const chunk_writer&) {
   require_libtorch(fmt::format("averaging tensor '{}' with ATen", p.name));
-}
-
-state_dict read_torchscript(const std::string& path) {
-  require_libtorch("reading the TorchScript file " + path);
-  return {};
 }
 
 update_bn_result update_batchnorm(const std::string&, const std::vector<named_tensor>&, const std::string&,

@@ -106,7 +106,7 @@ class HostileTest(unittest.TestCase):
             for command in case["commands"]:
                 if command == "update_bn_model" and not cls.update_bn:
                     continue
-                if REPLAY and (command != "inspect" or case.get("torchscript")):
+                if REPLAY and command != "inspect":
                     continue
                 workdir = os.path.join(cls.tmp, "%s-%s" % (case["name"], command))
                 os.mkdir(workdir)
