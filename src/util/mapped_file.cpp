@@ -88,8 +88,29 @@ void mapped_file::will_need(uint64_t offset, uint64_t length) const {
 // PMD, 2 MiB on x86-64. Measured on Linux 6.18/ext4: reading one byte maps 2 MiB.
 constexpr uint64_t kMapAround = 2 * 1024 * 1024;
 
+constexpr uint64_t kReleaseBatch = 1024 * 1024;
+
 void mapped_file::release_pages(uint64_t begin, uint64_t end) const {
   if (!mapped_ || begin >= size_) return;
+  end = std::min<uint64_t>(end, size_);
+  if (pending_end_ > pending_begin_) {
+    const uint64_t lo = std::min(begin, pending_begin_), hi = std::max(end, pending_end_);
+    if (begin <= pending_end_ + kMapAround && end + kMapAround >= pending_begin_ && hi - lo < kReleaseBatch) {
+      pending_begin_ = lo;
+      pending_end_ = hi;
+      return;
+    }
+    drop(pending_begin_, pending_end_);
+  }
+  pending_begin_ = begin;
+  pending_end_ = end;
+  if (end - begin >= kReleaseBatch) {
+    drop(begin, end);
+    pending_begin_ = pending_end_ = 0;
+  }
+}
+
+void mapped_file::drop(uint64_t begin, uint64_t end) const {
   static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   begin = (begin > kMapAround ? begin - kMapAround : 0) / page * page;
   end = std::min<uint64_t>(size_, std::min<uint64_t>(end, size_) + kMapAround);
