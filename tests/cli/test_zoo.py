@@ -11,7 +11,7 @@ import unittest
 import torch
 
 from common import TempDirTest, fixture, same_bits, swavg
-from reference import is_buffer_name, load_safetensors, swa_fold
+from reference import is_buffer_name, load_safetensors, swa_fold, write_rules
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 from fixtures import zoo  # noqa: E402
@@ -180,6 +180,34 @@ class LayoutsTest(ZooTest):
         out, _ = self.run_average(paths, out_name="avg.safetensors")
         st, _ = load_safetensors(out)
         self.assertTrue(same_bits(st["head.weight"], st["embed.weight"]))
+
+    def test_ties_follow_the_decisions(self):
+        paths = zoo_paths("tied")
+        dicts = [load(p) for p in paths]
+        # The embedding dropped: the head is written on its own.
+        rules = write_rules(self.path("drop.json"), [{"match": "^embed\\.weight$", "action": "drop"}])
+        got, report = self.run_average(paths, "--rules", rules, "--force")
+        got = load(got)
+        self.assertNotIn("embed.weight", got)
+        self.assertTrue(same_bits(got["head.weight"], swa_fold([d["head.weight"] for d in dicts])))
+        self.assertEqual(report["tied"], [])
+        # Decided differently: not tied.
+        rules = write_rules(self.path("latest.json"), [{"match": "^head\\.weight$", "action": "latest"}])
+        got, report = self.run_average(paths, "--rules", rules, "--force")
+        got = load(got)
+        self.assertEqual(report["tied"], [])
+        self.assertTrue(same_bits(got["head.weight"], dicts[-1]["head.weight"]))
+        self.assertTrue(same_bits(got["embed.weight"], swa_fold([d["embed.weight"] for d in dicts])))
+
+    def test_resumed_ties_stay_tied(self):
+        paths = zoo_paths("tied")
+        first, _ = self.run_average(paths[:2], out_name="first.pt")
+        out, report = self.run_average(["--resume", first, paths[2]], out_name="resumed.pt")
+        got = load(out)
+        self.assertEqual(report["tied"], [{"name": "head.weight", "to": "embed.weight"}])
+        self.assertEqual(got["head.weight"].data_ptr(), got["embed.weight"].data_ptr())
+        want = swa_fold([load(p)["embed.weight"] for p in paths])
+        self.assertTrue(same_bits(got["embed.weight"], want))
 
     def test_untied_in_one_input_is_not_tied(self):
         paths = zoo_paths("tied")
