@@ -27,7 +27,10 @@ the peak RSS of that child alone (ru_maxrss from os.wait4):
    baseline; with sampled peaks of RssAnon and RssFile, since mapped inputs count in RSS.
 4. `swavg update-bn` against torch.optim.swa_utils.update_bn on the same ResNet (scripted for
    swavg, eager for Python), weights and .npy batches, when the binary has update-bn.
-5. One table with medians, swavg/peer and swavg/floor ratios and RSS; PASS/MISS per target;
+5. Many tensors (--many-tensors, 100,000 by default): `swavg average` and the peer over 3
+   checkpoints of that many 4-element tensors, where the per-tensor work of reading, planning
+   and writing dominates (it must stay linear in the tensor count: a few seconds).
+6. One table with medians, swavg/peer and swavg/floor ratios and RSS; PASS/MISS per target;
    whether swavg's outputs equal the peer's bit for bit; all of it as JSON with --json.
 
 Children are started by a small launcher process (bench_peer.py runner) created before bench.py
@@ -327,6 +330,46 @@ def make_resnet_set(root, spec, n, seed, bn_samples, bn_res):
     return s, extra["model"], extra["data"]
 
 
+def make_many_set(root, count, n, seed):
+    """n checkpoints of `count` tensors of 4 float32 elements each (the per-tensor cost case)."""
+    folder = os.path.join(root, f"many_{count}")
+    config = {"kind": "many", "count": count, "n": n, "seed": seed, "version": 1}
+    man = _cached(folder, config)
+    if man:
+        return CkptSet(**man["sets"][0])
+    import collections
+    import torch
+    os.makedirs(folder, exist_ok=True)
+    paths = _ckpt_paths(folder, n)
+    for k, path in enumerate(paths):
+        gen = torch.Generator().manual_seed(seed * 1000 + k)
+        data = torch.randn(count, 4, generator=gen)
+        torch.save(collections.OrderedDict((f"blocks.{i}.w", data[i].clone()) for i in range(count)), path)
+    s = CkptSet(key=f"many_{count}", label=f"{count} tensors, {n}x{os.path.getsize(paths[0]) / MiB:.0f} MiB",
+                paths=paths, file_bytes=os.path.getsize(paths[0]), largest_tensor_bytes=16, n_tensors=count)
+    _save_manifest(folder, config, [s])
+    return s
+
+
+def time_many_tensors(b):
+    """swavg average and the peer's over --many-tensors tiny tensors. Returns (result, jobs)."""
+    args = b.args
+    if not args.many_tensors:
+        return {"ran": False}, []
+    s = make_many_set(b.workdir, args.many_tensors, 3, args.seed)
+    out, rep = b.out("many_swavg.pt"), b.out("many_swavg.json")
+    jobs = [Job("many/swavg", [args.swavg, "-q", "average", *s.paths, "-o", out, "--force", "--report", rep],
+                out, rep),
+            Job("many/peer", [sys.executable, PEER, "average", *s.paths, "--out", b.out("many_peer.pt")],
+                b.out("many_peer.pt"))]
+    log(f"many tensors: 3 x {args.many_tensors} ...")
+    warm(s.paths)
+    run_rounds(b.runner, jobs, args.repeats, progress=False)
+    ok, detail = compare_state_dicts(jobs[0].output, jobs[1].output)
+    return {"ran": True, "tensors": args.many_tensors, "set": dataclasses.asdict(s), "bit_exact": ok,
+            "detail": detail}, jobs
+
+
 def warm(paths):
     """Read every file once so that the timed runs find it in the page cache."""
     buf = memoryview(bytearray(16 * MiB))
@@ -588,6 +631,10 @@ def targets(res, jobs, sets):
         out.append({"target": f"{mode} bf16 (f32 accumulation) <= 1.3x f32 time per byte, "
                               "start-up excluded", "value": net, "raw_value": raw,
                     "ok": net <= 1.3, "show": show})
+    if res["many_tensors"]["ran"]:
+        t = med("many/swavg")
+        out.append({"target": f"average of 3 x {res['many_tensors']['tensors']} tiny tensors within 5 s "
+                              "(linear in the tensor count)", "value": t, "ok": t <= 5.0, "show": f"{t:.2f} s"})
     name = "update-bn no slower than Python's update_bn"
     if res["update_bn"]["ran"]:
         ratio = med("update-bn/swavg") / med("update-bn/peer")
@@ -637,6 +684,9 @@ def main_table(res, jobs, sets):
                 jobs[f"{s.key}/floor"], s.budget_bytes) for s in sets for mode, _ in MODES]
     rows.append(row(f"inspect one {sets[0].file_bytes / MiB:.0f} MiB file", jobs["inspect/swavg"],
                     jobs["inspect/peer"]))
+    if res["many_tensors"]["ran"]:
+        rows.append(row(f"average 3 x {res['many_tensors']['tensors']} tensors of 4 floats",
+                        jobs["many/swavg"], jobs["many/peer"]))
     bn = res["update_bn"]
     if bn["ran"]:
         rows.append(row(f"update-bn {bn['samples']}x3x{bn['res']}x{bn['res']}, batch {bn['batch']}",
@@ -668,6 +718,9 @@ def print_report(res, jobs, sets, args):
     print("\ncorrectness (swavg's output against the Python peer's, torch.equal per tensor):")
     for k, c in res["correctness"].items():
         print(f"  {k}: {'bit-exact' if c['bit_exact'] else 'DIFFERS'} ({c['detail']})")
+    many = res["many_tensors"]
+    if many["ran"]:
+        print(f"  many tensors: {'bit-exact' if many['bit_exact'] else 'DIFFERS'} ({many['detail']})")
     bn = res["update_bn"]
     if bn["ran"]:
         print(f"  update-bn against update_bn: {'match' if bn['matches_update_bn'] else 'DIFFER'} "
@@ -701,12 +754,15 @@ def parse_args(argv):
     p.add_argument("--bn-samples", type=int, help="update-bn samples [128; quick 32]")
     p.add_argument("--bn-res", type=int, help="update-bn image size [96; quick 32]")
     p.add_argument("--bn-batch", type=int, help="update-bn batch size [32; quick 8]")
+    p.add_argument("--many-tensors", type=int,
+                   help="tensors per checkpoint of the many-tensors case, 0 to skip [100000; quick 2000]")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     q = args.quick
     defaults = {"model_mb": 4 if q else 400, "repeats": 1 if q else 5,
                 "scale_mb": "1,4,16" if q else "100,400,1600", "bn_samples": 32 if q else 128,
-                "bn_res": 32 if q else 96, "bn_batch": 8 if q else 32}
+                "bn_res": 32 if q else 96, "bn_batch": 8 if q else 32,
+                "many_tensors": 2000 if q else 100000}
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -745,6 +801,8 @@ def run_bench(b):
     res["scaling"] = memory_scaling(b, sets[0], sizes, res["baseline_rss_bytes"])
     res["update_bn"], bn_jobs = time_update_bn(b, resnet, model_ts, data_npy, spec)
     jobs.update({j.key: j for j in bn_jobs})
+    res["many_tensors"], many_jobs = time_many_tensors(b)
+    jobs.update({j.key: j for j in many_jobs})
     res["jobs"] = {k: j.summary() for k, j in jobs.items()}
     res["targets"] = targets(res, jobs, sets)
     res["notes"] = b.notes

@@ -3,7 +3,8 @@
 
 Usage: make_fixtures.py OUTDIR
 
-Each module in scripts/fixtures/ has a make(outdir) function; they run in name order. Beside each
+Each module in scripts/fixtures/ with a make(outdir) function runs, in name order (zoo.py: the
+checkpoint layouts of real projects). Beside each
 checkpoint a JSON manifest records what Python itself reads from it (names, dtypes, shapes,
 strides, storage offsets and a digest of the bytes), so the C++ tests compare against PyTorch and
 never against numbers produced by swavg.

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/safetensors.h"
+#include "formats/save.h"
 #include "util/atomic_file.h"
 #include "util/checked.h"
 #include "util/error.h"
@@ -223,6 +224,50 @@ TEST_CASE("reads a header with many tensors in linear time", "[safetensors]") {
   REQUIRE(c.tensors.size() == kCount);
   CHECK(c.tensors.front().name == "layer.0.w");
   CHECK(c.tensors.back().name == "layer." + std::to_string(kCount - 1) + ".w");
+}
+
+TEST_CASE("writes a header with many tensors in linear time", "[safetensors]") {
+  // 200,000 names: a writer that looks each up in the header built so far takes minutes.
+  constexpr int kCount = 200000;
+  temp_dir dir;
+  const std::string path = dir.path + "/many.safetensors";
+  std::vector<safetensors_writer::spec> specs;
+  for (int i = 0; i < kCount; ++i) specs.push_back({"layer." + std::to_string(i) + ".w", dtype::int16, {1}});
+  atomic_file out(path);
+  safetensors_writer w(out, specs, {{"format", "pt"}});
+  const std::string data(2 * kCount, '\x07');
+  w.write(data.data(), data.size());
+  w.finish();
+  out.commit();
+  auto c = read_safetensors(mapped_file::open(path));
+  REQUIRE(c.tensors.size() == kCount);
+  CHECK(c.tensors.back().name == "layer." + std::to_string(kCount - 1) + ".w");
+  CHECK(c.metadata.at("format") == "pt");
+  specs.push_back(specs[kCount / 2]);
+  atomic_file again(path + ".2");
+  CHECK_THROWS_WITH(safetensors_writer(again, specs, {}), Catch::Contains("duplicate tensor name"));
+}
+
+TEST_CASE("outputs inherit the inputs' __metadata__ but swavg's own", "[safetensors][save]") {
+  state_dict a, b, t;
+  a.format = b.format = file_format::safetensors;
+  a.metadata = {{"format", "np"}, {"note", "a"}, {"swavg", "{}"}, {"swavg_update_bn", "{}"}};
+  b.metadata = {{"note", "b"}, {"other", "x"}};
+  t.format = file_format::torch;
+  t.metadata = {{"torch_only", "1"}};
+  CHECK(inherited_metadata({&a, &b, &t}) ==
+        std::map<std::string, std::string>{{"format", "np"}, {"note", "b"}, {"other", "x"}});
+  CHECK(inherited_metadata({nullptr, &t}) == std::map<std::string, std::string>{{"format", "pt"}});
+  CHECK(inherited_metadata({}) == std::map<std::string, std::string>{{"format", "pt"}});
+}
+
+TEST_CASE("safetensors cannot hold non-tensor entries", "[safetensors][save]") {
+  std::vector<object_entry> objects{{"block._extra_state", "dict", nullptr, nullptr}};
+  CHECK_THROWS_WITH(check_objects_fit("o.safetensors", output_format::safetensors, objects),
+                    Catch::Contains("'block._extra_state (dict)'") && Catch::Contains("--drop-objects"));
+  CHECK_THROWS_AS(check_objects_fit("o.safetensors", output_format::safetensors, objects), usage_error);
+  CHECK_NOTHROW(check_objects_fit("o.pt", output_format::torch, objects));
+  CHECK_NOTHROW(check_objects_fit("o.safetensors", output_format::safetensors, {}));
 }
 
 TEST_CASE("rejects malformed files with a specific message", "[safetensors]") {

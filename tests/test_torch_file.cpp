@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "formats/torch_file.h"
+#include "formats/save.h"
 #include "formats/torch_writer.h"
 #include "formats/zip.h"
 #include "support.h"
@@ -134,4 +135,91 @@ TEST_CASE("written archives read back with shared storages and exact bytes", "[t
     CHECK(reinterpret_cast<uintptr_t>(back.tensors[i].view.storage) % 64 == 0);
   }
   CHECK(back.tensors[12].view.storage == back.tensors[13].view.storage);  // tied.a, tied.b
+}
+
+namespace {
+
+std::string scratch_path(const std::string& name) { return std::string(SWAVG_FIXTURES_DIR) + "/" + name; }
+
+std::string data_pkl(const std::string& path) {
+  auto file = mapped_file::open(path);
+  zip_reader zip = read_zip(*file);
+  const zip_entry& e = zip.stored(zip.root() + "/data.pkl");
+  return std::string(reinterpret_cast<const char*>(zip.bytes(e)), e.size);
+}
+
+state_dict rewrite(const state_dict& in, const std::string& out) {
+  {
+    atomic_file f(out);
+    write_torch_state_dict(f, in.tensors, in.objects);
+    f.commit();
+  }
+  return read_torch_file(mapped_file::open(out), "");
+}
+
+}  // namespace
+
+TEST_CASE("non-tensor entries are kept as pickle data and written back the same", "[torch_file][objects]") {
+  state_dict in = read("zoo/objects/ckpt_0.pt");
+  REQUIRE(in.objects.size() == in.others.size());
+  REQUIRE(in.document);
+  std::vector<std::string> names;
+  for (const auto& o : in.objects) names.push_back(o.name + "=" + o.type);
+  CHECK(std::find(names.begin(), names.end(), "args=argparse.Namespace") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "cycle=list") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "3=str") != names.end());
+
+  const std::string once = scratch_path("objects_once.pt"), twice = scratch_path("objects_twice.pt");
+  state_dict back = rewrite(in, once);
+  REQUIRE(back.objects.size() == in.objects.size());
+  for (size_t i = 0; i < in.others.size(); ++i) {
+    INFO(in.others[i].path);
+    CHECK(back.others[i].path == in.others[i].path);
+    CHECK(back.others[i].type == in.others[i].type);
+    CHECK(back.others[i].value == in.others[i].value);
+  }
+  // Written again from what was read back: the same pickle bytes, so nothing was lost on the way.
+  rewrite(back, twice);
+  CHECK(data_pkl(once) == data_pkl(twice));
+}
+
+TEST_CASE("an entry holding a tensor cannot be carried", "[torch_file][objects]") {
+  // Lightning's callbacks hold a tensor (best_model_score) inside a dict.
+  state_dict in = read("zoo/lightning/epoch=0.ckpt", "callbacks");
+  REQUIRE(in.objects.size() == 1);
+  atomic_file f(scratch_path("carried_tensor.pt"));
+  CHECK_THROWS_WITH(write_torch_state_dict(f, in.tensors, in.objects),
+                    Catch::Contains("non-tensor entry 'ModelCheckpoint") && Catch::Contains("holds a tensor"));
+}
+
+TEST_CASE("non-dense tensors and non-string keys are refused by name", "[torch_file][objects]") {
+  CHECK_THROWS_WITH(read("zoo/sparse/ckpt_0.pt"),
+                    Catch::Contains("'adjacency' is a sparse tensor (torch._utils._rebuild_sparse_tensor)") &&
+                        Catch::Contains("swavg averages dense tensors only"));
+  CHECK_THROWS_AS(read("zoo/sparse/ckpt_0.pt"), input_error);
+  CHECK_THROWS_WITH(read("zoo/int_key/ckpt_0.pt"), Catch::Contains("under the key 7 of type int"));
+  // A plain state dict keeps no pickle document.
+  CHECK_FALSE(read("zoo/torchvision/ckpt_0.pt").document);
+}
+
+TEST_CASE("a sink writes an alias as a second view of one storage record", "[torch_file][save]") {
+  const std::string out = scratch_path("alias.pt");
+  const float data[4] = {1, 2, 3, 4};
+  {
+    tensor_sink sink(out, output_format::torch,
+                     {{"a", dtype::float32, {4}, std::nullopt}, {"b", dtype::float32, {4}, 0}, {"c", dtype::float32, {2}, std::nullopt}}, {});
+    sink.write(data, sizeof data);
+    sink.write(data, 2 * sizeof(float));
+    sink.commit();
+  }
+  state_dict back = read_torch_file(mapped_file::open(out), "");
+  REQUIRE(back.tensors.size() == 3);
+  CHECK(back.tensors[0].view.storage_key == back.tensors[1].view.storage_key);
+  CHECK(back.tensors[0].view.storage_key != back.tensors[2].view.storage_key);
+  CHECK(test::row_major_bytes(back.tensors[1].view) == std::string(reinterpret_cast<const char*>(data), sizeof data));
+  // safetensors has no shared storages, and an alias must name an earlier tensor.
+  CHECK_THROWS_AS(tensor_sink(scratch_path("alias.safetensors"), output_format::safetensors,
+                              {{"a", dtype::float32, {4}, std::nullopt}, {"b", dtype::float32, {4}, 0}}, {}),
+                  error);
+  CHECK_THROWS_AS(tensor_sink(out + ".2", output_format::torch, {{"a", dtype::float32, {4}, 0}}, {}), error);
 }

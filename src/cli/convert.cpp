@@ -16,14 +16,21 @@ struct convert_options {
   std::optional<output_format> format;
   load_options load;
   bool force = false;
+  bool drop_objects = false;
 };
 
 void run_convert(const convert_options& o) {
   check_output_path(o.output, {o.input}, o.force);
   const output_format format = choose_output_format(o.output, o.format);
   state_dict sd = load_state_dict(o.input, o.load);
-  uint64_t bytes = save_state_dict(o.output, sd.tensors, format);
-  spdlog::info("wrote {} tensors ({} bytes) to {}", sd.tensors.size(), bytes, o.output);
+  const std::vector<object_entry> objects = o.drop_objects ? std::vector<object_entry>{} : sd.objects;
+  std::map<std::string, std::string> metadata;
+  if (format == output_format::safetensors) metadata = inherited_metadata({&sd});
+  uint64_t bytes = save_state_dict(o.output, sd.tensors, format, metadata, objects);
+  spdlog::info("wrote {} tensors and {} other entries ({} bytes) to {}", sd.tensors.size(), objects.size(), bytes,
+               o.output);
+  if (o.drop_objects && !sd.objects.empty())
+    spdlog::info("left out {} non-tensor entries (--drop-objects)", sd.objects.size());
 }
 
 }  // namespace
@@ -39,6 +46,9 @@ command setup_convert(CLI::App& parent) {
   app->add_option("--key", o->load.key, "Dotted path of the state dict inside a torch.save object, e.g. model or ema.module");
   app->add_option("--strip-prefix", o->load.strip_prefixes, "Remove this prefix from tensor names (repeatable), e.g. module.");
   app->add_flag("--force", o->force, "Replace an existing output");
+  app->add_flag("--drop-objects", o->drop_objects,
+                "Leave the non-tensor entries (_extra_state, epoch, ...) out instead of carrying them (torch.save "
+                "outputs) or refusing (safetensors)");
   app->footer(
       "Examples:\n"
       "  swavg convert ckpt.pt -o model.safetensors\n"

@@ -28,6 +28,9 @@ void add_fold_options(CLI::App* app, fold_options& o) {
                   names_of({output_format::torch, output_format::safetensors}, output_format_name),
                   "torch or safetensors (default: from the output's extension)");
   app->add_flag("--force", o.job.force, "Replace an existing output");
+  app->add_flag("--drop-objects", o.job.drop_objects,
+                "Leave the non-tensor entries (_extra_state, epoch, ...) out of the output instead of carrying them "
+                "(needed for safetensors outputs of inputs that have them)");
   app->add_option("--key", o.job.load.key, "Dotted path of the state dict inside torch.save objects, e.g. model");
   app->add_option("--strip-prefix", o.job.load.strip_prefixes, "Remove this prefix from tensor names (repeatable)");
   add_enum_option(app, "--buffers", c.buffers, {{"latest", buffer_policy::latest}, {"average", buffer_policy::average}},

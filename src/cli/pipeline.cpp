@@ -26,10 +26,18 @@ std::vector<state_dict> load_checkpoints(const fold_job& job) {
   std::vector<state_dict> inputs;
   inputs.reserve(job.inputs.size());
   for (const auto& path : job.inputs) inputs.push_back(load_state_dict(path, job.load));
-  for (const auto& sd : inputs)
-    if (!sd.key.empty() && sd.key != inputs.front().key)
-      spdlog::warn("{}: took the state dict at '{}' but at '{}' in {}", sd.path, sd.key, inputs.front().key,
-                   inputs.front().path);
+  // Without --key each input's state dict is found on its own: they must agree, or the average
+  // would mix, say, one input's EMA weights with another's raw ones.
+  auto where = [](const state_dict& sd) { return sd.key.empty() ? std::string("the top level") : "'" + sd.key + "'"; };
+  bool same = true;
+  for (const auto& sd : inputs) same &= sd.key == inputs.front().key;
+  if (!same) {
+    std::string list;
+    for (const auto& sd : inputs) list += fmt::format("\n  {}: {}", sd.path, where(sd));
+    throw mismatch_error(fmt::format("the inputs' state dicts were found at different places:{}\nchoose one with "
+                                     "--key PATH (it must exist in every input)",
+                                     list));
+  }
   if (!inputs.front().key.empty()) spdlog::info("took the state dict at '{}' in each input", inputs.front().key);
   return inputs;
 }
@@ -55,7 +63,7 @@ fold_report run_fold_job(const fold_job& job) {
   check_output_path(job.output, guarded, job.force);
   const output_format format = choose_output_format(job.output, job.format);
 
-  const fold_result result = run_fold(c, load_fold_inputs(job), fold_target{job.output, format});
+  const fold_result result = run_fold(c, load_fold_inputs(job), fold_target{job.output, format, job.drop_objects});
 
   fold_report report;
   report.inputs = job.inputs;
@@ -66,6 +74,9 @@ fold_report run_fold_job(const fold_job& job) {
   report.decay = c.decay;
   report.n = result.n;
   report.tensors = result.tensors;
+  for (const auto& e : result.carried) report.carried.push_back({e.entry.name, e.entry.type, e.from});
+  report.objects_dropped = result.objects_dropped;
+  report.tied = result.tied;
   report.bytes_read = result.bytes_read;
   report.bytes_written = result.bytes_written;
   report.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -73,9 +84,9 @@ fold_report run_fold_job(const fold_job& job) {
 }
 
 uint64_t save_updated_state(const std::string& path, output_format format, const update_bn_result& updated,
-                            std::map<std::string, std::string> metadata) {
+                            std::map<std::string, std::string> metadata, const std::vector<object_entry>& objects) {
   metadata["swavg_update_bn"] = bn_report_json(updated.report);
-  return save_state_dict(path, updated.tensors, format, metadata);
+  return save_state_dict(path, updated.tensors, format, metadata, objects);
 }
 
 pipeline_report run_fold_pipeline(const fold_job& job, const std::optional<bn_step>& bn) {
@@ -108,7 +119,7 @@ pipeline_report run_fold_pipeline(const fold_job& job, const std::optional<bn_st
   update_bn_result updated = update_batchnorm(job.model, averaged.tensors, job.output, data, options);
   spdlog::info("{}: {} BatchNorm modules updated from {} batches", job.model, updated.report.modules.size(),
                updated.report.batches);
-  report.fold.bytes_written = save_updated_state(job.output, format, updated, averaged.metadata);
+  report.fold.bytes_written = save_updated_state(job.output, format, updated, averaged.metadata, averaged.objects);
   report.bn = std::move(updated.report);
   return report;
 }

@@ -28,6 +28,7 @@ struct fold_job {
   bool force = false;
   std::string resume;  // an earlier output to continue from
   std::string model;   // TorchScript whose parameter/buffer split is used
+  bool drop_objects = false;  // leave non-tensor entries out of the output (--drop-objects)
   fold_config config;
 };
 
@@ -52,6 +53,7 @@ pipeline_report run_fold_pipeline(const fold_job& job, const std::optional<bn_st
 // Writes update-bn's state dict to `path`, with `metadata` (the weights' own) and the report
 // under "swavg_update_bn". Returns the bytes written.
 uint64_t save_updated_state(const std::string& path, output_format format, const update_bn_result& updated,
-                            std::map<std::string, std::string> metadata);
+                            std::map<std::string, std::string> metadata,
+                            const std::vector<object_entry>& objects = {});
 
 }  // namespace swavg

@@ -42,6 +42,13 @@ std::string fold_report_json(const fold_report& r) {
   j["actions"] = actions;
   j["buffers"] = buffers;
   j["rules"] = rules;
+  auto carried = nlohmann::ordered_json::array();
+  for (const auto& e : r.carried) carried.push_back({{"name", e.name}, {"type", e.type}, {"from", e.from}});
+  j["carried"] = carried;
+  j["objects_dropped"] = r.objects_dropped;
+  auto tied = nlohmann::ordered_json::array();
+  for (const auto& t : r.tied) tied.push_back({{"name", t.name}, {"to", t.to}});
+  j["tied"] = tied;
   j["bytes_read"] = r.bytes_read;
   j["bytes_written"] = r.bytes_written;
   j["wall_time_s"] = r.wall_time_s;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fold/config.h"
+#include "fold/execute.h"
 #include "fold/plan.h"
 #include "formats/save.h"
 #include "libtorch/update_bn.h"
@@ -24,6 +25,12 @@ struct fold_report {
   double decay = 0.0;
   int64_t n = 0;  // checkpoints in the average, resumed ones included
   std::vector<tensor_outcome> tensors;
+  struct carried_object {
+    std::string name, type, from;
+  };
+  std::vector<carried_object> carried;  // non-tensor entries, from the latest input holding each
+  bool objects_dropped = false;         // --drop-objects left them out
+  std::vector<tied_tensor> tied;        // tensors written as views of an earlier tensor's storage
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
   double wall_time_s = 0.0;

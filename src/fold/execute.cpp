@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <cstring>
+#include <map>
 #include <stdexcept>
 
 #include "fold/aten.h"
@@ -141,13 +142,20 @@ void require_kernels(const fold_config& c, const fold_plan& plan) {
                                    device_name(c.device)));
 }
 
-std::vector<tensor_spec> output_specs(const fold_config& c, const fold_plan& plan) {
+std::vector<tensor_spec> output_specs(const fold_config& c, const fold_plan& plan,
+                                      const std::vector<std::optional<size_t>>& ties) {
   std::vector<tensor_spec> specs;
+  std::vector<size_t> spec_of(plan.tensors.size());
   const std::string prefix = c.layout == output_layout::averaged_model ? kModulePrefix : "";
-  for (const auto& p : plan.tensors)
-    if (p.outcome.action != tensor_action::drop)
-      specs.push_back(tensor_spec{prefix + p.name, p.outcome.output_type, p.sources.front().view->shape});
-  if (c.layout == output_layout::averaged_model) specs.push_back(tensor_spec{kNAveraged, dtype::int64, {}});
+  for (size_t k = 0; k < plan.tensors.size(); ++k) {
+    const tensor_plan& p = plan.tensors[k];
+    if (p.outcome.action == tensor_action::drop) continue;
+    spec_of[k] = specs.size();
+    std::optional<size_t> alias;
+    if (ties[k]) alias = spec_of[*ties[k]];
+    specs.push_back(tensor_spec{prefix + p.name, p.outcome.output_type, p.sources.front().view->shape, alias});
+  }
+  if (c.layout == output_layout::averaged_model) specs.push_back(tensor_spec{kNAveraged, dtype::int64, {}, std::nullopt});
   if (specs.empty()) throw usage_error("every tensor was dropped by the rules: nothing to write");
   return specs;
 }
@@ -176,20 +184,44 @@ resume_record make_resume_record(const fold_config& c, const fold_plan& plan, co
 fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_target& target) {
   const fold_plan plan = plan_fold(c, in.checkpoints, in.resume ? &*in.resume : nullptr, in.model_kinds);
   require_kernels(c, plan);
-  const std::vector<tensor_spec> specs = output_specs(c, plan);
+  // safetensors has no shared storages: tied tensors are written out each.
+  const std::vector<std::optional<size_t>> ties = target.format == output_format::torch
+                                                      ? find_ties(plan)
+                                                      : std::vector<std::optional<size_t>>(plan.tensors.size());
+  const std::vector<tensor_spec> specs = output_specs(c, plan, ties);
   uint64_t total_bytes = 0;
-  for (const auto& p : plan.tensors)
-    if (p.outcome.action != tensor_action::drop)
-      for (const auto& s : p.sources) total_bytes += s.view->nbytes();
+  for (size_t k = 0; k < plan.tensors.size(); ++k)
+    if (plan.tensors[k].outcome.action != tensor_action::drop && !ties[k])
+      for (const auto& s : plan.tensors[k].sources) total_bytes += s.view->nbytes();
 
-  tensor_sink sink(target.path, target.format, specs, {{kResumeKey, to_json(make_resume_record(c, plan, in))}});
+  fold_result result;
+  const state_dict* resumed = in.resume ? &in.resume->sd : nullptr;
+  result.carried = plan_carried(in.checkpoints, resumed);
+  result.objects_dropped = target.drop_objects && !result.carried.empty();
+  std::vector<object_entry> objects;
+  if (!target.drop_objects)
+    for (const auto& e : result.carried) objects.push_back(e.entry);
+  std::map<std::string, std::string> metadata;
+  if (target.format == output_format::safetensors) {
+    std::vector<const state_dict*> sources{resumed};
+    for (const auto& sd : in.checkpoints) sources.push_back(&sd);
+    metadata = inherited_metadata(sources);
+  }
+  metadata[kResumeKey] = to_json(make_resume_record(c, plan, in));
+
+  tensor_sink sink(target.path, target.format, specs, metadata, objects);
   progress bar(total_bytes, "folding");
   folder f(c, in, sink, bar);
-  for (const auto& p : plan.tensors) f.run(p);
+  for (size_t k = 0; k < plan.tensors.size(); ++k) {
+    if (ties[k])
+      result.tied.push_back(tied_tensor{plan.tensors[k].name, plan.tensors[*ties[k]].name});
+    else
+      f.run(plan.tensors[k]);
+  }
   if (c.layout == output_layout::averaged_model) sink.write(&plan.n, sizeof plan.n);
   sink.commit();
 
-  fold_result result;
+  result.tensors.reserve(plan.tensors.size());
   for (const auto& p : plan.tensors) result.tensors.push_back(p.outcome);
   result.n = plan.n;
   result.bytes_read = f.bytes_read();

@@ -13,6 +13,8 @@
  * each finished slice is written and its input pages released, so peak memory stays flat whatever
  * the number of checkpoints or the model size. The plan (plan.h) checks every input against the
  * others before the output is opened; nothing appears at the output unless the whole fold succeeds.
+ * Non-tensor entries and tied tensors are accounted for as entries.h says. Everything here is one
+ * pass over the tensors, hashed by name where it looks anything up.
  */
 #pragma once
 
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "fold/config.h"
+#include "fold/entries.h"
 #include "fold/plan.h"
 #include "fold/resume.h"
 #include "formats/save.h"
@@ -38,10 +41,19 @@ struct fold_inputs {
 struct fold_target {
   std::string path;
   output_format format = output_format::torch;
+  bool drop_objects = false;  // leave non-tensor entries out instead of carrying them
+};
+
+struct tied_tensor {
+  std::string name;
+  std::string to;  // the earlier tensor whose output storage it shares
 };
 
 struct fold_result {
   std::vector<tensor_outcome> tensors;
+  std::vector<carried_entry> carried;  // non-tensor entries: written, or left out when dropped
+  bool objects_dropped = false;
+  std::vector<tied_tensor> tied;
   int64_t n = 0;  // checkpoints in the average, resumed ones included
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;

@@ -5,8 +5,10 @@
 #include <limits>
 #include <optional>
 #include <string_view>
+#include <unordered_set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "util/atomic_file.h"
@@ -391,22 +393,27 @@ safetensors_writer::safetensors_writer(atomic_file& out, const std::vector<spec>
   const std::string& path = out.target();
   auto fail = [&](const std::string& message) { throw usage_error(fmt::format("{}: {}", path, message)); };
 
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  // The header is built as text: a JSON object looked up by name for each tensor would make the
+  // writer quadratic in the tensor count.
+  std::string text = "{";
   if (!metadata.empty()) {
-    auto& m = header[kMetadataKey] = nlohmann::ordered_json::object();
+    nlohmann::json m = nlohmann::json::object();
     for (const auto& [k, v] : metadata) {
       if (!valid_utf8(k) || !valid_utf8(v))
         fail(fmt::format("metadata entry {} is not valid UTF-8", quote_name(k)));
       m[k] = v;
     }
+    text += nlohmann::json(kMetadataKey).dump() + ":" + m.dump();
   }
+  std::unordered_set<std::string_view> names;
+  names.reserve(specs.size());
   for (const auto& s : specs) {
     if (s.name.empty()) fail("cannot write a tensor with an empty name");
     if (s.name == kMetadataKey) fail("cannot write a tensor named '__metadata__'");
     if (s.name.find('\0') != std::string::npos)
       fail(fmt::format("tensor name {} contains a NUL byte", quote_name(s.name)));
     if (!valid_utf8(s.name)) fail(fmt::format("tensor name {} is not valid UTF-8", quote_name(s.name)));
-    if (header.contains(s.name)) fail("duplicate tensor name " + quote_name(s.name));
+    if (!names.insert(s.name).second) fail("duplicate tensor name " + quote_name(s.name));
     const char* type = safetensors_dtype_name(s.type);
     if (!type)
       fail(fmt::format("safetensors cannot hold {} tensor {}", dtype_name(s.type), quote_name(s.name)));
@@ -418,14 +425,13 @@ safetensors_writer::safetensors_writer(atomic_file& out, const std::vector<spec>
     }
     auto end = nbytes ? checked_add(expected_, *nbytes) : std::nullopt;
     if (!end) fail(fmt::format("tensor {} of shape {} is too large", quote_name(s.name), shape_string(s.shape)));
-    auto& e = header[s.name] = nlohmann::ordered_json::object();
-    e["dtype"] = type;
-    e["shape"] = s.shape;
-    e["data_offsets"] = {expected_, *end};
+    if (text.size() > 1) text += ',';
+    text += nlohmann::json(s.name).dump();
+    text += fmt::format(":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}", type,
+                        fmt::join(s.shape, ","), expected_, *end);
     expected_ = *end;
   }
-
-  std::string text = header.dump();
+  text += '}';
   text.append((8 - text.size() % 8) % 8, ' ');
   if (text.size() > kMaxSafetensorsHeader)
     fail(fmt::format("the safetensors header would be {} bytes, over the limit of {}", text.size(),

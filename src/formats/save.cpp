@@ -1,5 +1,7 @@
 #include "formats/save.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
@@ -18,13 +20,33 @@ output_format choose_output_format(const std::string& path, std::optional<output
   return has_safetensors_extension(path) ? output_format::safetensors : output_format::torch;
 }
 
+void check_objects_fit(const std::string& path, output_format format, const std::vector<object_entry>& objects) {
+  if (format != output_format::safetensors || objects.empty()) return;
+  std::vector<std::string> names;
+  for (const auto& o : objects) names.push_back(fmt::format("{} ({})", o.name, o.type));
+  throw usage_error(fmt::format("{}: safetensors holds tensors only, not the non-tensor entries {}; write torch.save "
+                                "(--format torch) to keep them or pass --drop-objects to leave them out",
+                                path, quoted_list(names)));
+}
+
+std::map<std::string, std::string> inherited_metadata(const std::vector<const state_dict*>& inputs) {
+  std::map<std::string, std::string> out;
+  for (const state_dict* sd : inputs)
+    if (sd && sd->format == file_format::safetensors)
+      for (const auto& [k, v] : sd->metadata)
+        if (k.rfind("swavg", 0) != 0) out[k] = v;
+  out.emplace("format", "pt");
+  return out;
+}
+
 uint64_t save_state_dict(const std::string& path, const std::vector<named_tensor>& tensors, output_format format,
-                         const std::map<std::string, std::string>& metadata) {
+                         const std::map<std::string, std::string>& metadata, const std::vector<object_entry>& objects) {
+  check_objects_fit(path, format, objects);
   atomic_file out(path);
   if (format == output_format::torch) {
     std::map<std::string, std::string> records;
     if (!metadata.empty()) records[kSwavgRecord] = nlohmann::json(metadata).dump(1);
-    write_torch_state_dict(out, tensors, records);
+    write_torch_state_dict(out, tensors, objects, records);
   } else {
     std::vector<safetensors_writer::spec> specs;
     for (const auto& t : tensors) specs.push_back({t.name, t.view.type, t.view.shape});
@@ -51,17 +73,25 @@ struct tensor_sink::impl {
   std::map<std::string, std::string> metadata;
   std::unique_ptr<torch_writer> torch;
   std::unique_ptr<safetensors_writer> safetensors;
+  std::vector<std::string> storage_keys;  // torch: each spec's storage record
   size_t current = 0;      // index of the tensor being written
   uint64_t remaining = 0;  // its bytes still to come
   bool open = false;
 
   impl(const std::string& path, output_format f, std::vector<tensor_spec> s,
-       const std::map<std::string, std::string>& m)
+       const std::map<std::string, std::string>& m, const std::vector<object_entry>& objects)
       : out(path), format(f), specs(std::move(s)), metadata(m) {
+    check_objects_fit(path, format, objects);
+    for (size_t i = 0; i < specs.size(); ++i)
+      if (specs[i].alias_of && (format != output_format::torch || *specs[i].alias_of >= i))
+        throw error(exit_code::internal, fmt::format("tensor_sink: bad alias for '{}'", specs[i].name));
     if (format == output_format::torch) {
       torch = std::make_unique<torch_writer>(out);
+      torch->add_objects(objects);
+      storage_keys.resize(specs.size());
     } else {
       std::vector<safetensors_writer::spec> st;
+      st.reserve(specs.size());
       for (const auto& t : specs) st.push_back({t.name, t.type, t.shape});
       safetensors = std::make_unique<safetensors_writer>(out, st, metadata);
     }
@@ -77,10 +107,16 @@ struct tensor_sink::impl {
   void advance() {
     while (!open && current < specs.size()) {
       const tensor_spec& t = specs[current];
+      if (t.alias_of) {
+        storage_keys[current] = storage_keys[*t.alias_of];
+        torch->add_tensor(t.name, storage_keys[current], 0, t.shape, contiguous_strides(t.shape));
+        ++current;
+        continue;
+      }
       remaining = nbytes(t);
       if (torch) {
-        std::string key = torch->begin_storage(t.type, remaining);
-        torch->add_tensor(t.name, key, 0, t.shape, contiguous_strides(t.shape));
+        storage_keys[current] = torch->begin_storage(t.type, remaining);
+        torch->add_tensor(t.name, storage_keys[current], 0, t.shape, contiguous_strides(t.shape));
       }
       open = true;
       if (remaining == 0) close();
@@ -95,8 +131,8 @@ struct tensor_sink::impl {
 };
 
 tensor_sink::tensor_sink(const std::string& path, output_format format, std::vector<tensor_spec> specs,
-                         const std::map<std::string, std::string>& metadata)
-    : impl_(std::make_unique<impl>(path, format, std::move(specs), metadata)) {
+                         const std::map<std::string, std::string>& metadata, const std::vector<object_entry>& objects)
+    : impl_(std::make_unique<impl>(path, format, std::move(specs), metadata, objects)) {
   impl_->advance();
 }
 

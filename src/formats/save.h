@@ -1,6 +1,11 @@
 /*
  * Writes a state dict as torch.save or safetensors, atomically. The format comes from --format or,
  * failing that, the output's extension (.safetensors; anything else is torch.save).
+ *
+ * Non-tensor entries (`object_entry`) go into torch.save outputs as the pickle data they were
+ * read from; safetensors cannot hold them, and writing one there is an error naming them (the
+ * caller drops them first with --drop-objects). safetensors outputs keep the inputs' own
+ * __metadata__ (`inherited_metadata`) beside swavg's record.
  */
 #pragma once
 
@@ -25,21 +30,33 @@ output_format choose_output_format(const std::string& path, std::optional<output
 // `metadata` goes to safetensors' __metadata__ or to a swavg.json record in the torch archive,
 // where loaders ignore it. Returns the number of bytes written.
 uint64_t save_state_dict(const std::string& path, const std::vector<named_tensor>& tensors, output_format format,
-                         const std::map<std::string, std::string>& metadata = {});
+                         const std::map<std::string, std::string>& metadata = {},
+                         const std::vector<object_entry>& objects = {});
+
+// Throws usage_error naming the entries when `format` cannot hold `objects` (safetensors).
+void check_objects_fit(const std::string& path, output_format format, const std::vector<object_entry>& objects);
+
+// The __metadata__ a safetensors output inherits from `inputs` (in order: a later one's value
+// wins): every entry of their safetensors metadata but swavg's own (keys starting with "swavg"),
+// and "format": "pt", which transformers requires, unless an input says otherwise.
+std::map<std::string, std::string> inherited_metadata(const std::vector<const state_dict*>& inputs);
 
 struct tensor_spec {
   std::string name;
   dtype type;
   std::vector<int64_t> shape;
+  // torch.save only: a view of this earlier spec's storage (a tied weight), no bytes of its own.
+  std::optional<size_t> alias_of;
 };
 
 // Streams tensors to a torch.save or safetensors file in the order declared up front: write() the
-// bytes of each tensor (contiguous, row-major) one after the other, then commit(). Nothing appears
-// at `path` before commit(); a sink destroyed before it leaves no trace.
+// bytes of each tensor (contiguous, row-major; none for an alias) one after the other, then
+// commit(). `objects` follow the tensors (torch.save only). Nothing appears at `path` before
+// commit(); a sink destroyed before it leaves no trace.
 class tensor_sink {
  public:
   tensor_sink(const std::string& path, output_format format, std::vector<tensor_spec> specs,
-              const std::map<std::string, std::string>& metadata);
+              const std::map<std::string, std::string>& metadata, const std::vector<object_entry>& objects = {});
   ~tensor_sink();
   void write(const void* data, uint64_t size);
   void commit();

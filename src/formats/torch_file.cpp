@@ -146,6 +146,30 @@ void collect_opaque(const pickle_node* n, const std::string& path, int depth,
   collect_opaque_at(n, buffer, depth, seen, out);
 }
 
+// What a tensor that is not a dense, strided one is, by the function torch.save rebuilds it with;
+// nullptr for anything else.
+const char* non_dense_tensor(const pickle_node* n) {
+  if (!n || n->kind != pickle_kind::opaque) return nullptr;
+  static const std::pair<const char*, const char*> kKinds[] = {
+      {"torch._utils._rebuild_sparse_tensor", "a sparse tensor"},
+      {"torch._utils._rebuild_sparse_csr_tensor", "a sparse tensor"},
+      {"torch._utils._rebuild_qtensor", "a quantized tensor"},
+      {"torch._utils._rebuild_nested_tensor", "a nested tensor"},
+      {"torch._utils._rebuild_meta_tensor_no_storage", "a meta tensor (no data)"},
+      {"torch._utils._rebuild_wrapper_subclass", "a tensor subclass without storage"},
+      {"torch._utils._rebuild_device_tensor_from_numpy", "a device tensor (XLA, ORT, HPU)"},
+      {"torch._utils._rebuild_xla_tensor", "a device tensor (XLA)"},
+      {"torch._utils._rebuild_mlc_tensor", "a device tensor (MLC)"},
+      {"torch._tensor._rebuild_from_type", "a tensor subclass"},
+      {"torch._tensor._rebuild_from_type_v2", "a tensor subclass"},
+  };
+  for (const auto& [name, what] : kKinds)
+    if (n->text == name) return what;
+  if (n->text.rfind("torch._utils._rebuild", 0) == 0 || n->text.rfind("torch._tensor._rebuild", 0) == 0)
+    return "a tensor of a kind swavg does not read";
+  return nullptr;
+}
+
 // swavg's own metadata, a JSON object of strings in a record loaders ignore.
 std::map<std::string, std::string> read_swavg_record(const zip_reader& zip, const std::string& name,
                                                      const std::string& path) {
@@ -323,17 +347,26 @@ state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const
   torch_storage_reader reader(archive);
   std::unordered_set<std::string> names;
   for (const auto& [k, v] : chosen->entries) {
-    if (is_tensor(v) && is_string(k)) {
+    if (const char* what = non_dense_tensor(v))
+      throw input_error(fmt::format("{}: '{}' is {} ({}); swavg averages dense tensors only", path,
+                                    pickle_key_text(k), what, v->text));
+    if (is_tensor(v) && !is_string(k))
+      throw input_error(fmt::format("{}: the state dict holds a tensor under the key {} of type {}; swavg needs "
+                                    "string names for tensors",
+                                    path, pickle_key_text(k), k ? pickle_type_name(*k) : "None"));
+    if (is_tensor(v)) {
       if (!names.insert(k->text).second)
         throw input_error(fmt::format("{}: tensor name '{}' appears twice", path, k->text));
       tensor_kind kind = v->tensor->is_parameter ? tensor_kind::parameter : tensor_kind::unknown;
       sd.tensors.push_back(
           named_tensor{k->text, reader.view_of(fmt::format("tensor '{}'", k->text), *v->tensor), kind});
     } else {
-      sd.others.push_back(
-          other_entry{pickle_key_text(k), v ? pickle_type_name(*v) : "None", v ? scalar_text(*v) : ""});
+      const std::string type = v ? pickle_type_name(*v) : "None";
+      sd.others.push_back(other_entry{pickle_key_text(k), type, v ? scalar_text(*v) : ""});
+      sd.objects.push_back(object_entry{pickle_key_text(k), type, k, v});
     }
   }
+  if (!sd.objects.empty()) sd.document = std::shared_ptr<const pickle_document>(std::move(archive.doc));
   return sd;
 }
 

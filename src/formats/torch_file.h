@@ -10,13 +10,17 @@
  * its storage. Tensors that share a storage (tied weights, views) share the mapped bytes.
  *
  * The state dict is found in the unpickled object: the dict at --key, else the top level when it
- * maps names to tensors, else the first of kStateDictKeys present.
+ * maps names to tensors, else the first of kStateDictKeys present. Its tensors become views; its
+ * other entries are kept as pickle data (`state_dict::objects`, with the document alive) for
+ * writers to carry. Tensors that are not dense (sparse, quantized, nested, meta, wrapper
+ * subclasses) and tensors under non-string keys are refused by name.
  */
 #pragma once
 
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "tensor/state_dict.h"
@@ -64,7 +68,7 @@ class torch_storage_reader {
 
  private:
   const torch_archive& archive_;
-  std::map<std::string, std::pair<dtype, const zip_entry*>> checked_;  // storage key -> dtype, record
+  std::unordered_map<std::string, std::pair<dtype, const zip_entry*>> checked_;  // storage key -> dtype, record
 };
 
 // The value at a dotted path of dict keys and list/tuple indices; a dict key that itself contains

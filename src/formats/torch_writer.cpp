@@ -2,9 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "tensor/state_dict.h"
+#include "formats/pickle.h"
 #include "formats/pickle_opcodes.h"
 #include "formats/zip.h"
 #include "util/atomic_file.h"
@@ -18,6 +22,7 @@ using namespace pickle_op;
 constexpr const char* kArchiveRoot = "archive/";
 constexpr const char* kFormatVersion = "3\n";
 constexpr uint8_t kProtocol = 2;
+constexpr int kMaxObjectDepth = 1000;
 
 // Emits the pickle opcodes (protocol 2) that torch.save uses and that both torch.load's full and
 // weights_only unpicklers (1.13 and 2.x) accept.
@@ -75,6 +80,66 @@ class pickle_emitter {
     empty_tuple();
     reduce();
   }
+  void none() { op(kNone); }
+  void floating(double v) {
+    uint64_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    op(kBinFloat);
+    for (int shift = 56; shift >= 0; shift -= 8) bytes += static_cast<char>(bits >> shift);  // big-endian
+  }
+  // An integer given as its little-endian two's complement bytes.
+  void long_bytes(const std::string& le) {
+    if (le.size() < 256) {
+      op(kLong1);
+      bytes += static_cast<char>(le.size());
+    } else {
+      op(kLong4);
+      append_le(static_cast<int32_t>(le.size()));
+    }
+    bytes += le;
+  }
+  // Protocol 2 writes bytes as _codecs.encode(<the bytes as latin-1 text>, 'latin1').
+  void byte_string(const std::string& raw) {
+    if (raw.empty()) {
+      global("builtins", "bytes");
+      empty_tuple();
+      reduce();
+      return;
+    }
+    std::string text;
+    for (unsigned char c : raw) {
+      if (c < 0x80) {
+        text += static_cast<char>(c);
+      } else {
+        text += static_cast<char>(0xc0 | (c >> 6));
+        text += static_cast<char>(0x80 | (c & 0x3f));
+      }
+    }
+    global("_codecs", "encode");
+    string(text);
+    string("latin1");
+    op(kTuple2);
+    reduce();
+  }
+  void plain(opcode o) { op(o); }
+  void put(uint32_t i) {
+    if (i < 256) {
+      op(kBinPut);
+      bytes += static_cast<char>(i);
+    } else {
+      op(kLongBinPut);
+      append_le(i);
+    }
+  }
+  void get(uint32_t i) {
+    if (i < 256) {
+      op(kBinGet);
+      bytes += static_cast<char>(i);
+    } else {
+      op(kLongBinGet);
+      append_le(i);
+    }
+  }
 
  private:
   void op(opcode o) { bytes += static_cast<char>(o); }
@@ -82,6 +147,149 @@ class pickle_emitter {
   void append_le(T v) {
     bytes.append(reinterpret_cast<const char*>(&v), sizeof(T));
   }
+};
+
+
+// Emits non-tensor entries again as the pickle data they were read from: containers and scalars as
+// themselves, opaque objects as the GLOBAL, REDUCE/NEWOBJ, BUILD, APPENDS and SETITEMS they were
+// built with. Nothing is interpreted. Shared and cyclic structures go through the memo as Python's
+// pickler writes them; a tensor or storage inside an entry is refused (its bytes would need records
+// of their own).
+class object_emitter {
+ public:
+  explicit object_emitter(pickle_emitter& out) : out_(out) {}
+
+  void entry(const object_entry& e) {
+    entry_ = &e;
+    node(e.key, 0);
+    node(e.value, 0);
+  }
+
+ private:
+  [[noreturn]] void refuse(const std::string& why) const {
+    throw input_error(fmt::format("non-tensor entry '{}' ({}) cannot be written to a torch.save file: {}",
+                                  entry_->name, entry_->type, why));
+  }
+
+  bool memoized(const pickle_node* n) {
+    auto it = memo_.find(n);
+    if (it == memo_.end()) return false;
+    out_.get(it->second);
+    return true;
+  }
+  void memoize(const pickle_node* n) {
+    const auto i = static_cast<uint32_t>(memo_.size());
+    memo_.emplace(n, i);
+    out_.put(i);
+  }
+
+  void global(const std::string& dotted) {
+    const size_t dot = dotted.rfind('.');
+    if (dot == std::string::npos || dot == 0 || dot + 1 == dotted.size()) refuse("bad global name " + dotted);
+    out_.global(dotted.substr(0, dot), dotted.substr(dot + 1));
+  }
+
+  void items(const std::vector<pickle_node*>& xs, int depth) {
+    if (xs.empty()) return;
+    out_.mark();
+    for (const pickle_node* x : xs) node(x, depth + 1);
+    out_.plain(kAppends);
+  }
+  void entries(const std::vector<std::pair<pickle_node*, pickle_node*>>& kv, int depth) {
+    if (kv.empty()) return;
+    out_.mark();
+    for (const auto& [k, v] : kv) {
+      node(k, depth + 1);
+      node(v, depth + 1);
+    }
+    out_.plain(kSetItems);
+  }
+
+  void node(const pickle_node* n, int depth) {
+    if (depth > kMaxObjectDepth) refuse(fmt::format("it nests deeper than {} levels", kMaxObjectDepth));
+    if (!n) return out_.none();
+    switch (n->kind) {
+      case pickle_kind::none: return out_.none();
+      case pickle_kind::boolean: return out_.boolean(n->bool_value);
+      case pickle_kind::integer: return out_.integer(n->int_value);
+      case pickle_kind::big_integer: return out_.long_bytes(n->text);
+      case pickle_kind::floating: return out_.floating(n->float_value);
+      case pickle_kind::string: return out_.string(n->text);
+      case pickle_kind::bytes: return out_.byte_string(n->text);
+      case pickle_kind::global: return global(n->text);
+      case pickle_kind::tensor:
+      case pickle_kind::storage: refuse("it holds a tensor");
+      case pickle_kind::list:
+        if (memoized(n)) return;
+        out_.plain(kEmptyList);
+        memoize(n);
+        return items(n->items, depth);
+      case pickle_kind::dict:
+        if (memoized(n)) return;
+        if (n->ordered)
+          out_.empty_ordered_dict();
+        else
+          out_.plain(kEmptyDict);
+        memoize(n);
+        entries(n->entries, depth);
+        if (n->ordered && n->attributes) {
+          node(n->attributes, depth + 1);
+          out_.plain(kBuild);
+        }
+        return;
+      case pickle_kind::set:
+        if (memoized(n)) return;
+        out_.global("builtins", "set");
+        out_.plain(kEmptyList);
+        items(n->items, depth);
+        out_.plain(kTuple1);
+        out_.reduce();
+        return memoize(n);
+      case pickle_kind::tuple:
+        if (memoized(n)) return;
+        out_.mark();
+        for (const pickle_node* x : n->items) node(x, depth + 1);
+        // An item that refers back to this tuple (through a list or dict) wrote it already, as
+        // Python's pickler does: drop the items and take that one.
+        if (auto it = memo_.find(n); it != memo_.end()) {
+          out_.plain(kPopMark);
+          return out_.get(it->second);
+        }
+        out_.tuple_from_mark();
+        return memoize(n);
+      case pickle_kind::opaque: return object(n, depth);
+    }
+  }
+
+  void object(const pickle_node* n, int depth) {
+    if (memoized(n)) return;
+    if (!n->call) refuse(fmt::format("the {} object has no recorded construction", n->text));
+    if (!building_.insert(n).second) refuse(fmt::format("the {} object is among its own construction arguments", n->text));
+    const pickle_call& c = *n->call;
+    node(c.callee, depth + 1);
+    out_.mark();
+    for (const pickle_node* a : c.args) node(a, depth + 1);
+    out_.tuple_from_mark();
+    if (c.kwargs) {
+      node(c.kwargs, depth + 1);
+      out_.plain(kNewObjEx);
+    } else {
+      out_.plain(c.constructed ? kNewObj : kReduce);
+    }
+    building_.erase(n);
+    memoize(n);
+    items(n->items, depth);
+    entries(n->entries, depth);
+    if (c.state) {
+      node(c.state, depth + 1);
+      out_.plain(kBuild);
+    }
+  }
+
+  pickle_emitter& out_;
+  const object_entry* entry_ = nullptr;
+  std::unordered_map<const pickle_node*, uint32_t> memo_;
+  std::unordered_set<const pickle_node*> building_;
 };
 
 }  // namespace
@@ -110,6 +318,14 @@ void torch_writer::add_tensor(const std::string& name, const std::string& storag
   tensors_.push_back(tensor_info{name, storage_key, offset, shape, strides});
 }
 
+void torch_writer::add_objects(const std::vector<object_entry>& objects) {
+  pickle_emitter p;
+  object_emitter emit(p);
+  for (const auto& e : objects) emit.entry(e);
+  objects_pickle_ = std::move(p.bytes);
+  objects_ = objects.size();
+}
+
 void torch_writer::add_record(const std::string& name, const std::string& bytes) {
   zip_->add(kArchiveRoot + name, bytes.data(), bytes.size());
 }
@@ -118,7 +334,7 @@ std::string torch_writer::pickle_state_dict() const {
   pickle_emitter p;
   p.proto();
   p.empty_ordered_dict();
-  if (!tensors_.empty()) {
+  if (!tensors_.empty() || objects_ > 0) {
     p.mark();
     for (const auto& t : tensors_) {
       const storage_info& s = storages_.at(t.storage_key);
@@ -141,6 +357,7 @@ std::string torch_writer::pickle_state_dict() const {
       p.tuple_from_mark();
       p.reduce();
     }
+    p.bytes += objects_pickle_;
     p.setitems();
   }
   p.stop();
@@ -156,13 +373,15 @@ void torch_writer::finish() {
 }
 
 void write_torch_state_dict(atomic_file& out, const std::vector<named_tensor>& tensors,
+                            const std::vector<object_entry>& objects,
                             const std::map<std::string, std::string>& extra_records) {
   torch_writer writer(out);
+  writer.add_objects(objects);
   // A source storage is its owner plus its key within the owner: views of one storage share it.
-  std::map<std::pair<const void*, std::string>, std::string> written;
+  std::unordered_map<std::string, std::string> written;
   for (const auto& t : tensors) {
     const tensor_view& v = t.view;
-    auto id = std::make_pair(v.owner.get(), v.storage_key);
+    const std::string id = fmt::format("{}:{}", static_cast<const void*>(v.owner.get()), v.storage_key);
     auto it = written.find(id);
     if (it == written.end()) {
       std::string key = writer.begin_storage(v.type, v.storage_bytes);

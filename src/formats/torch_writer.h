@@ -7,17 +7,19 @@
  * protocol 2 as torch.save writes it: collections.OrderedDict rebuilt through
  * torch._utils._rebuild_tensor_v2 with persistent ids ('storage', torch.<X>Storage, key, 'cpu',
  * numel). Tensors may share a storage and carry any offset and strides, so shared storages and
- * views stay shared.
+ * views stay shared. Non-tensor entries (`object_entry`, read from an input's data.pkl) follow the
+ * tensors in the same dict, emitted again as the pickle data they were read from.
  */
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
-#include "tensor/tensor_view.h"
+#include "tensor/state_dict.h"
 
 namespace swavg {
 
@@ -38,6 +40,10 @@ class torch_writer {
   // Adds a tensor over a storage already written (or being written).
   void add_tensor(const std::string& name, const std::string& storage_key, int64_t offset,
                   const std::vector<int64_t>& shape, const std::vector<int64_t>& strides);
+
+  // Non-tensor entries to write after the tensors, as the pickle data they were read from. Throws
+  // input_error naming an entry that cannot be written (one holding a tensor), before any byte.
+  void add_objects(const std::vector<object_entry>& objects);
 
   // An extra record under the archive folder that loaders ignore (swavg's own metadata).
   void add_record(const std::string& name, const std::string& bytes);
@@ -60,15 +66,17 @@ class torch_writer {
   std::string pickle_state_dict() const;
 
   std::unique_ptr<zip_writer> zip_;
-  std::map<std::string, storage_info> storages_;
+  std::unordered_map<std::string, storage_info> storages_;
   std::vector<tensor_info> tensors_;
+  std::string objects_pickle_;
+  size_t objects_ = 0;
   int next_key_ = 0;
 };
 
 // Writes `tensors` preserving storage sharing: each distinct source storage once, whole, and every
 // tensor with its own offset and strides. The caller commits `out`.
-struct named_tensor;
 void write_torch_state_dict(atomic_file& out, const std::vector<named_tensor>& tensors,
+                            const std::vector<object_entry>& objects = {},
                             const std::map<std::string, std::string>& extra_records = {});
 
 }  // namespace swavg

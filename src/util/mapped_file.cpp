@@ -15,6 +15,16 @@
 namespace swavg {
 namespace {
 
+// A file released in more than kBatchAfter pieces (a checkpoint of many tiny tensors) gathers
+// small neighbouring releases up to kReleaseBatch bytes and drops them in one call: dropping the
+// mapping around each tiny tensor costs a system call and a refault of the same folio for the next
+// one. A file with a batch open keeps about one large folio mapped, so at most kMaxBatchingFiles
+// do at a time; checkpoints of usual tensor counts never batch.
+constexpr uint64_t kReleaseBatch = 1024 * 1024;
+constexpr uint64_t kBatchAfter = 4096;
+constexpr int kMaxBatchingFiles = 8;
+int batching_files = 0;
+
 struct fd_guard {
   int fd;
   ~fd_guard() {
@@ -72,6 +82,7 @@ std::shared_ptr<const mapped_file> mapped_file::from_memory(std::string bytes, c
 }
 
 mapped_file::~mapped_file() {
+  if (pending_end_ > pending_begin_) --batching_files;
   if (mapped_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
@@ -90,6 +101,31 @@ constexpr uint64_t kMapAround = 2 * 1024 * 1024;
 
 void mapped_file::release_pages(uint64_t begin, uint64_t end) const {
   if (!mapped_ || begin >= size_) return;
+  end = std::min<uint64_t>(end, size_);
+  const bool open = pending_end_ > pending_begin_;
+  if (open) {
+    const uint64_t lo = std::min(begin, pending_begin_), hi = std::max(end, pending_end_);
+    if (begin <= pending_end_ + kMapAround && end + kMapAround >= pending_begin_ && hi - lo < kReleaseBatch) {
+      pending_begin_ = lo;
+      pending_end_ = hi;
+      return;
+    }
+    drop(pending_begin_, pending_end_);
+  }
+  const bool small = end - begin < kReleaseBatch;
+  const bool batch = small && (open || (++releases_ > kBatchAfter && batching_files < kMaxBatchingFiles));
+  if (!batch) {
+    drop(begin, end);
+    if (open) --batching_files;
+    pending_begin_ = pending_end_ = 0;
+    return;
+  }
+  if (!open) ++batching_files;
+  pending_begin_ = begin;
+  pending_end_ = end;
+}
+
+void mapped_file::drop(uint64_t begin, uint64_t end) const {
   static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   begin = (begin > kMapAround ? begin - kMapAround : 0) / page * page;
   end = std::min<uint64_t>(size_, std::min<uint64_t>(end, size_) + kMapAround);

@@ -37,7 +37,8 @@ class mapped_file {
   // Drops the pages this process has mapped for bytes [begin, end) of the file, and those the
   // kernel mapped along with them (fault-around, and large page-cache folios, mapped whole: up to
   // 2 MiB around a touched byte). They stay in the page cache and cost a minor fault when touched
-  // again. A no-op for from_memory.
+  // again. A no-op for from_memory. In a file released in thousands of pieces (many tiny tensors),
+  // neighbouring small ranges are gathered and dropped together (mapped_file.cpp). Not thread-safe.
   void release_pages(uint64_t begin, uint64_t end) const;
   void release_pages() const { release_pages(0, size_); }
 
@@ -48,6 +49,9 @@ class mapped_file {
   std::string path_;
   bool mapped_ = false;
   std::string owned_;
+  void drop(uint64_t begin, uint64_t end) const;
+  mutable uint64_t pending_begin_ = 0, pending_end_ = 0;  // released, not yet dropped
+  mutable uint64_t releases_ = 0;
 };
 
 }  // namespace swavg

@@ -408,7 +408,7 @@ class MismatchTest(AverageTest):
     def variant(self, i, name, edit):
         sd = copy_state(self.sds[i])
         edit(sd)
-        return save_state(self.path(name), sd)
+        return save_state(self.path(name), {"model": sd})  # laid out as the run's checkpoints
 
     def test_every_difference_listed(self):
         def missing(sd):
@@ -607,7 +607,7 @@ class NonFiniteTest(AverageTest):
         bad = copy_state(sds[1])
         bad["conv2.weight"][0, 0, 0, 0] = float("nan")
         bad["fc.bias"][3] = float("inf")
-        badpath = save_state(self.path("poisoned.pt"), bad)
+        badpath = save_state(self.path("poisoned.pt"), {"model": bad})
         files = [paths[0], badpath, paths[2]]
         out = self.path("avg.pt")
         p = swavg("average", *files, "-o", out, check=False)

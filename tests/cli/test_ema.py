@@ -267,7 +267,7 @@ class EmaOutputTest(EmaTest):
         sd = collections.OrderedDict((k, v.clone()) for k, v in state_dict_of(paths[1]).items())
         sd["bn2.weight"][1] = float("-inf")
         bad = self.path("bad_ema.pt")
-        torch.save(sd, bad)
+        torch.save({"model": sd}, bad)  # laid out as the run's checkpoints
         out = self.path("x.pt")
         p = swavg("ema", "--decay", "0.9", paths[0], bad, "-o", out, check=False)
         self.assertEqual(p.returncode, 3, p.stderr)
