@@ -51,6 +51,36 @@ std::string pickle_type_name(const pickle_node& n) {
   return "unknown";
 }
 
+bool runs_code_when_loaded(const std::string& global) {
+  // Whole modules, and single names in modules that are otherwise data.
+  static const char* const kModules[] = {
+      "os", "posix", "nt", "subprocess", "sys", "importlib", "runpy", "pty", "shutil", "socket", "ctypes",
+      "code", "codeop", "pdb", "bdb", "pickle", "_pickle", "cPickle", "dill", "marshal", "types", "webbrowser",
+      "multiprocessing", "threading", "_thread", "asyncio", "signal", "tempfile", "pathlib", "glob",
+      "platform", "commands", "popen2", "spawn", "timeit", "cProfile", "profile", "trace", "imp", "pkgutil",
+      "zipimport", "ssl", "http", "urllib", "ftplib", "smtplib", "telnetlib", "xmlrpc", "distutils",
+      "setuptools", "pip", "site", "sqlite3", "shelve", "dbm", "operator", "functools", "inspect",
+      "torch.hub", "torch.jit", "torch.package", "torch.utils.cpp_extension", "torch._C", "torch.ops",
+      "numpy.ctypeslib", "numpy.distutils", "numpy.f2py", "numpy.lib.npyio", "numpy.testing"};
+  static const char* const kNames[] = {
+      "builtins.eval", "builtins.exec", "builtins.compile", "builtins.__import__", "builtins.open",
+      "builtins.getattr", "builtins.setattr", "builtins.delattr", "builtins.globals", "builtins.locals",
+      "builtins.vars", "builtins.input", "builtins.breakpoint", "builtins.exit", "builtins.quit",
+      "builtins.help", "builtins.__build_class__", "builtins.execfile", "builtins.apply", "builtins.file",
+      "__builtin__.eval", "__builtin__.exec", "__builtin__.compile", "__builtin__.__import__",
+      "__builtin__.open", "__builtin__.getattr", "__builtin__.setattr", "__builtin__.execfile",
+      "__builtin__.file", "__builtin__.apply", "io.open", "io.FileIO", "io.open_code", "_io.open",
+      "_io.FileIO", "torch.load", "torch.save", "torch.from_file", "torch.classes", "numpy.load",
+      "numpy.save", "numpy.fromfile", "numpy.memmap", "numpy.loadtxt", "numpy.genfromtxt"};
+  for (const char* m : kModules) {
+    const size_t n = std::strlen(m);
+    if (global.compare(0, n, m) == 0 && global.size() > n && global[n] == '.') return true;
+  }
+  for (const char* name : kNames)
+    if (global == name) return true;
+  return false;
+}
+
 namespace {
 
 constexpr int kHighestProtocol = 5;

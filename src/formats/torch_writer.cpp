@@ -186,6 +186,10 @@ class object_emitter {
   void global(const std::string& dotted) {
     const size_t dot = dotted.rfind('.');
     if (dot == std::string::npos || dot == 0 || dot + 1 == dotted.size()) refuse("bad global name " + dotted);
+    if (runs_code_when_loaded(dotted))
+      refuse(fmt::format("it refers to {}, which runs code or touches files when the file is loaded; "
+                         "--drop-objects leaves such entries out",
+                         dotted));
     out_.global(dotted.substr(0, dot), dotted.substr(dot + 1));
   }
 
