@@ -137,12 +137,12 @@ def is_zip(path):
 def swavg_view(path, workdir):
     """What swavg sees: None when it refuses the file, else the key and the tensors (name, dtype,
     shape, CRC of the bytes from convert's safetensors output)."""
-    p = subprocess.run([SWAVG, "inspect", "--json", path], capture_output=True, text=True, timeout=TIMEOUT)
+    p = subprocess.run([SWAVG, "inspect", "--json", path], capture_output=True, text=True, errors="replace", timeout=TIMEOUT)
     if p.returncode != 0:
         return dict(exit=p.returncode, stderr=p.stderr)
     report = json.loads(p.stdout)
     out = os.path.join(workdir, "out.safetensors")
-    c = subprocess.run([SWAVG, "convert", path, "-o", out], capture_output=True, text=True, timeout=TIMEOUT)
+    c = subprocess.run([SWAVG, "convert", path, "-o", out], capture_output=True, text=True, errors="replace", timeout=TIMEOUT)
     if c.returncode != 0:
         return dict(exit=0, convert_exit=c.returncode, stderr=c.stderr, key=report["key"])
     tensors, _ = safetensors_ref.read(out)
