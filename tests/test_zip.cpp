@@ -174,7 +174,7 @@ std::string small_archive(const temp_dir& dir, bool zip64) {
 void expect_rejected(const std::string& bytes, const std::string& what) {
   try {
     zip_reader r(u8(bytes), bytes.size(), "bad.pt");
-    FAIL("accepted; expected an error containing \"" << what << "\"");
+    FAIL_CHECK("accepted; expected an error containing \"" << what << "\"");
   } catch (const input_error& e) {
     const std::string msg = e.what();
     INFO("message: " << msg);
