@@ -5,7 +5,8 @@
  *
  * zip_reader parses the end-of-central-directory record (and its ZIP64 locator), the central
  * directory and every local header, and checks every offset and size against the file before
- * anything is handed out. zip_writer streams records to an atomic_file one after the other.
+ * anything is handed out. It refuses any archive that PyTorch's reader (miniz) or Python's zipfile
+ * could resolve to other records than swavg does (zip.cpp lists the rules). zip_writer streams records to an atomic_file one after the other.
  */
 #pragma once
 
