@@ -174,7 +174,7 @@ std::string small_archive(const temp_dir& dir, bool zip64) {
 void expect_rejected(const std::string& bytes, const std::string& what) {
   try {
     zip_reader r(u8(bytes), bytes.size(), "bad.pt");
-    FAIL("accepted; expected an error containing \"" << what << "\"");
+    FAIL_CHECK("accepted; expected an error containing \"" << what << "\"");
   } catch (const input_error& e) {
     const std::string msg = e.what();
     INFO("message: " << msg);
@@ -333,7 +333,7 @@ TEST_CASE("the writer's archives read back, aligned, and zipfile verifies them",
       {"archive/version", "3\n"},
   };
   for (int i = 0; i < 70; ++i)
-    records.push_back({"archive/many/" + std::string(static_cast<size_t>(i), 'x'),
+    records.push_back({"archive/many/" + std::string(static_cast<size_t>(i) + 1, 'x'),
                        pattern_bytes(static_cast<size_t>(i) * 3, 100 + i), i % 2 == 0});
   const std::string path = dir / "out.pt";
   const std::string bytes = write_archive(path, records, force_zip64);
@@ -527,7 +527,8 @@ TEST_CASE("malformed archives are rejected with a message naming the problem", "
       {"a pickle", [] { return std::string("\x80\x02}q\x00.", 6); }, "not a zip archive"},
       {"comment length past the end",
        edit(base, [&](std::string& s) { put<uint16_t>(s, l.eocd + 20, 1); }),
-       "no end-of-central-directory record"},
+       "the end-of-central-directory record at offset " + std::to_string(l.eocd) +
+           " declares a comment of 1 bytes, but 0 bytes follow it"},
       {"central directory signature",
        edit(base, [&](std::string& s) { s[l.central[0]] ^= 0x55; }),
        "corrupt central directory: entry 1 of 4 at offset " + std::to_string(l.cd_offset) +
@@ -615,6 +616,8 @@ TEST_CASE("malformed archives are rejected with a message naming the problem", "
                                                    l.entries[1].data_offset + 10);
               put<uint32_t>(s, l.central[1] + 20, n);
               put<uint32_t>(s, l.central[1] + 24, n);
+              put<uint32_t>(s, l.entries[1].header_offset + 18, n);
+              put<uint32_t>(s, l.entries[1].header_offset + 22, n);
             }),
        "records 'archive/data/0' and 'archive/data/1' overlap"},
       {"two entries share a local header",
@@ -622,6 +625,7 @@ TEST_CASE("malformed archives are rejected with a message naming the problem", "
             [&](std::string& s) {
               put(s, l.central[2] + 42, static_cast<uint32_t>(l.entries[1].header_offset));
               s[l.central[2] + 46 + 13] = '0';
+              s.replace(l.central[2] + 16, 12, s.substr(l.central[1] + 16, 12));  // CRC and sizes
             }),
        "records 'archive/data/0' and 'archive/data/0' overlap"},
       {"encrypted record", set(base, l.central[0] + 8, uint16_t{1}),
@@ -655,7 +659,7 @@ TEST_CASE("malformed archives are rejected with a message naming the problem", "
        "the ZIP64 end-of-central-directory locator points to offset 4611686018427387904"},
       {"ZIP64 locator naming several disks",
        edit(base64, [&](std::string& s) { put<uint32_t>(s, l64.eocd - 20 + 16, 3); }),
-       "multi-disk archives are not supported (the ZIP64 locator names 3 disks)"},
+       "multi-disk archives are not supported (the ZIP64 locator names 3 disks"},
       {"ZIP64 end record signature",
        edit(base64, [&](std::string& s) { s[l64.end64 + 1] = 'X'; }),
        "no ZIP64 end-of-central-directory record at offset " + std::to_string(l64.end64)},
@@ -725,4 +729,248 @@ TEST_CASE("mutated archives are rejected or read, never misread", "[zip]") {
       parse_survives(s);
     }
   }
+}
+
+namespace {
+
+// Inserts `bytes` at `at` into an archive without ZIP64 and moves every offset at or after it.
+std::string insert_at(const std::string& from, uint64_t at, const std::string& bytes) {
+  const layout l(from);
+  std::string s = from;
+  const auto shift = static_cast<uint32_t>(bytes.size());
+  for (uint64_t c : l.central)
+    if (get32(s, c + 42) >= at) put<uint32_t>(s, c + 42, get32(s, c + 42) + shift);
+  if (l.cd_offset >= at) put<uint32_t>(s, l.eocd + 16, static_cast<uint32_t>(l.cd_offset) + shift);
+  s.insert(at, bytes);
+  return s;
+}
+
+// Gives entry i a new name of the same length, in the central directory and the local header.
+std::string renamed(const std::string& from, size_t i, const std::string& name, uint16_t flags = 0) {
+  const layout l(from);
+  std::string s = from;
+  REQUIRE(name.size() == l.entries[i].name.size());
+  s.replace(l.central[i] + 46, name.size(), name);
+  s.replace(l.entries[i].header_offset + 30, name.size(), name);
+  put<uint16_t>(s, l.central[i] + 8, flags);
+  put<uint16_t>(s, l.entries[i].header_offset + 6, flags);
+  return s;
+}
+
+std::string with_comment(const std::string& from, const std::string& comment) {
+  const layout l(from);
+  std::string s = from;
+  put<uint16_t>(s, l.eocd + 20, static_cast<uint16_t>(comment.size()));
+  return s + comment;
+}
+
+}  // namespace
+
+TEST_CASE("archives PyTorch's readers could resolve differently are refused", "[zip]") {
+  temp_dir dir;
+  const std::string base = small_archive(dir, false);
+  const std::string base64 = small_archive(dir, true);
+  const std::string real = read_file(fixture("dtypes.pt"));  // torch.save: data descriptors, ZIP64 end
+  const layout l(base);
+  const layout l64(base64);
+  const layout lr(real);
+  const std::string eocd = base.substr(l.eocd);
+  auto edited = [](std::string s, const std::function<void(std::string&)>& change) {
+    change(s);
+    return s;
+  };
+  const uint64_t locator = l64.eocd - 20;
+  const uint64_t real_locator = lr.eocd - 20;
+
+  struct bad_case {
+    std::string name;
+    std::string bytes;
+    std::string message;
+  };
+  const std::vector<bad_case> cases = {
+      {"one byte appended", base + "x",
+       "the end-of-central-directory record at offset " + std::to_string(l.eocd) +
+           " declares a comment of 0 bytes, but 1 bytes follow it"},
+      {"a second end record appended", base + eocd,
+       "the central directory ends at offset " + std::to_string(l.eocd) + ", but the end records start at offset " +
+           std::to_string(l.eocd + 22)},
+      {"an end record hidden in the comment", with_comment(base, eocd),
+       "the central directory ends at offset " + std::to_string(l.eocd) + ", but the end records start at offset " +
+           std::to_string(l.eocd + 22)},
+      {"a signature in the comment's last 21 bytes", with_comment(base, std::string("xxPK\x05\x06yy", 8)),
+       "a second end-of-central-directory signature at offset " + std::to_string(l.eocd + 24)},
+      {"comment one byte longer than what follows", edited(with_comment(base, "abcdef"), [&](std::string& s) {
+         put<uint16_t>(s, l.eocd + 20, 7);
+       }),
+       "declares a comment of 7 bytes, but 6 bytes follow it"},
+      {"comment one byte shorter than what follows", edited(with_comment(base, "abcdef"), [&](std::string& s) {
+         put<uint16_t>(s, l.eocd + 20, 5);
+       }),
+       "declares a comment of 5 bytes, but 6 bytes follow it"},
+      {"ZIP64 record 8 bytes before the locator",
+       edited(base64, [&](std::string& s) { s.insert(locator, 8, '\0'); }),
+       "the ZIP64 end-of-central-directory locator points to offset " + std::to_string(l64.end64) +
+           ", but the record must end right before the locator, at offset " + std::to_string(l64.end64 + 8)},
+      {"ZIP64 record size 52", edited(base64, [&](std::string& s) { put<uint64_t>(s, l64.end64 + 4, 52); }),
+       "declares a size of 52 bytes (expected 44)"},
+      {"ZIP64 locator naming no disk", edited(base64, [&](std::string& s) { put<uint32_t>(s, locator + 16, 0); }),
+       "multi-disk archives are not supported (the ZIP64 locator names 0 disks"},
+      {"end record and ZIP64 record disagree on the count",
+       edited(real, [&](std::string& s) { put<uint16_t>(s, lr.eocd + 10, get16(s, lr.eocd + 10) + 1); }),
+       "the end-of-central-directory record gives the number of entries as " +
+           std::to_string(lr.entries.size() + 1) + ", but the ZIP64 record at offset " + std::to_string(lr.end64) +
+           " gives " + std::to_string(lr.entries.size())},
+      {"end record and ZIP64 record disagree on the directory's offset",
+       edited(real, [&](std::string& s) { put<uint32_t>(s, lr.eocd + 16, get32(s, lr.eocd + 16) - 1); }),
+       "gives the central directory's offset as " + std::to_string(lr.cd_offset - 1)},
+      {"4 bytes before the first record", insert_at(base, 0, "JUNK"),
+       "4 bytes at offsets 0 to 4 belong to no record (before the first); expected record 'archive/data.pkl' to "
+       "start at offset 0"},
+      {"a whole archive before the first record", insert_at(base, 0, base),
+       "belong to no record (before the first)"},
+      {"the archive shifted without its offsets (zipfile's concat)", "JUNK" + base, "corrupt central directory"},
+      {"1 byte between two records", insert_at(base, l.entries[2].header_offset, "x"),
+       "1 bytes at offsets " + std::to_string(l.entries[2].header_offset) + " to " +
+           std::to_string(l.entries[2].header_offset + 1) + " belong to no record (after 'archive/data/0')"},
+      {"1 byte before the central directory", insert_at(base, l.cd_offset, "x"),
+       "1 bytes at offsets " + std::to_string(l.cd_offset) + " to " + std::to_string(l.cd_offset + 1) +
+           " belong to no record (after 'archive/version'); expected the central directory"},
+      {"1 byte between the directory and the end record", insert_at(base, l.eocd, "x"),
+       "the central directory ends at offset " + std::to_string(l.eocd) + ", but the end records start at offset " +
+           std::to_string(l.eocd + 1)},
+      {"1 byte in the directory after its entries",
+       edited(insert_at(base, l.eocd, "x"),
+              [&](std::string& s) { put<uint32_t>(s, l.eocd + 1 + 12, get32(s, l.eocd + 1 + 12) + 1); }),
+       "the central directory has 1 bytes after its 4 entries"},
+      {"names equal ignoring case", renamed(base, 2, "archive/DATA/0"),
+       "records 'archive/DATA/0' and 'archive/data/0' differ only in case"},
+      {"a NUL in a name", renamed(base, 2, std::string("archive/data\0" "1", 14)), "has a NUL byte in its name"},
+      {"a backslash in a name", renamed(base, 2, "archive\\data/1"), "has a backslash in its name"},
+      {"an absolute name", renamed(base, 2, "/rchive/data/1"), "record '/rchive/data/1' has an absolute path"},
+      {"a drive letter", renamed(base, 2, "C:chive/data/1"), "record 'C:chive/data/1' has an absolute path"},
+      {"a '..' component", renamed(base, 2, "archive/../a/1"), "record 'archive/../a/1' has a '..' component"},
+      {"a '.' component", renamed(base, 2, "archive/./ta/1"), "has an empty or '.' path component"},
+      {"an empty component", renamed(base, 2, "archive//ata/1"), "has an empty or '.' path component"},
+      {"a folder entry", renamed(base, 2, "archive/data1/"), "has an empty or '.' path component"},
+      {"non-ASCII without the UTF-8 flag", renamed(base, 2, "archive/d\xc3\xa9ta1"),
+       "record 'archive/d\xc3\xa9ta1' has non-ASCII bytes in its name but not the UTF-8 flag"},
+      {"invalid UTF-8 with the flag", renamed(base, 2, "archive/d\xff\xfeta1", 0x800),
+       "record 'archive/d\\xff\\xfeta1' has a name that is not valid UTF-8"},
+      {"overlong UTF-8 with the flag", renamed(base, 2, "archive/d\xc0\xafta1", 0x800), "is not valid UTF-8"},
+      {"local header flags differ",
+       edited(base, [&](std::string& s) { put<uint16_t>(s, l.entries[1].header_offset + 6, 0x800); }),
+       "record 'archive/data/0': the local header at offset " + std::to_string(l.entries[1].header_offset) +
+           " gives flags 0x0800 and method 0, the central directory flags 0x0000 and method 0"},
+      {"local header method differs",
+       edited(base, [&](std::string& s) { put<uint16_t>(s, l.entries[1].header_offset + 8, 8); }),
+       "gives flags 0x0000 and method 8"},
+      {"local header size differs",
+       edited(base, [&](std::string& s) { put<uint32_t>(s, l.entries[1].header_offset + 22, 301); }),
+       "record 'archive/data/0': the local header at offset " + std::to_string(l.entries[1].header_offset) +
+           " gives size 301, compressed size 300"},
+      {"local header size 0 without a data descriptor",
+       edited(base, [&](std::string& s) { put<uint32_t>(s, l.entries[1].header_offset + 22, 0); }),
+       "gives size 0, compressed size 300"},
+      {"local header CRC differs",
+       edited(base, [&](std::string& s) { s[l.entries[1].header_offset + 14] ^= 1; }), "; the central directory 300, 300"},
+      {"data descriptor flag without a descriptor",
+       edited(base,
+              [&](std::string& s) {
+                put<uint16_t>(s, l.central[1] + 8, 8);
+                put<uint16_t>(s, l.entries[1].header_offset + 6, 8);
+              }),
+       "record 'archive/data/0': the data descriptor at offset " +
+           std::to_string(l.entries[1].data_offset + 300) + " (signature 0x04034b50"},
+      {"torch.save's data descriptor with another CRC",
+       edited(real, [&](std::string& s) { s[lr.entries[1].data_offset + lr.entries[1].size + 4] ^= 1; }),
+       "the data descriptor at offset " + std::to_string(lr.entries[1].data_offset + lr.entries[1].size)},
+      {"torch.save's data descriptor with another size",
+       edited(real, [&](std::string& s) { s[lr.entries[1].data_offset + lr.entries[1].size + 12] ^= 1; }),
+       "does not match the central directory"},
+      {"torch.save's local header with a size that differs",
+       edited(real, [&](std::string& s) { put<uint32_t>(s, lr.entries[1].header_offset + 22, 1); }),
+       "gives size 1"},
+      {"an entry marked as a DOS folder", edited(base, [&](std::string& s) { put<uint32_t>(s, l.central[1] + 38, 0x10); }),
+       "record 'archive/data/0' is marked as a folder (attributes 0x00000010)"},
+      {"a patch entry",
+       edited(base,
+              [&](std::string& s) {
+                put<uint16_t>(s, l.central[1] + 8, 0x20);
+                put<uint16_t>(s, l.entries[1].header_offset + 6, 0x20);
+              }),
+       "record 'archive/data/0' is a patch"},
+      {"stray bytes after the local extra fields",
+       edited(base,
+              [&](std::string& s) {
+                const uint64_t fb = l.entries[1].header_offset + 30 + l.entries[1].name.size();
+                put<uint16_t>(s, fb + 2, get16(s, fb + 2) - 1);
+              }),
+       "record 'archive/data/0' has a malformed extra field in its local header (1 stray bytes at its end)"},
+      {"a central size of 0xFFFFFFFF without a ZIP64 field",
+       edited(base,
+              [&](std::string& s) {
+                put<uint32_t>(s, l.central[1] + 20, 0xFFFFFFFFu);
+                put<uint32_t>(s, l.central[1] + 24, 0xFFFFFFFFu);
+              }),
+       "record 'archive/data/0' has no ZIP64 extra field for its size of 0xffffffff"},
+      {"disk number 0xFFFF", edited(base, [&](std::string& s) { put<uint16_t>(s, l.central[1] + 34, 0xFFFF); }),
+       "record 'archive/data/0' is on disk 65535"},
+  };
+  for (const bad_case& c : cases) {
+    INFO("case: " << c.name);
+    expect_rejected(c.bytes, c.message);
+  }
+
+  // The last valid neighbours of the cases above.
+  const std::vector<std::pair<std::string, std::string>> accepted = {
+      {"a comment that ends the file", with_comment(base, "abcdef")},
+      {"a comment of 65535 bytes", with_comment(base, std::string(65535, 'c'))},
+      {"a comment with a signature's first 3 bytes", with_comment(base, std::string("xxPK\x05\x05yy", 8))},
+      {"torch.save's end record with ZIP64 sentinels", edited(real,
+                                                              [&](std::string& s) {
+                                                                put<uint16_t>(s, lr.eocd + 8, 0xFFFF);
+                                                                put<uint16_t>(s, lr.eocd + 10, 0xFFFF);
+                                                                put<uint32_t>(s, lr.eocd + 12, 0xFFFFFFFFu);
+                                                                put<uint32_t>(s, lr.eocd + 16, 0xFFFFFFFFu);
+                                                              })},
+      {"names that differ in more than case", renamed(base, 2, "archive/DATA/1")},
+      {"non-ASCII with the UTF-8 flag", renamed(base, 2, "archive/d\xc3\xa9ta1", 0x800)},
+      {"a 4-byte UTF-8 character", renamed(base, 2, "archive/\xf0\x9f\x98\x80" "a1", 0x800)},
+      {"a '...' component", renamed(base, 2, "archive/.../11")},
+      {"a colon later in the name", renamed(base, 2, "archive/da:a/1")},
+  };
+  for (const auto& [name, bytes] : accepted) {
+    INFO("case: " << name);
+    zip_reader r(u8(bytes), bytes.size(), "ok.pt");
+    CHECK(r.entries().size() >= 4);
+  }
+  (void)real_locator;
+}
+
+TEST_CASE("name lengths: 511 bytes read, 512 refused", "[zip]") {
+  temp_dir dir;
+  for (size_t length : {size_t{511}, size_t{512}}) {
+    const std::string name = "archive/" + std::string(length - 8, 'n');
+    const std::string bytes = write_archive(dir / "long.pt", {{name, "x"}, {"archive/version", "3\n"}}, false);
+    INFO("length " << length);
+    if (length == 511) {
+      zip_reader r(u8(bytes), bytes.size(), "long.pt");
+      CHECK(r.find(name) != nullptr);
+    } else {
+      expect_rejected(bytes, "has a name of 512 bytes (at most 511");
+    }
+  }
+}
+
+TEST_CASE("find() matches exactly, and refuses a name that matches only ignoring case", "[zip]") {
+  temp_dir dir;
+  const std::string bytes = renamed(small_archive(dir, false), 3, "archive/VERSION");
+  zip_reader r(u8(bytes), bytes.size(), "case.pt");
+  CHECK(r.find("archive/VERSION") == &r.entries()[3]);
+  CHECK(r.find("archive/versio") == nullptr);
+  CHECK(r.find("archive/version0") == nullptr);
+  CHECK_THROWS_WITH(r.find("archive/version"),
+                    Catch::StartsWith("case.pt: record 'archive/version' is named 'archive/VERSION' in the archive"));
+  CHECK_THROWS_AS(r.stored("archive/Version"), input_error);
+  CHECK(&r.stored("archive/data.pkl") == &r.entries()[0]);
 }

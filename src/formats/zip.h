@@ -5,7 +5,8 @@
  *
  * zip_reader parses the end-of-central-directory record (and its ZIP64 locator), the central
  * directory and every local header, and checks every offset and size against the file before
- * anything is handed out. zip_writer streams records to an atomic_file one after the other.
+ * anything is handed out. It refuses any archive that PyTorch's reader (miniz) or Python's zipfile
+ * could resolve to other records than swavg does (zip.cpp lists the rules). zip_writer streams records to an atomic_file one after the other.
  */
 #pragma once
 
@@ -41,12 +42,16 @@ class zip_reader {
   using done_fn = std::function<void(uint64_t begin, uint64_t end)>;
 
   // Parses and validates the whole directory. `context` (the file path) starts error messages.
-  // Throws input_error on anything malformed: truncation, bad signatures, entries whose bytes fall
-  // outside the file, duplicate names.
+  // Throws input_error on anything malformed (truncation, bad signatures, entries whose bytes fall
+  // outside the file, duplicate names) and on anything PyTorch's reader (miniz) or Python's
+  // zipfile could read differently from swavg: a second end record, bytes appended, ZIP64 records
+  // that disagree, names equal ignoring ASCII case, local headers or data descriptors that
+  // disagree with the directory, bytes outside every record (zip.cpp lists them all).
   zip_reader(const uint8_t* data, size_t size, std::string context, const done_fn& done_with = nullptr);
 
   const std::vector<zip_entry>& entries() const { return entries_; }
-  // nullptr when absent.
+  // nullptr when absent. Throws input_error when a record's name matches only ignoring ASCII case
+  // (miniz would take it, zipfile would not).
   const zip_entry* find(std::string_view name) const;
   // Like find, but throws input_error naming the file and record when the entry is missing or not
   // stored uncompressed (method 0 with compressed_size == size).
@@ -57,6 +62,9 @@ class zip_reader {
   const uint8_t* bytes(const zip_entry& e) const { return data_ + e.data_offset; }
 
  private:
+  void index_names();
+  void find_root();
+
   const uint8_t* data_;
   size_t size_;
   std::string context_;
