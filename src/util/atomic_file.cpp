@@ -226,10 +226,11 @@ void check_output_path(const std::string& output, const std::vector<std::string>
   struct stat d {};
   if (::stat(dir.c_str(), &d) != 0 || !S_ISDIR(d.st_mode))
     throw io_error(fmt::format("{}: output folder '{}' does not exist", output, dir));
-  const std::string where = resolved(output);
-  if (under(where, "/dev") || under(where, "/proc"))
-    throw usage_error(fmt::format("{}: swavg writes regular files, not devices or streams ({} is under {})", output,
-                                  where, under(where, "/dev") ? "/dev" : "/proc"));
+  const std::string folder = parent_dir(resolved(output));
+  for (const char* special : {"/dev", "/proc", "/sys"})
+    if (folder == special || (std::strcmp(special, "/dev") != 0 && under(folder, special)))
+      throw usage_error(fmt::format("{}: swavg writes regular files, not devices or streams ({} is in {})", output,
+                                    resolved(output), folder));
   struct stat out {};
   if (::stat(output.c_str(), &out) != 0) return;  // does not exist (yet): fine
   for (const auto& in : inputs) {

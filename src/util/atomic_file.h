@@ -72,7 +72,8 @@ class held_temp {
 
 // Checks an output path before any input is read. io_error: its folder does not exist. usage_error:
 // it is one of the inputs (same device and inode, so also through symlinks and hard links); it is in
-// /dev or /proc (devices and streams such as /dev/null and /dev/stdout: swavg writes files); it
+// /dev itself or under /proc or /sys (devices and streams such as /dev/null, /dev/stdout and
+// /dev/fd/1: swavg writes files, and would replace the link; /dev/shm is a folder like others); it
 // exists and is not a regular file (a directory, device, FIFO or socket), even with `force`; it
 // exists and `force` is not given.
 void check_output_path(const std::string& output, const std::vector<std::string>& inputs, bool force);

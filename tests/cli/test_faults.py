@@ -32,6 +32,9 @@ import torch
 from common import SWAVG, TempDirTest, swavg
 
 BIG_ELEMENTS = 48 << 20  # float32: 192 MiB per checkpoint, time enough to stop swavg mid-fold
+# The ATen fold reads the mapped inputs too (from its own threads): run it in swavg-torch itself, as
+# swavg would hand the job over by exec after mapping the inputs once already.
+SWAVG_TORCH = os.path.join(os.path.dirname(SWAVG), "swavg-torch")
 
 
 def temp_files(folder):
@@ -81,6 +84,8 @@ class FaultTest(TempDirTest):
         torch.save(collections.OrderedDict(w=torch.randn(64, 64, generator=g), b=torch.randn(64, generator=g)), cls.small2)
         cls.big = os.path.join(cls.shared, "big.pt")
         save_as_trainer(collections.OrderedDict(w=torch.ones(BIG_ELEMENTS), v=torch.ones(BIG_ELEMENTS // 4)), cls.big)
+        cls.big_complex = os.path.join(cls.shared, "big_complex.pt")
+        save_as_trainer(collections.OrderedDict(w=torch.ones(BIG_ELEMENTS // 2, dtype=torch.complex64)), cls.big_complex)
         cls.bad = os.path.join(cls.shared, "bad.pt")  # read first, it would be exit 3
         with open(cls.bad, "wb") as f:
             f.write(b"PK\x03\x04 not really a checkpoint" * 10)
@@ -89,17 +94,17 @@ class FaultTest(TempDirTest):
     def tearDownClass(cls):
         shutil.rmtree(cls.shared, ignore_errors=True)
 
-    def big_copy(self, name):
+    def big_copy(self, name, source=None):
         path = self.path(name)
-        shutil.copyfile(self.big, path)
+        shutil.copyfile(source or self.big, path)
         return path
 
     # --- inputs that change while mapped ---------------------------------------------------------
 
-    def run_stopped(self, args, mapped, change):
+    def run_stopped(self, args, mapped, change, binary=SWAVG):
         """Starts swavg, stops it once all of `mapped` are in its memory map, calls change(), resumes it."""
         for attempt in range(3):
-            p = subprocess.Popen([SWAVG, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            p = subprocess.Popen([binary, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             stopped = False
             while p.poll() is None:
                 m = maps(p.pid)
@@ -118,10 +123,10 @@ class FaultTest(TempDirTest):
             return p.returncode, out, err
         self.fail("swavg finished before it could be stopped, 3 times")
 
-    def check_changed(self, rc, err, changed, out, before):
+    def check_changed(self, rc, err, changed, out, before, why):
         self.assertNotEqual(rc, -signal.SIGBUS, "killed by SIGBUS:\n" + err)
         self.assertEqual(rc, 5, err)
-        self.assertIn("%s: changed while being read" % changed, err)
+        self.assertIn("%s: changed while being read (%s" % (changed, why), err)
         self.assertEqual(temp_files(self.tmp), [], "a temp file was left")
         if before is None:
             self.assertFalse(os.path.lexists(out), "an output made from a changed input appeared")
@@ -130,17 +135,20 @@ class FaultTest(TempDirTest):
 
     def test_input_truncated_while_folded(self):
         """Truncated after both are mapped (the fold reads it next): SIGBUS guarded, exit 5."""
-        for earlier in (False, True):
-            with self.subTest(earlier_output=earlier):
-                a, b = self.big_copy("a.pt"), self.big_copy("b.pt")
+        cases = [("native", SWAVG, self.big, [], False), ("native", SWAVG, self.big, [], True)]
+        if os.path.exists(SWAVG_TORCH):  # complex64: averaged by ATen, not by swavg's own loops
+            cases.append(("aten", SWAVG_TORCH, self.big_complex, [], True))
+        for fold, binary, source, extra, earlier in cases:
+            with self.subTest(fold=fold, earlier_output=earlier):
+                a, b = self.big_copy("a.pt", source), self.big_copy("b.pt", source)
                 out = self.path("avg.pt")
                 before = None
                 if earlier:
                     swavg("convert", self.small, "-o", out, "--force")
                     before = read(out)
-                rc, _, err = self.run_stopped(["average", a, b, "-o", out, "--force"], [a, b],
-                                              lambda: os.truncate(a, 4096))
-                self.check_changed(rc, err, a, out, before)
+                rc, _, err = self.run_stopped(["average", a, b, "-o", out, "--force", *extra], [a, b],
+                                              lambda: os.truncate(a, 4096), binary)
+                self.check_changed(rc, err, a, out, before, "it shrank")
                 for p in (a, b):
                     os.remove(p)
 
@@ -150,13 +158,15 @@ class FaultTest(TempDirTest):
         a, b = self.big_copy("a.pt"), self.big_copy("b.pt")
         out = self.path("avg.pt")
         rc, _, err = self.run_stopped(["average", a, b, "-o", out], [a], lambda: os.truncate(a, 0))
-        self.check_changed(rc, err, a, out, None)
+        self.check_changed(rc, err, a, out, None, "it shrank")
 
     def test_input_rewritten_by_torch_save(self):
         """The trainer saves again: torch.save truncates and rewrites the file. Same size (same
         shapes): only the mtime tells; smaller: the mapping faults."""
-        for name, tensors in (("same size", lambda: collections.OrderedDict(w=torch.zeros(BIG_ELEMENTS), v=torch.zeros(BIG_ELEMENTS // 4))),
-                              ("smaller", lambda: collections.OrderedDict(w=torch.zeros(16), v=torch.zeros(4)))):
+        for name, tensors, why in (
+                ("same size", lambda: collections.OrderedDict(w=torch.zeros(BIG_ELEMENTS), v=torch.zeros(BIG_ELEMENTS // 4)),
+                 "it was modified"),
+                ("smaller", lambda: collections.OrderedDict(w=torch.zeros(16), v=torch.zeros(4)), "it shrank")):
             with self.subTest(rewrite=name):
                 a, b = self.big_copy("a.pt"), self.big_copy("b.pt")
                 size = os.path.getsize(a)
@@ -167,7 +177,7 @@ class FaultTest(TempDirTest):
                                               lambda: save_as_trainer(tensors(), a))
                 if name == "same size":
                     self.assertEqual(os.path.getsize(a), size, "the rewrite was meant to keep the size")
-                self.check_changed(rc, err, a, out, before)
+                self.check_changed(rc, err, a, out, before, why)
                 for p in (a, b):
                     os.remove(p)
 
@@ -180,7 +190,7 @@ class FaultTest(TempDirTest):
             os.replace(self.path("new.pt"), b)
 
         rc, _, err = self.run_stopped(["average", a, b, "-o", out], [a, b], replace)
-        self.check_changed(rc, err, b, out, None)
+        self.check_changed(rc, err, b, out, None, "it was replaced by another file")
 
     def test_convert_of_truncated_input(self):
         """convert writes tensor bytes straight from the mapping: write() fails with EFAULT, which is
@@ -191,7 +201,7 @@ class FaultTest(TempDirTest):
         self.assertEqual(rc, 0, err)  # the control: stopping and resuming alone changes nothing
         os.remove(out)
         rc, _, err = self.run_stopped(["convert", a, "-o", out], [a], lambda: os.truncate(a, 1 << 20))
-        self.check_changed(rc, err, a, out, None)
+        self.check_changed(rc, err, a, out, None, "it shrank")
 
     # --- paths that collide ------------------------------------------------------------------------
 
@@ -265,8 +275,9 @@ class FaultTest(TempDirTest):
         s = socket.socket(socket.AF_UNIX)
         s.bind(sock)
         self.addCleanup(s.close)
-        for target, what in ((fifo, "a FIFO"), (sock, "a socket"), ("/dev/null", "/dev"), ("/dev/full", "/dev"),
-                             ("/dev/stdout", "/dev")):
+        for target, what in ((fifo, "a FIFO"), (sock, "a socket"), ("/dev/null", "is in /dev"),
+                             ("/dev/full", "is in /dev"), ("/dev/stdout", "is in /dev"), ("/dev/fd/1", "is in /proc/"),
+                             ("/dev/new.pt", "is in /dev"), ("/proc/self/fd/2", "is in /proc/")):
             with self.subTest(target=target):
                 # bad.pt: exit 3 had anything been read, so nothing is written even if the check broke.
                 self.refused(["average", self.small, self.bad, "-o", out, "--force", "--report", target],
@@ -280,6 +291,14 @@ class FaultTest(TempDirTest):
         self.assertEqual(read(out), before)
         self.assertEqual(temp_files(self.tmp), [])
         self.assertEqual([n for n in os.listdir("/dev") if ".swavg-tmp-" in n], [])
+        self.assertFalse(os.path.lexists("/dev/new.pt"))
+
+    @unittest.skipUnless(os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK), "no writable /dev/shm")
+    def test_dev_shm_is_a_folder_like_others(self):
+        out = tempfile.mktemp(prefix="swavg-faults-", suffix=".pt", dir="/dev/shm")
+        self.addCleanup(lambda: os.path.lexists(out) and os.remove(out))
+        swavg("convert", self.small, "-o", out)
+        self.assertTrue(torch.equal(torch.load(out)["w"], torch.load(self.small)["w"]))
 
     def test_report_is_written_atomically(self):
         report = self.path("r.json")
