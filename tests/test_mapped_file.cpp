@@ -138,22 +138,25 @@ TEST_CASE("a rewrite that keeps the size, a replaced or a removed file is change
     auto m = mapped_file::open(path);
     std::ofstream(path, std::ios::binary | std::ios::app) << "more";
     CHECK(message_of([&] { m->check_unchanged(); })
-              .find(fmt::format("{}: changed while being read ({} bytes at open, {} now)", path, 2 * kPage, 2 * kPage + 4)) ==
-          0);
+              .find(fmt::format("{}: changed while being read ({} bytes at open, {} now)", path, 2 * kPage,
+                                2 * kPage + 4)) == 0);
   }
   SECTION("replaced by rename") {
     write_file(path, 2 * kPage, 'x');
     auto m = mapped_file::open(path);
     write_file(other, 2 * kPage, 'x');
     fs::rename(other, path);
-    CHECK(message_of([&] { m->check_unchanged(); }) == path + ": changed while being read (it was replaced by another file)");
+    CHECK(message_of([&] { m->check_unchanged(); }) ==
+          path + ": changed while being read (it was replaced by another file)");
     CHECK(m->data()[0] == 'x');  // the mapping still holds the old file
   }
   SECTION("removed") {
     write_file(path, 2 * kPage, 'x');
     auto m = mapped_file::open(path);
     fs::remove(path);
-    CHECK(message_of([&] { m->check_unchanged(); }).find(path + ": changed while being read (it can no longer be opened") == 0);
+    CHECK(message_of([&] {
+            m->check_unchanged();
+          }).find(path + ": changed while being read (it can no longer be opened") == 0);
   }
 }
 

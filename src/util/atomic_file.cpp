@@ -55,7 +55,8 @@ void remove_stale_temps(const std::string& dir, const std::string& target_base) 
     const std::string path = dir + "/" + name;
     const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) continue;
-    struct stat held {}, named {};
+    struct stat held {
+    }, named{};
     if (::fstat(fd, &held) == 0 && S_ISREG(held.st_mode) && try_lock(fd) && ::lstat(path.c_str(), &named) == 0 &&
         same_inode(held, named) && ::unlink(path.c_str()) == 0)
       spdlog::info("{}: removed a temp file left by a run that was killed", path);
@@ -72,8 +73,8 @@ void write_all(int fd, const char* p, uint64_t n, const std::string& path) {
       // The bytes come from a mapped input that shrank: the kernel's read of them failed.
       if (errno == EFAULT)
         if (auto input = mapped_file::fault_at(p))
-          throw io_error(fmt::format("{}: changed while being read (it shrank, or a page of it could not be read)",
-                                     *input));
+          throw io_error(
+              fmt::format("{}: changed while being read (it shrank, or a page of it could not be read)", *input));
       throw io_error(fmt::format("{}: write failed: {}", path, errno_text(errno)));
     }
     p += w;
@@ -102,7 +103,8 @@ void atomic_file::create_temp() {
     fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd_ < 0 && errno == EEXIST && attempt < 100) continue;
     if (fd_ < 0) throw io_error(fmt::format("{}: cannot create temp file {}: {}", target_, temp_, errno_text(errno)));
-    struct stat mine {}, named {};
+    struct stat mine {
+    }, named{};
     if (try_lock(fd_) && ::fstat(fd_, &mine) == 0 && ::lstat(temp_.c_str(), &named) == 0 && same_inode(mine, named))
       return;
     ::close(fd_);
@@ -245,7 +247,8 @@ void check_output_path(const std::string& output, const std::vector<std::string>
 }
 
 bool same_file(const std::string& a, const std::string& b) {
-  struct stat sa {}, sb {};
+  struct stat sa {
+  }, sb{};
   if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0) return same_inode(sa, sb);
   return resolved(a) == resolved(b);
 }
