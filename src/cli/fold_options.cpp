@@ -87,7 +87,7 @@ void add_fold_options(CLI::App* app, fold_options& o) {
 void run_fold_command(fold_options o) {
   o.job.inputs = select_inputs(o.selection);
   if (!o.rules_file.empty()) o.job.config.rules = load_rules(o.rules_file);
-  if (!o.report_file.empty()) check_output_path(o.report_file, o.job.inputs, true);
+  o.job.report_file = o.report_file;
   std::optional<bn_step> bn;
   if (o.update_bn) {
     if (o.bn.data.path.empty()) throw usage_error("--update-bn needs --data, the samples to replay");

@@ -1,5 +1,10 @@
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <optional>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -7,14 +12,41 @@
 #include "cli/hand_over.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/mapped_file.h"
 #include "util/printable.h"
 #include "util/version.h"
+
+namespace {
+
+// An input that shrank while mapped reads as zeros, and whatever error those zeros caused (a bad
+// ZIP record, a mismatch), or the success they allowed, is reported as what it is: the input changed.
+std::optional<int> input_changed(const char* what) {
+  const auto path = swavg::mapped_file::first_faulted();
+  if (!path || std::strstr(what, "changed while being read") != nullptr) return std::nullopt;
+  spdlog::error("{}: changed while being read (it shrank, or a page of it could not be read)", *path);
+  spdlog::debug("the error it caused: {}", what);
+  return static_cast<int>(swavg::exit_code::io);
+}
+
+// What is still buffered for stdout is written now, so that a failure is exit 5, not lost at exit.
+int flush_stdout() {
+  errno = 0;
+  std::cout.flush();
+  if (std::cout && std::fflush(stdout) == 0 && !std::ferror(stdout)) return 0;
+  spdlog::error("stdout: write failed{}", errno != 0 ? ": " + swavg::errno_text(errno) : "");
+  return static_cast<int>(swavg::exit_code::io);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace swavg;
   // Past a file-size limit (ulimit -f) a write fails with EFBIG, reported as an I/O error (exit 5)
   // and the temp file removed, instead of the process being killed by SIGXFSZ.
   std::signal(SIGXFSZ, SIG_IGN);
+  // Writing to a closed pipe (swavg inspect x.pt | head) fails with EPIPE, an I/O error (exit 5),
+  // instead of killing the process.
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"swavg: average PyTorch checkpoints (SWA, EMA) and recompute BatchNorm statistics"};
   app.set_version_flag("--version", fmt::format("swavg {} (LibTorch {})", SWAVG_VERSION, SWAVG_LIBTORCH_VERSION));
   app.footer(
@@ -47,17 +79,20 @@ int main(int argc, char** argv) {
   try {
     for (const auto& c : commands)
       if (c.app->parsed()) c.run();
+    if (auto changed = input_changed("")) return *changed;  // inspect: what it printed came from zeros
   } catch (const needs_libtorch& e) {
     return hand_over(argc, argv, e);
   } catch (const error& e) {
     // Messages quote names from files: their control characters, direction overrides and bytes
     // that are not UTF-8 are escaped (util/printable.h). A '\n' is kept, as messages of several
     // lines are ours; a file's name with a line break in it breaks the line too.
+    if (auto changed = input_changed(e.what())) return *changed;
     spdlog::error("{}", printable_lines(e.what()));
     return static_cast<int>(e.code());
   } catch (const std::exception& e) {
+    if (auto changed = input_changed(e.what())) return *changed;
     spdlog::error("internal error: {}", printable_lines(e.what()));
     return static_cast<int>(exit_code::internal);
   }
-  return 0;
+  return flush_stdout();
 }

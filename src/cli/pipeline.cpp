@@ -1,7 +1,5 @@
 #include "cli/pipeline.h"
 
-#include <unistd.h>
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -16,11 +14,17 @@
 namespace swavg {
 namespace {
 
-// The fold's own output, removed when the pipeline ends, whatever happens.
-struct temp_output {
-  std::string path;
-  ~temp_output() { ::unlink(path.c_str()); }
-};
+// Refuses, before anything is read, outputs that are inputs, exist (without --force), are not
+// regular files, or are one another. `inputs`: every file the job reads besides --resume.
+void check_paths(const fold_job& job, const std::vector<std::string>& inputs) {
+  check_distinct_paths({{"--report", job.report_file}, {"-o", job.output}});
+  check_distinct_paths({{"--report", job.report_file}, {"--resume", job.resume}});
+  check_output_path(job.output, inputs, job.force);
+  if (job.report_file.empty()) return;
+  std::vector<std::string> read = inputs;
+  if (!job.resume.empty()) read.push_back(job.resume);
+  check_output_path(job.report_file, read, true);
+}
 
 std::vector<state_dict> load_checkpoints(const fold_job& job) {
   std::vector<state_dict> inputs;
@@ -60,7 +64,7 @@ fold_report run_fold_job(const fold_job& job) {
   check_device(c.device);
   std::vector<std::string> guarded = job.inputs;
   if (!job.model.empty()) guarded.push_back(job.model);
-  check_output_path(job.output, guarded, job.force);
+  check_paths(job, guarded);
   const output_format format = choose_output_format(job.output, job.format);
 
   const fold_result result = run_fold(c, load_fold_inputs(job), fold_target{job.output, format, job.drop_objects});
@@ -101,19 +105,21 @@ pipeline_report run_fold_pipeline(const fold_job& job, const std::optional<bn_st
   std::vector<std::string> inputs = job.inputs;
   inputs.push_back(job.model);
   inputs.push_back(bn->data.path);
-  check_output_path(job.output, inputs, job.force);
+  check_paths(job, inputs);
   const output_format format = choose_output_format(job.output, job.format);
   const dataset data = open_dataset(bn->data);
 
-  temp_output folded{temp_path_beside(job.output, "fold")};
+  held_temp folded(temp_path_beside(job.output, "fold"));
   fold_job fold = job;
-  fold.output = folded.path;
+  fold.output = folded.path();
   fold.format = format;
   fold.force = true;
+  fold.report_file.clear();
   report.fold = run_fold_job(fold);
   report.fold.output = job.output;
+  folded.hold();
 
-  state_dict averaged = load_state_dict(folded.path);
+  state_dict averaged = load_state_dict(folded.path());
   bn_options options = bn->options;
   options.device = job.config.device;
   update_bn_result updated = update_batchnorm(job.model, averaged.tensors, job.output, data, options);

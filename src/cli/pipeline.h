@@ -3,6 +3,11 @@
  * loaded and handed to the fold engine (src/fold/), and, with --update-bn, chained with the
  * BatchNorm recomputation: the fold goes to a temp file beside the output, and only the final,
  * updated state dict is renamed into place, so the output is never a half-finished average.
+ *
+ * Every path is checked before anything is read: the output (and --report) neither an input nor a
+ * non-regular file, --report neither the output nor the resumed file (through symlinks and hard
+ * links too). The output may be the resumed file: `--resume ema.pt -o ema.pt --force` is the rolling
+ * EMA, safe because the resumed file stays mapped while its successor is renamed over it.
  */
 #pragma once
 
@@ -29,6 +34,7 @@ struct fold_job {
   std::string resume;  // an earlier output to continue from
   std::string model;   // TorchScript whose parameter/buffer split is used
   bool drop_objects = false;  // leave non-tensor entries out of the output (--drop-objects)
+  std::string report_file;  // --report: written by the caller, its path checked with the others here
   fold_config config;
 };
 

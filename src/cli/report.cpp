@@ -2,10 +2,11 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
+#include <cerrno>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace swavg {
@@ -81,13 +82,21 @@ std::string bn_report_json(const bn_report& r) {
   return j.dump();
 }
 
+// The report file is written atomically, as outputs are; stdout is flushed here so that a failed
+// write (a closed pipe, a full device) is an I/O error, not a report silently lost at exit.
 void emit_report(const std::string& json, const std::string& report_file, bool to_stdout) {
   if (!report_file.empty()) {
-    std::ofstream out(report_file);
-    out << json << "\n";
-    if (!out) throw io_error(fmt::format("{}: cannot write the report", report_file));
+    atomic_file out(report_file);
+    out.write(json.data(), json.size());
+    out.write("\n", 1);
+    out.commit();
   }
-  if (to_stdout) std::cout << json << "\n";
+  if (to_stdout) {
+    errno = 0;
+    std::cout << json << "\n";
+    std::cout.flush();
+    if (!std::cout) throw io_error(fmt::format("stdout: cannot write the report: {}", errno_text(errno)));
+  }
 }
 
 }  // namespace swavg

@@ -38,11 +38,8 @@ void check_outputs(const update_bn_options& o) {
   std::vector<std::string> inputs = {o.model, o.data.path};
   if (!o.checkpoint.empty()) inputs.push_back(o.checkpoint);
   if (!o.output.empty()) check_output_path(o.output, inputs, o.force);
-  if (!o.module_output.empty()) {
-    if (o.module_output == o.output)
-      throw usage_error(fmt::format("--save-module and -o name the same file: {}", o.output));
-    check_output_path(o.module_output, inputs, o.force);
-  }
+  check_distinct_paths({{"-o", o.output}, {"--save-module", o.module_output}, {"--report", o.report_file}});
+  if (!o.module_output.empty()) check_output_path(o.module_output, inputs, o.force);
   if (!o.report_file.empty()) check_output_path(o.report_file, inputs, true);
 }
 

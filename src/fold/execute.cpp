@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <stdexcept>
@@ -85,7 +86,8 @@ class folder {
   }
 
   void check_same_ints(const tensor_plan& p, const tensor_view& v, const uint8_t* data) const {
-    const std::string& origin = p.sources.front().view == &v ? path_of(p.sources.front().input) : resume_path();
+    const auto from = std::find_if(p.sources.begin(), p.sources.end(), [&v](const auto& s) { return s.view == &v; });
+    const std::string& origin = from != p.sources.end() ? path_of(from->input) : resume_path();
     for (const auto& s : p.sources) {
       std::vector<uint8_t> other_copy;
       if (!same_values(v.type, contiguous_data(*s.view, other_copy), data, v.numel()))

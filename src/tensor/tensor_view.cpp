@@ -76,12 +76,14 @@ void release_pages(const tensor_view& v) {
   if (v.mapping == nullptr || v.storage_bytes == 0) return;
   const uint64_t start = static_cast<uint64_t>(v.storage - v.mapping->data());
   v.mapping->release_pages(start, start + v.storage_bytes);
+  v.mapping->throw_if_faulted();
 }
 
 void release_pages(const tensor_view& v, uint64_t offset, uint64_t length) {
   if (v.mapping == nullptr || offset >= v.storage_bytes) return;
   const uint64_t start = static_cast<uint64_t>(v.storage - v.mapping->data()) + offset;
   v.mapping->release_pages(start, start + std::min(length, v.storage_bytes - offset));
+  v.mapping->throw_if_faulted();
 }
 
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {

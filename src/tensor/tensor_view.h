@@ -43,7 +43,8 @@ void gather_contiguous(const tensor_view& v, void* dst);
 const uint8_t* contiguous_data(const tensor_view& v, std::vector<uint8_t>& copy);
 
 // Drops the view's storage pages from this process's memory once they are no longer needed, as
-// mapped_file::release_pages does (with the pages mapped around them). No-op without a mapping.
+// mapped_file::release_pages does (with the pages mapped around them), then throws io_error if the
+// file shrank while mapped (mapped_file::throw_if_faulted). No-op without a mapping.
 void release_pages(const tensor_view& v);
 // The same for the `length` bytes of the storage starting `offset` bytes in.
 void release_pages(const tensor_view& v, uint64_t offset, uint64_t length);

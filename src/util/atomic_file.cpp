@@ -2,18 +2,21 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
 #include "util/error.h"
+#include "util/mapped_file.h"
 
 namespace swavg {
 namespace {
@@ -35,18 +38,29 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// Temp files are named ".<target>.swavg-tmp-<pid>-<random>". Ones whose process is gone were left
-// by a killed run: remove them.
+bool try_lock(int fd) { return ::flock(fd, LOCK_EX | LOCK_NB) == 0; }
+
+bool same_inode(const struct stat& a, const struct stat& b) { return a.st_dev == b.st_dev && a.st_ino == b.st_ino; }
+
+// Temp files are named ".<target>.swavg-tmp-<pid>-<tag>" and locked by the run writing them. One
+// whose lock can be taken was left by a killed run: remove it, if the name still names what was
+// locked.
 void remove_stale_temps(const std::string& dir, const std::string& target_base) {
   DIR* d = ::opendir(dir.c_str());
   if (!d) return;
   const std::string prefix = "." + target_base + kTempMarker;
   while (dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
+    const std::string name = e->d_name;
     if (name.compare(0, prefix.size(), prefix) != 0) continue;
-    long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
-    if (pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;
-    ::unlink((dir + "/" + name).c_str());
+    const std::string path = dir + "/" + name;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat held {
+    }, named{};
+    if (::fstat(fd, &held) == 0 && S_ISREG(held.st_mode) && try_lock(fd) && ::lstat(path.c_str(), &named) == 0 &&
+        same_inode(held, named) && ::unlink(path.c_str()) == 0)
+      spdlog::info("{}: removed a temp file left by a run that was killed", path);
+    ::close(fd);
   }
   ::closedir(d);
 }
@@ -56,6 +70,11 @@ void write_all(int fd, const char* p, uint64_t n, const std::string& path) {
     ssize_t w = ::write(fd, p, std::min<uint64_t>(n, 1u << 30));
     if (w < 0) {
       if (errno == EINTR) continue;
+      // The bytes come from a mapped input that shrank: the kernel's read of them failed.
+      if (errno == EFAULT)
+        if (auto input = mapped_file::fault_at(p))
+          throw io_error(
+              fmt::format("{}: changed while being read (it shrank, or a page of it could not be read)", *input));
       throw io_error(fmt::format("{}: write failed: {}", path, errno_text(errno)));
     }
     p += w;
@@ -71,16 +90,32 @@ atomic_file::atomic_file(std::string target) : target_(std::move(target)) {
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw io_error(fmt::format("{}: output folder '{}' does not exist", target_, dir));
   remove_stale_temps(dir, base_name(target_));
-  std::random_device rd;
-  temp_ = temp_path_beside(target_, std::to_string(rd() % 1000000));
-  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw io_error(fmt::format("{}: cannot create temp file {}: {}", target_, temp_, errno_text(errno)));
+  create_temp();
   buffer_.reserve(kBufferSize);
 }
 
+// Creates and locks the temp file. Between the create and the lock another run's cleaner may take
+// the lock and remove the file: then the name no longer names our file, and we start again.
+void atomic_file::create_temp() {
+  std::random_device rd;
+  for (int attempt = 0;; ++attempt) {
+    temp_ = temp_path_beside(target_, std::to_string(rd() % 1000000));
+    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ < 0 && errno == EEXIST && attempt < 100) continue;
+    if (fd_ < 0) throw io_error(fmt::format("{}: cannot create temp file {}: {}", target_, temp_, errno_text(errno)));
+    struct stat mine {
+    }, named{};
+    if (try_lock(fd_) && ::fstat(fd_, &mine) == 0 && ::lstat(temp_.c_str(), &named) == 0 && same_inode(mine, named))
+      return;
+    ::close(fd_);
+    fd_ = -1;
+    if (attempt >= 100) throw io_error(fmt::format("{}: cannot lock temp file {}", target_, temp_));
+  }
+}
+
 atomic_file::~atomic_file() {
+  if (!committed_ && fd_ >= 0) ::unlink(temp_.c_str());  // while still locked
   if (fd_ >= 0) ::close(fd_);
-  if (!committed_) ::unlink(temp_.c_str());
 }
 
 void atomic_file::flush() {
@@ -129,14 +164,11 @@ void atomic_file::pwrite(const void* data, uint64_t size, uint64_t offset) {
   }
 }
 
+// The temp file stays open, and so locked, until after the rename: a cleaner never sees it unlocked.
 void atomic_file::commit() {
   flush();
   if (::fsync(fd_) != 0) throw io_error(fmt::format("{}: fsync failed: {}", target_, errno_text(errno)));
-  if (::close(fd_) != 0) {
-    fd_ = -1;
-    throw io_error(fmt::format("{}: close failed: {}", target_, errno_text(errno)));
-  }
-  fd_ = -1;
+  mapped_file::check_all_unchanged();
   if (::rename(temp_.c_str(), target_.c_str()) != 0)
     throw io_error(fmt::format("{}: cannot rename temp file into place: {}", target_, errno_text(errno)));
   committed_ = true;
@@ -145,22 +177,89 @@ void atomic_file::commit() {
     ::fsync(dfd);
     ::close(dfd);
   }
+  ::close(fd_);  // after fsync, a close cannot lose data
+  fd_ = -1;
 }
 
 std::string temp_path_beside(const std::string& target, const std::string& tag) {
   return parent_dir(target) + "/." + base_name(target) + kTempMarker + std::to_string(::getpid()) + "-" + tag;
 }
 
+held_temp::~held_temp() {
+  ::unlink(path_.c_str());
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void held_temp::hold() {
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd_ < 0) throw io_error(fmt::format("{}: cannot open the intermediate output: {}", path_, errno_text(errno)));
+  if (!try_lock(fd_)) throw io_error(fmt::format("{}: the intermediate output is locked by another process", path_));
+}
+
+namespace {
+
+std::string file_type(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// `path` with its folder resolved (symlinks, "..", relative to the working folder); the folder as
+// written when it cannot be resolved.
+std::string resolved(const std::string& path) {
+  char* dir = ::realpath(parent_dir(path).c_str(), nullptr);
+  if (dir == nullptr) return path;
+  std::string r = dir;
+  std::free(dir);
+  return (r == "/" ? "" : r) + "/" + base_name(path);
+}
+
+bool under(const std::string& path, const std::string& folder) {
+  return path.compare(0, folder.size(), folder) == 0 && (path.size() == folder.size() || path[folder.size()] == '/');
+}
+
+}  // namespace
+
 void check_output_path(const std::string& output, const std::vector<std::string>& inputs, bool force) {
+  const std::string dir = parent_dir(output);
+  struct stat d {};
+  if (::stat(dir.c_str(), &d) != 0 || !S_ISDIR(d.st_mode))
+    throw io_error(fmt::format("{}: output folder '{}' does not exist", output, dir));
+  const std::string folder = parent_dir(resolved(output));
+  for (const char* special : {"/dev", "/proc", "/sys"})
+    if (folder == special || (std::strcmp(special, "/dev") != 0 && under(folder, special)))
+      throw usage_error(fmt::format("{}: swavg writes regular files, not devices or streams ({} is in {})", output,
+                                    resolved(output), folder));
   struct stat out {};
   if (::stat(output.c_str(), &out) != 0) return;  // does not exist (yet): fine
   for (const auto& in : inputs) {
     struct stat st {};
-    if (::stat(in.c_str(), &st) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino)
+    if (::stat(in.c_str(), &st) == 0 && same_inode(st, out))
       throw usage_error(fmt::format("{}: the output is the input '{}'; swavg never overwrites its inputs", output, in));
   }
-  if (S_ISDIR(out.st_mode)) throw usage_error(output + ": the output is a directory");
+  if (!S_ISREG(out.st_mode))
+    throw usage_error(fmt::format("{}: the output is {}; swavg replaces only regular files, even with --force", output,
+                                  file_type(out.st_mode)));
   if (!force) throw usage_error(output + ": the output exists; pass --force to replace it");
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {
+  }, sb{};
+  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0) return same_inode(sa, sb);
+  return resolved(a) == resolved(b);
+}
+
+void check_distinct_paths(const std::vector<std::pair<std::string, std::string>>& outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i)
+    for (size_t j = i + 1; j < outputs.size(); ++j)
+      if (!outputs[i].second.empty() && !outputs[j].second.empty() && same_file(outputs[i].second, outputs[j].second))
+        throw usage_error(fmt::format("{} and {} name the same file: {}{}", outputs[i].first, outputs[j].first,
+                                      outputs[i].second,
+                                      outputs[i].second == outputs[j].second ? "" : " (as " + outputs[j].second + ")"));
 }
 
 }  // namespace swavg

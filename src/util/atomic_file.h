@@ -1,13 +1,20 @@
 /*
- * Atomic output: bytes go to a temp file in the target's folder; commit() fsyncs it, renames it over
- * the target and fsyncs the folder, so the target is either the old file or the complete new one,
- * never a partial one. A temp file not committed is removed by the destructor; temp files left by a
- * killed run carry a recognisable name and are cleaned up by the next run writing the same target.
+ * Atomic output: bytes go to a temp file in the target's folder; commit() fsyncs it, checks that no
+ * mapped input changed meanwhile (mapped_file::check_all_unchanged), renames it over the target and
+ * fsyncs the folder, so the target is either the old file or the complete new one, never a partial
+ * one nor one made from a changed input. A temp file not committed is removed by the destructor.
+ *
+ * Temp files left by a killed run carry a recognisable name and are removed by the next run writing
+ * the same target, but only when no process holds them: each temp file is flock()ed for its whole
+ * life (until after its rename), and the cleaner removes a temp file only if it can take that lock.
+ * A lock, unlike a pid in the name, also tells live from dead across pid namespaces and containers
+ * sharing the folder, and after a pid was reused.
  */
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace swavg {
@@ -31,6 +38,7 @@ class atomic_file {
  private:
   void flush();
   void start_writeback();
+  void create_temp();
   std::string target_;
   std::string temp_;
   int fd_ = -1;
@@ -40,13 +48,41 @@ class atomic_file {
   bool committed_ = false;
 };
 
-// A name for a temporary file beside `target` that a later run writing `target` removes if the
-// process that made it is gone: ".<target>.swavg-tmp-<pid>-<tag>".
+// A name for a temporary file beside `target` that a later run writing `target` removes unless it
+// is locked (atomic_file's temp files are; hold one made otherwise with held_temp):
+// ".<target>.swavg-tmp-<pid>-<tag>".
 std::string temp_path_beside(const std::string& target, const std::string& tag);
 
-// Refuses an output that is one of the inputs (same device and inode, so also through symlinks and
-// hard links: usage_error) and an existing output without `force` (usage_error). Called before any
-// input is read.
+// A finished file named by temp_path_beside (an intermediate output), locked from hold() on so that
+// no other run removes it as stale, and removed when this is destroyed.
+class held_temp {
+ public:
+  explicit held_temp(std::string path) : path_(std::move(path)) {}
+  ~held_temp();
+  held_temp(const held_temp&) = delete;
+  held_temp& operator=(const held_temp&) = delete;
+  // Takes the lock (io_error when the file is gone or held by another process).
+  void hold();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+// Checks an output path before any input is read. io_error: its folder does not exist. usage_error:
+// it is one of the inputs (same device and inode, so also through symlinks and hard links); it is in
+// /dev itself or under /proc or /sys (devices and streams such as /dev/null, /dev/stdout and
+// /dev/fd/1: swavg writes files, and would replace the link; /dev/shm is a folder like others); it
+// exists and is not a regular file (a directory, device, FIFO or socket), even with `force`; it
+// exists and `force` is not given.
 void check_output_path(const std::string& output, const std::vector<std::string>& inputs, bool force);
+
+// True when `a` and `b` name the same file: the same device and inode when both exist, else the same
+// path once their folders are resolved (symlinks, "..").
+bool same_file(const std::string& a, const std::string& b);
+
+// Refuses (usage_error) two of `outputs` (option, path; empty paths skipped) that name the same file.
+void check_distinct_paths(const std::vector<std::pair<std::string, std::string>>& outputs);
 
 }  // namespace swavg

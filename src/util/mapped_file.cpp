@@ -9,8 +9,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <mutex>
+#include <vector>
 
 #include "util/error.h"
+#include "util/sigbus_guard.h"
 
 namespace swavg {
 namespace {
@@ -38,6 +41,24 @@ std::string file_type_name(mode_t mode) {
   if (S_ISSOCK(mode)) return "a socket";
   if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
   return "not a regular file";
+}
+
+// The live mappings (for check_all_unchanged and fault_at) and the first file that faulted.
+struct registry {
+  std::mutex mutex;
+  std::vector<const mapped_file*> live;
+  std::optional<std::string> first_faulted;
+};
+
+registry& files() {
+  static registry* r = new registry();  // never destroyed: mappings may outlive static destruction
+  return *r;
+}
+
+bool same_time(const timespec& a, const timespec& b) { return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec; }
+
+std::string changed_message(const std::string& path, const std::string& how) {
+  return fmt::format("{}: changed while being read ({})", path, how);
 }
 
 }  // namespace
@@ -69,6 +90,14 @@ std::shared_ptr<const mapped_file> mapped_file::open(const std::string& path) {
   if (p == MAP_FAILED) throw io_error(fmt::format("{}: cannot map {} bytes: {}", path, m->size_, errno_text(errno)));
   m->data_ = static_cast<const uint8_t*>(p);
   m->mapped_ = true;
+  m->dev_ = st.st_dev;
+  m->ino_ = st.st_ino;
+  m->mtime_ = st.st_mtim;
+  m->ctime_ = st.st_ctim;
+  m->guard_ = guard_range(p, m->size_);
+  registry& r = files();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.live.push_back(m.get());
   return m;
 }
 
@@ -83,7 +112,62 @@ std::shared_ptr<const mapped_file> mapped_file::from_memory(std::string bytes, c
 
 mapped_file::~mapped_file() {
   if (pending_end_ > pending_begin_) --batching_files;
-  if (mapped_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (!mapped_) return;
+  {
+    registry& r = files();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    r.live.erase(std::find(r.live.begin(), r.live.end(), this));
+    if (faulted() && !r.first_faulted) r.first_faulted = path_;
+  }
+  unguard_range(guard_);
+  ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+bool mapped_file::faulted() const { return range_faulted(guard_); }
+
+void mapped_file::throw_if_faulted() const {
+  if (faulted()) throw io_error(changed_message(path_, "it shrank, or a page of it could not be read"));
+}
+
+void mapped_file::check_unchanged() const {
+  throw_if_faulted();
+  if (!mapped_) return;
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) != 0)
+    throw io_error(changed_message(path_, fmt::format("it can no longer be opened: {}", errno_text(errno))));
+  if (st.st_dev != dev_ || st.st_ino != ino_) throw io_error(changed_message(path_, "it was replaced by another file"));
+  if (static_cast<uint64_t>(st.st_size) != size_)
+    throw io_error(changed_message(path_, fmt::format("{} bytes at open, {} now", size_, st.st_size)));
+  if (!same_time(st.st_mtim, mtime_) || !same_time(st.st_ctim, ctime_))
+    throw io_error(changed_message(path_, "it was modified"));
+}
+
+void mapped_file::check_all_unchanged() {
+  registry& r = files();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (const mapped_file* m : r.live) m->check_unchanged();
+}
+
+std::optional<std::string> mapped_file::fault_at(const void* p) {
+  registry& r = files();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const guarded_range* range = mark_faulted_at(p);
+  if (range == nullptr) return std::nullopt;
+  for (const mapped_file* m : r.live)
+    if (m->guard_ == range) {
+      if (!r.first_faulted) r.first_faulted = m->path_;
+      return m->path_;
+    }
+  return std::nullopt;
+}
+
+std::optional<std::string> mapped_file::first_faulted() {
+  registry& r = files();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (!r.first_faulted)
+    for (const mapped_file* m : r.live)
+      if (m->faulted()) return m->path_;
+  return r.first_faulted;
 }
 
 void mapped_file::will_need(uint64_t offset, uint64_t length) const {

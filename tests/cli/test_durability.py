@@ -2,13 +2,14 @@
 place and fsyncs the folder, so that
 
 - a run killed with SIGKILL mid-write leaves any earlier output intact, and the next run writing the
-  same target removes the stray temp file;
+  same target removes the stray temp file, which the run held locked (flock) while it lived;
 - a file-size limit (ulimit -f) gives a clear error (exit 5) and no output, not a SIGXFSZ kill;
 - an output that is an input (also through a symlink or a hard link) is refused (exit 2) before
   anything is read, even with --force;
 - an existing output is replaced only with --force.
 """
 import collections
+import fcntl
 import os
 import resource
 import shutil
@@ -50,6 +51,12 @@ class DurabilityTest(TempDirTest):
     def tearDownClass(cls):
         shutil.rmtree(cls.shared, ignore_errors=True)
 
+    def assert_locked(self, path):
+        """The live run holds its temp file's lock: another process cannot take it."""
+        with open(path, "rb") as f:
+            with self.assertRaises(BlockingIOError, msg="a live run's temp file is not locked"):
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
     def kill_mid_write(self, args, out):
         """Starts swavg, SIGKILLs it once its temp file beside `out` has grown, returns the temp files."""
         folder = os.path.dirname(out)
@@ -65,6 +72,7 @@ class DurabilityTest(TempDirTest):
                     except FileNotFoundError:
                         size = 0
                     if size >= 8 << 20:
+                        self.assert_locked(os.path.join(folder, temps[0]))
                         p.send_signal(signal.SIGKILL)
                         killed = True
                         break
