@@ -1,6 +1,28 @@
 #include "cli/options.h"
 
+#include <charconv>
+
 namespace swavg {
+
+void one_value_per_use(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options())
+    if (opt->nonpositional()) opt->allow_extra_args(false);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) one_value_per_use(*sub);
+}
+
+CLI::Validator integer_in(int64_t lo, int64_t hi) {
+  const std::string range = fmt::format("[{}, {}]", lo, hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& value) {
+        int64_t v = 0;
+        const char* end = value.data() + value.size();
+        const auto [ptr, ec] = std::from_chars(value.data(), end, v);
+        if (value.empty() || ec != std::errc() || ptr != end || v < lo || v > hi)
+          return fmt::format("expected an integer in {}, got '{}'", range, value);
+        return std::string();
+      },
+      fmt::format("INT in {}", range));
+}
 
 CLI::Option* add_device_option(CLI::App* app, const std::string& flags, device_spec& target, const std::string& help) {
   return app
