@@ -97,13 +97,15 @@ class AveragedModelTest(AverageTest):
             with self.subTest(run=run, tensor=k):
                 # num_batches_tracked too: AveragedModel runs avg_fn on it and truncates into int64.
                 self.assert_bits(got[k], want[k], k)
-        # The run's buffers really differ between checkpoints, so this tells latest from average,
-        # and the truncated average of the counters is neither the first nor the last value.
+        # The run's buffers really differ between checkpoints, so this tells latest from average;
+        # in the cnn run the truncated average of the counters is neither the first nor the last
+        # value (in resnet18's, 1 to 4 steps, truncation brings it back to the first).
         first = state_dict_of(paths[0])
         self.assertFalse(same_bits(first["bn1.running_var"], last["bn1.running_var"]))
         self.assertFalse(same_bits(got["bn1.running_var"], last["bn1.running_var"]))
         counter = "bn1.num_batches_tracked"
-        self.assertNotIn(int(got[counter]), (int(first[counter]), int(last[counter])))
+        if run == "cnn":
+            self.assertNotIn(int(got[counter]), (int(first[counter]), int(last[counter])))
 
     def test_buffers_first_is_use_buffers_false_in_1_13(self):
         # AveragedModel(model) built from the first checkpoint keeps the buffers it deep-copied
@@ -160,9 +162,10 @@ class AveragedModelTest(AverageTest):
         # Every integer dtype, wrapping differences and values past float32's 24 bits, against
         # AveragedModel's own expression (avg_fn, then copy_ into the integer tensor).
         cases = {
-            "i64": [torch.tensor([0, 2 ** 40 + 1, -7, 2 ** 62], dtype=torch.int64),
-                    torch.tensor([3, 5, 8, -2 ** 62], dtype=torch.int64),
-                    torch.tensor([100, -(2 ** 40), 1, 2 ** 62], dtype=torch.int64)],
+            # 2 ** 24 + 1 has no float32: AveragedModel's float32 add rounds it (a double would not).
+            "i64": [torch.tensor([0, 2 ** 40 + 1, -7, 2 ** 62, 2 ** 24 + 1], dtype=torch.int64),
+                    torch.tensor([3, 5, 8, -2 ** 62, 2 ** 24 + 3], dtype=torch.int64),
+                    torch.tensor([100, -(2 ** 40), 1, 2 ** 62, 2 ** 24 + 1], dtype=torch.int64)],
             "i32": [torch.tensor([0, 2 ** 30, -5], dtype=torch.int32), torch.tensor([7, -2 ** 30, 6], dtype=torch.int32),
                     torch.tensor([1, 2 ** 30, -1], dtype=torch.int32)],
             "i16": [torch.tensor([30000, -3], dtype=torch.int16), torch.tensor([-30000, 9], dtype=torch.int16),

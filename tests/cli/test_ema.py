@@ -12,7 +12,7 @@ import torch
 
 from common import TempDirTest, same_bits, swavg
 from reference import (bf16_ulp, ema_decays, ema_fold, is_buffer_name, load_output, load_safetensors,
-                       model_for, run_paths, state_dict_of, write_rules)
+                       model_for, run_paths, save_state, state_dict_of, write_rules)
 
 
 def averaged_model_ema(run, paths, decays):
@@ -123,6 +123,29 @@ class EmaVsLerpTest(EmaTest):
             if is_buffer_name(k):
                 self.assert_bits(got[k], v, k)
         self.assertFalse(same_bits(got["bn1.running_var"], state_dict_of(paths[-1])["bn1.running_var"]))
+
+    def test_integer_ema_edge_cases(self):
+        # Every integer dtype and values past float32's 24 bits, against get_ema_multi_avg_fn's
+        # integer branch run by PyTorch: p.copy_(p * decay + x * (1 - decay)).
+        cases = {
+            "i64": [[2 ** 24 + 1, 7, -2 ** 40, 0], [2 ** 24 + 3, -7, 2 ** 40, 1], [5, 2 ** 30, 3, 1]],
+            "i32": [[2 ** 24 + 1, -9, 2 ** 30], [3, 9, -2 ** 30], [2 ** 24 + 3, 0, 1]],
+            "i16": [[30000, -3], [-30000, 9], [5, 1]],
+            "i8": [[100, -100], [-100, 100], [3, 4]],
+            "u8": [[200, 10], [10, 200], [255, 0]],
+        }
+        dtypes = {"i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "u8": torch.uint8}
+        paths = [save_state(self.path("i%d.pt" % i), {k: torch.tensor(v[i], dtype=dtypes[k]) for k, v in cases.items()})
+                 for i in range(3)]
+        rules = write_rules(self.path("rules.json"), [{"match": ".", "action": "average"}])
+        for decay in (0.9, 0.3):
+            got = self.ema("--decay", str(decay), *paths, "--rules", rules, out_name="i%g.pt" % decay)
+            for k, xs in cases.items():
+                avg = torch.tensor(xs[0], dtype=dtypes[k])
+                for x in xs[1:]:
+                    avg.copy_(avg * decay + torch.tensor(x, dtype=dtypes[k]) * (1 - decay))
+                with self.subTest(decay=decay, dtype=k):
+                    self.assert_bits(got[k], avg, k)
 
     def test_integer_rule_with_its_decay(self):
         # A rule's decay applies to the integer tensors it averages, as get_ema_multi_avg_fn would.

@@ -346,7 +346,7 @@ class NumericOptionTest(TempDirTest):
         imax = str(2 ** 63 - 1)
         for option in ("--batch-size", "--max-batches"):
             # --batch-size 1 passes the option check; this model's BatchNorm1d then refuses one sample.
-            one = 3 if option == "--batch-size" else 0
+            one = 4 if option == "--batch-size" else 0
             for value, code in (("1", one), ("0", 2), ("-1", 2), (imax, 0), (str(2 ** 63), 2), ("2.0", 2), ("", 2)):
                 with self.subTest(option=option, value=value):
                     extra = ["--max-batches", "2"] if option == "--batch-size" else ["--batch-size", "8"]
