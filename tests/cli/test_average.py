@@ -387,6 +387,35 @@ class RulesTest(AverageTest):
     def avg(self, k):
         return swa_fold([sd[k] for sd in self.sds])
 
+    def test_patterns_on_a_1mb_name(self):
+        # RE2: linear in the name, whatever the pattern (std::regex overflowed its stack here).
+        import time
+        long_name = "a" * (1 << 20) + ".w"
+        paths = [save_state(self.path("long%d.pt" % i), {long_name: torch.full((2,), float(i)), "b": torch.ones(1)})
+                 for i in range(2)]
+        rules = write_rules(self.path("rules.json"), [{"match": "^(a|aa)*$", "action": "drop"},
+                                                      {"match": "(a|b)*\\.w$", "action": "first"}])
+        start = time.monotonic()
+        out = self.path("long.pt")
+        p = swavg("average", *paths, "--buffer", "(a|b)*\\.w$", "--buffer", "(a+)+x", "--rules", rules, "-o", out,
+                  "--json")
+        self.assertLess(time.monotonic() - start, 20)
+        details = {t["name"]: t for t in json.loads(p.stdout)["details"]}
+        self.assertEqual(details[long_name]["action"], "first")
+        self.assertTrue(details[long_name]["buffer"])
+        self.assert_bits(load_output(out)[long_name], torch.zeros(2), "the first input's")
+
+    def test_bad_patterns_name_the_option(self):
+        paths = self.paths[:2]
+        out = self.path("x.pt")
+        for pattern in ("(", "(?=fc)", "(a)\\1"):
+            with self.subTest(pattern=pattern):
+                p = swavg("average", *paths, "--buffer", pattern, "-o", out, check=False)
+                self.assert_failed(p, 2, out, "--buffer: invalid regular expression '%s'" % pattern, "RE2")
+                rules = write_rules(self.path("rules.json"), [{"match": pattern, "action": "drop"}])
+                p = swavg("average", *paths, "--rules", rules, "-o", out, check=False)
+                self.assert_failed(p, 2, out, "rules.json: rule 1: invalid regular expression")
+
     def test_rules(self):
         rules = write_rules(self.path("rules.json"), [
             {"match": "^bn1\\.", "action": "drop"},
