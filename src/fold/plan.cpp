@@ -132,11 +132,13 @@ void check_integer_average(const fold_config& c, const tensor_outcome& o) {
         "tensor '{}' is bool and {} asks to average it: PyTorch cannot (no bool subtraction); take it with "
         "\"latest\" or \"first\" instead",
         o.name, why));
+  const auto dot = o.name.rfind('.');
+  const std::string last = dot == std::string::npos ? o.name : o.name.substr(dot + 1);
   if (c.mode == fold_mode::weighted)
     throw usage_error(fmt::format(
         "integer tensor '{}': {} asks to average it, which AveragedModel defines for SWA and EMA, not for --weights; "
-        "add a rule {{\"match\": \"{}\", \"action\": \"latest\"}} (or \"first\")",
-        o.name, why, o.name));
+        "put a rule such as {{\"match\": \"{}$\", \"action\": \"latest\"}} (or \"first\") first",
+        o.name, why, last));
 }
 
 void decide(const fold_config& c, const kind_oracle& kinds, tensor_plan& p) {

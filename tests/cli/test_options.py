@@ -250,6 +250,35 @@ class OptionOrderTest(TempDirTest):
         self.assertEqual(p.returncode, 2, "--shape with spaces must not swallow: " + p.stderr)
 
 
+class GlobalOptionTest(TempDirTest):
+    def test_global_flags_anywhere(self):
+        # swavg --help lists the subcommands; its own flags work before the subcommand and after
+        # the inputs (CLI11's fallthrough), without taking an input.
+        p = swavg("--help")
+        for command in COMMANDS:
+            self.assertRegex(p.stdout, r"\n\s+%s\s" % command)
+        flags = options_of_app()
+        self.assertEqual(sorted(flags), ["--quiet", "--verbose", "--version"])
+        paths = run_paths("cnn")[:3]
+        for argv in (["-q", "average", *paths], ["average", *paths, "-q"], ["average", paths[0], "-v", *paths[1:]],
+                     ["--verbose", "average", *paths, "--quiet"]):
+            with self.subTest(argv=argv):
+                p = swavg(*argv, "-o", self.path("o.pt"), "--force", "--json")
+                self.assertEqual(json.loads(p.stdout)["inputs"], paths)
+        self.assertIn("swavg", swavg("--version").stdout)
+
+
+def options_of_app():
+    p = swavg("--help")
+    names = []
+    for line in p.stdout.split("Subcommands:")[0].splitlines():
+        m = re.match(r"^\s{1,4}(-[^\s]+)", line)
+        if m:
+            flags = m.group(1).split(",")
+            names.append([f for f in flags if f.startswith("--")][0])
+    return [n for n in names if n not in SKIPPED]
+
+
 class RepeatableOptionTest(TempDirTest):
     def test_issue_example(self):
         # The report of issue 11: all three inputs are averaged, whatever the position of --strip-prefix.
