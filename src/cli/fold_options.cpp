@@ -39,13 +39,13 @@ void add_fold_options(CLI::App* app, fold_options& o) {
                   "torch or safetensors (default: from the output's extension)");
   app->add_flag("--force", o.job.force, "Replace an existing output");
   app->add_option("--key", o.job.load.key, "Dotted path of the state dict inside torch.save objects, e.g. model");
-  app->add_option("--strip-prefix", o.job.load.strip_prefixes, "Remove this prefix from tensor names (repeatable)");
+  app->add_option("--strip-prefix", o.job.load.strip_prefixes, "Remove this prefix from tensor names");
   add_enum_option(app, "--buffers", c.buffers,
                   names_of({buffer_policy::latest, buffer_policy::first, buffer_policy::average}, buffer_policy_name),
                   "Buffers: latest (the last input's: use_buffers=False in PyTorch 2.x), first (the first input's: "
                   "use_buffers=False in 1.13) or average (use_buffers=True, integer buffers included)");
   app->add_option("--buffer", c.buffer_patterns,
-                  "Also treat tensors matching REGEX (RE2, searched) as buffers (repeatable)");
+                  "Also treat tensors matching REGEX (RE2, searched) as buffers");
   app->add_option("--model", o.job.model, "TorchScript model whose parameter/buffer split decides what is a buffer");
   add_enum_option(app, "--int", c.ints,
                   {{"latest", int_policy::latest}, {"first", int_policy::first}, {"error", int_policy::error}},

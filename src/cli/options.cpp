@@ -5,8 +5,14 @@
 namespace swavg {
 
 void one_value_per_use(CLI::App& app) {
-  for (CLI::Option* opt : app.get_options())
-    if (opt->nonpositional()) opt->allow_extra_args(false);
+  for (CLI::Option* opt : app.get_options()) {
+    if (!opt->nonpositional()) continue;
+    opt->allow_extra_args(false);
+    // --help would show "TEXT ...", which reads as several values after one flag.
+    if (opt->get_expected_max() == CLI::detail::expected_max_vector_size)
+      opt->option_text(opt->get_delimiter() != '\0' ? fmt::format("{},...", opt->get_type_name())
+                                                      : fmt::format("{} (repeatable)", opt->get_type_name()));
+  }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) one_value_per_use(*sub);
 }
 
@@ -21,7 +27,7 @@ CLI::Validator integer_in(int64_t lo, int64_t hi) {
           return fmt::format("expected an integer in {}, got '{}'", range, value);
         return std::string();
       },
-      fmt::format("INT in {}", range));
+      range);
 }
 
 CLI::Option* add_device_option(CLI::App* app, const std::string& flags, device_spec& target, const std::string& help) {
