@@ -96,6 +96,7 @@ TEST_CASE("rules: patterns RE2 rejects are usage errors naming the option", "[ru
                       Catch::StartsWith("--buffer: invalid regular expression") && Catch::Contains("RE2 syntax"));
   }
   // In a rules file, the message names the file and the rule.
-  CHECK_THROWS_WITH(parse_rules(R"j([{"match": "x", "action": "first"}, {"match": "(?!x)", "action": "drop"}])j", "r.json"),
+  const char* rules = R"j([{"match": "x", "action": "first"}, {"match": "(?!x)", "action": "drop"}])j";
+  CHECK_THROWS_WITH(parse_rules(rules, "r.json"),
                     Catch::StartsWith("r.json: rule 2: invalid regular expression '(?!x)'"));
 }

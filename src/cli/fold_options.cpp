@@ -44,8 +44,7 @@ void add_fold_options(CLI::App* app, fold_options& o) {
                   names_of({buffer_policy::latest, buffer_policy::first, buffer_policy::average}, buffer_policy_name),
                   "Buffers: latest (the last input's: use_buffers=False in PyTorch 2.x), first (the first input's: "
                   "use_buffers=False in 1.13) or average (use_buffers=True, integer buffers included)");
-  app->add_option("--buffer", c.buffer_patterns,
-                  "Also treat tensors matching REGEX (RE2, searched) as buffers");
+  app->add_option("--buffer", c.buffer_patterns, "Also treat tensors matching REGEX (RE2, searched) as buffers");
   app->add_option("--model", o.job.model, "TorchScript model whose parameter/buffer split decides what is a buffer");
   add_enum_option(app, "--int", c.ints,
                   {{"latest", int_policy::latest}, {"first", int_policy::first}, {"error", int_policy::error}},

@@ -11,7 +11,7 @@ void one_value_per_use(CLI::App& app) {
     // --help would show "TEXT ...", which reads as several values after one flag.
     if (opt->get_expected_max() == CLI::detail::expected_max_vector_size)
       opt->option_text(opt->get_delimiter() != '\0' ? fmt::format("{},...", opt->get_type_name())
-                                                      : fmt::format("{} (repeatable)", opt->get_type_name()));
+                                                    : fmt::format("{} (repeatable)", opt->get_type_name()));
   }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) one_value_per_use(*sub);
 }

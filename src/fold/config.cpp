@@ -86,8 +86,8 @@ void validate_config(const fold_config& c, size_t inputs, bool resuming) {
     if (c.mode != fold_mode::ema)
       throw usage_error(fmt::format("--rules: the rule for '{}' sets a decay, which only swavg ema uses", r.pattern));
     if (!(*r.decay >= 0.0 && *r.decay <= 1.0))
-      throw usage_error(
-          fmt::format("--rules: the rule for '{}' has decay {}, expected a value in [0, 1]", r.pattern, decimal(*r.decay)));
+      throw usage_error(fmt::format("--rules: the rule for '{}' has decay {}, expected a value in [0, 1]", r.pattern,
+                                    decimal(*r.decay)));
   }
 }
 

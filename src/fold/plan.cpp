@@ -128,10 +128,10 @@ void choose_action(const fold_config& c, bool numeric, tensor_plan& p, const ten
 void check_integer_average(const fold_config& c, const tensor_outcome& o) {
   const std::string why = o.reason == "rule" ? fmt::format("the rule '{}'", o.rule) : std::string("--buffers average");
   if (o.input_type == dtype::bool_)
-    throw usage_error(fmt::format(
-        "tensor '{}' is bool and {} asks to average it: PyTorch cannot (no bool subtraction); take it with "
-        "\"latest\" or \"first\" instead",
-        o.name, why));
+    throw usage_error(
+        fmt::format("tensor '{}' is bool and {} asks to average it: PyTorch cannot (no bool subtraction); take it with "
+                    "\"latest\" or \"first\" instead",
+                    o.name, why));
   const auto dot = o.name.rfind('.');
   const std::string last = dot == std::string::npos ? o.name : o.name.substr(dot + 1);
   if (c.mode == fold_mode::weighted)

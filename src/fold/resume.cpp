@@ -124,7 +124,8 @@ resume_record resume_record_from_json(const std::string& text, const std::string
   r.n = f.integer("n", f.required("n"), 1, kMaxResumeCount);
   if (f.has("decay")) r.decay = f.real("decay", j["decay"], 0.0, 1.0);
   if (f.has("warmup"))
-    r.warmup = f.name("warmup", j["warmup"], {warmup_kind::none, warmup_kind::torch_ema, warmup_kind::power}, warmup_name);
+    r.warmup =
+        f.name("warmup", j["warmup"], {warmup_kind::none, warmup_kind::torch_ema, warmup_kind::power}, warmup_name);
   if (f.has("counts")) {
     const json& counts = j["counts"];
     if (!counts.is_object()) f.fail("counts", "an object {name: count}", counts);

@@ -53,7 +53,7 @@ struct resumed_average {
   state_dict sd;
   resume_record record;
   std::vector<std::pair<std::string, const tensor_view*>> tensors;  // views into sd, in file order
-  std::unordered_map<std::string, int64_t> counts;                   // record.counts, by name
+  std::unordered_map<std::string, int64_t> counts;                  // record.counts, by name
 
   int64_t count_of(const std::string& name) const;
   const tensor_view* find(const std::string& name) const;  // nullptr: not in the average

@@ -27,7 +27,8 @@ name_pattern::name_pattern(const std::string& pattern, const std::string& option
   options.set_log_errors(false);
   auto re = std::make_shared<const RE2>(pattern, options);
   if (!re->ok())
-    throw usage_error(fmt::format("{}: invalid regular expression '{}': {} (RE2 syntax)", option, pattern, re->error()));
+    throw usage_error(
+        fmt::format("{}: invalid regular expression '{}': {} (RE2 syntax)", option, pattern, re->error()));
   re_ = std::move(re);
 }
 
@@ -96,8 +97,9 @@ const tensor_rule* match_rule(const std::vector<tensor_rule>& rules, const std::
 
 bool is_standard_buffer_name(const std::string& name) {
   static const char* kNames[] = {"running_mean", "running_var", "num_batches_tracked"};
-  const auto dot = name.rfind('.');
-  const std::string_view last = dot == std::string::npos ? std::string_view(name) : std::string_view(name).substr(dot + 1);
+  const std::string_view whole(name);
+  const auto dot = whole.rfind('.');
+  const std::string_view last = dot == std::string_view::npos ? whole : whole.substr(dot + 1);
   for (const char* n : kNames)
     if (last == n) return true;
   return false;
