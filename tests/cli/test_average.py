@@ -285,6 +285,41 @@ class ResumeTest(AverageTest):
         for k in whole:
             self.assert_bits(got[k], whole[k], k)
 
+    def test_damaged_record_is_refused(self):
+        # A record with a field of the wrong type or out of range (edited by hand, or damaged) is
+        # exit 3 naming the file and the field, never an average with wrong numbers.
+        import struct
+        paths = run_paths("cnn")
+        good = self.path("good.safetensors")
+        swavg("average", *paths[:2], "--allow-missing", "-o", good)
+        with open(good, "rb") as f:
+            size = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(size))
+            body = f.read()
+        record = json.loads(header["__metadata__"]["swavg"])
+        self.assertEqual(record["n"], 2)
+        cases = [
+            ({"n": -3}, "field 'n': expected an integer in [1, 9007199254740992], found -3"),
+            ({"n": "2"}, "field 'n': expected an integer in [1, 9007199254740992], found \"2\""),
+            ({"counts": {"fc.weight": -1}}, "field 'counts.fc.weight': expected an integer in [1, 2], found -1"),
+            ({"counts": {"fc.weight": 3}}, "field 'counts.fc.weight': expected an integer in [1, 2], found 3"),
+            ({"layout": 7}, "field 'layout': expected one of"),
+            ({"accumulate_differs": "yes"}, "field 'accumulate_differs': expected true or false"),
+        ]
+        for change, message in cases:
+            with self.subTest(change=change):
+                bad = self.path("bad.safetensors")
+                h = json.loads(json.dumps(header))
+                h["__metadata__"]["swavg"] = json.dumps(dict(record, **change))
+                text = json.dumps(h).encode()
+                with open(bad, "wb") as f:
+                    f.write(struct.pack("<Q", len(text)) + text + body)
+                out = self.path("out.pt")
+                p = swavg("average", "--resume", bad, paths[2], "-o", out, check=False)
+                self.assert_failed(p, 3, out, bad, "swavg metadata: " + message)
+        # The untouched record resumes.
+        swavg("average", "--resume", good, paths[2], "-o", self.path("ok.pt"))
+
     def test_resume_other_mode_refused(self):
         paths = run_paths("cnn")
         ema = self.path("ema.pt")
