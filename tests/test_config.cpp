@@ -39,6 +39,29 @@ TEST_CASE("config: the last valid values pass, the first invalid ones fail", "[c
       c.inv_gamma = g;
     };
   };
+  auto exponent = [](double p) {
+    return [p](fold_config& c) {
+      c.mode = fold_mode::ema;
+      c.warmup = warmup_kind::power;
+      c.power = p;
+    };
+  };
+  auto min_decay = [](double m) {
+    return [m](fold_config& c) {
+      c.mode = fold_mode::ema;
+      c.warmup = warmup_kind::power;
+      c.decay = 0.9;
+      c.min_decay = m;
+    };
+  };
+  auto rule_decay = [](fold_mode m, double d) {
+    return [m, d](fold_config& c) {
+      c.mode = m;
+      c.rules.push_back(tensor_rule{"x", compile_pattern("x", "t"), tensor_action::average, d});
+    };
+  };
+  const double tiny = std::numeric_limits<double>::denorm_min();
+  const double huge = std::numeric_limits<double>::max();
   const std::vector<edge> edges = {
       {"decay 0", ema(0.0), 2, false, nullptr},
       {"decay 1", ema(1.0), 2, false, nullptr},
@@ -57,19 +80,40 @@ TEST_CASE("config: the last valid values pass, the first invalid ones fail", "[c
        false, nullptr},
       {"weights summing to 0", weighted({0, 0}), 2, false, "--weights: the weights sum to 0"},
       {"weights with --resume", weighted({1, 1}), 2, true, "--resume works with equal weights"},
-      {"inv_gamma just above 0", power(std::numeric_limits<double>::denorm_min()), 2, false, nullptr},
-      {"inv_gamma 0", power(0.0), 2, false, "--inv-gamma: expected a positive value"},
-      {"a rule's decay with ema",
+      {"weights summing to the largest double", weighted({huge / 2, huge / 2}), 2, false, nullptr},
+      {"weights summing past the largest double", weighted({huge, huge / 1e15}), 2, false,
+       "--weights: the weights sum to more than"},
+      {"a NaN weight", weighted({std::nan(""), 1}), 2, false, "weights must be finite and >= 0"},
+      {"inv_gamma just above 0", power(tiny), 2, false, nullptr},
+      {"inv_gamma the largest double", power(huge), 2, false, nullptr},
+      {"inv_gamma 0", power(0.0), 2, false, "--inv-gamma: expected a finite value > 0, got 0"},
+      {"inv_gamma infinite", power(INFINITY), 2, false, "--inv-gamma: expected a finite value > 0, got inf"},
+      {"inv_gamma NaN", power(std::nan("")), 2, false, "--inv-gamma: expected a finite value > 0, got nan"},
+      {"inv_gamma checked for ema without the power warmup too",
        [](fold_config& c) {
          c.mode = fold_mode::ema;
-         c.rules.push_back(tensor_rule{"x", compile_pattern("x", "t"), tensor_action::average, 0.5});
+         c.inv_gamma = -1;
        },
-       2, false, nullptr},
-      {"a rule's decay with swa",
-       [](fold_config& c) {
-         c.rules.push_back(tensor_rule{"x", compile_pattern("x", "t"), tensor_action::average, 0.5});
-       },
-       2, false, "--rules: the rule for 'x' sets a decay"},
+       2, false, "--inv-gamma"},
+      {"power just above 0", exponent(tiny), 2, false, nullptr},
+      {"power the largest double", exponent(huge), 2, false, nullptr},
+      {"power 0", exponent(0.0), 2, false, "--power: expected a finite value > 0, got 0"},
+      {"power NaN (a decay of 0 before)", exponent(std::nan("")), 2, false, "--power: expected a finite value > 0"},
+      {"power infinite", exponent(INFINITY), 2, false, "--power"},
+      {"min_decay 0", min_decay(0.0), 2, false, nullptr},
+      {"min_decay equal to the decay", min_decay(0.9), 2, false, nullptr},
+      {"min_decay just above the decay", min_decay(std::nextafter(0.9, 1.0)), 2, false,
+       "--min-decay: expected a value in [0, --decay] = [0, 0.90000000000000002], got 0.90000000000000013"},
+      {"min_decay 1.5 (extrapolated before)", min_decay(1.5), 2, false,
+       "--min-decay: expected a value in [0, --decay]"},
+      {"min_decay just below 0", min_decay(below_zero), 2, false, "--min-decay"},
+      {"min_decay NaN", min_decay(std::nan("")), 2, false, "--min-decay"},
+      {"decay infinite", ema(INFINITY), 2, false, "--decay: expected a value in [0, 1], got inf"},
+      {"a rule's decay with ema", rule_decay(fold_mode::ema, 0.5), 2, false, nullptr},
+      {"a rule's decay of 1 with ema", rule_decay(fold_mode::ema, 1.0), 2, false, nullptr},
+      {"a rule's decay just above 1", rule_decay(fold_mode::ema, above_one), 2, false,
+       "--rules: the rule for 'x' has decay 1.0000000000000002, expected a value in [0, 1]"},
+      {"a rule's decay with swa", rule_decay(fold_mode::swa, 0.5), 2, false, "--rules: the rule for 'x' sets a decay"},
   };
   for (const auto& e : edges) {
     INFO(e.what);

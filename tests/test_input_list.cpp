@@ -1,5 +1,6 @@
 // Which checkpoints are folded, in which order: sorting and thinning.
 #include <catch2/catch.hpp>
+#include <climits>
 
 #include "cli/input_list.h"
 #include "util/error.h"
@@ -26,4 +27,35 @@ TEST_CASE("thinning with every and last", "[input_list]") {
   CHECK_THROWS_AS(select_inputs(s), usage_error);
   input_selection empty;
   CHECK_THROWS_WITH(select_inputs(empty), Catch::Contains("no input"));
+}
+
+TEST_CASE("every and last at their edges", "[input_list]") {
+  struct edge {
+    int every;
+    int last;
+    std::vector<std::string> want;  // empty: an error naming the option
+    const char* error;
+  };
+  const std::vector<edge> edges = {
+      {1, 0, {"c1", "c2", "c3"}, nullptr},  // last 0: the field's default, all (the option takes N >= 1)
+      {1, 1, {"c3"}, nullptr},
+      {INT_MAX, 0, {}, "no input"},  // fine, but keeps nothing of 3
+      {3, 0, {"c3"}, nullptr},
+      {1, INT_MAX, {"c1", "c2", "c3"}, nullptr},
+      {0, 0, {}, "--every: expected an integer in [1, 2147483647], got 0"},
+      {-1, 0, {}, "--every: expected an integer in [1, 2147483647], got -1"},
+      {1, -1, {}, "--last: expected an integer in [1, 2147483647], got -1"},
+      {1, INT_MIN, {}, "--last"},
+  };
+  for (const auto& e : edges) {
+    INFO("every " << e.every << ", last " << e.last);
+    input_selection s;
+    s.paths = {"c1", "c2", "c3"};
+    s.every = e.every;
+    s.last = e.last;
+    if (e.error)
+      CHECK_THROWS_WITH(select_inputs(s), Catch::Contains(e.error));
+    else
+      CHECK(select_inputs(s) == e.want);
+  }
 }

@@ -29,7 +29,8 @@ command setup_average(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "average", "Average checkpoints with equal weights (SWA, bit-exact with AveragedModel) or --weights");
   add_fold_options(app, o->fold);
-  app->add_option("--weights", o->weights, "One weight per input (normalised), for model soups")->delimiter(',');
+  app->add_option("--weights", o->weights, "One weight per input in one comma list (normalised; finite, >= 0)")
+      ->delimiter(',');
   app->footer(
       "Examples:\n"
       "  swavg average ckpt_*.pt -o swa.pt\n"

@@ -44,7 +44,7 @@ command setup_convert(CLI::App& parent) {
                   names_of({output_format::torch, output_format::safetensors}, output_format_name),
                   "torch or safetensors (default: from the output's extension)");
   app->add_option("--key", o->load.key, "Dotted path of the state dict inside a torch.save object, e.g. model or ema.module");
-  app->add_option("--strip-prefix", o->load.strip_prefixes, "Remove this prefix from tensor names (repeatable), e.g. module.");
+  app->add_option("--strip-prefix", o->load.strip_prefixes, "Remove this prefix from tensor names, e.g. module.");
   app->add_flag("--force", o->force, "Replace an existing output");
   app->add_flag("--drop-objects", o->drop_objects,
                 "Leave the non-tensor entries (_extra_state, epoch, ...) out instead of carrying them (torch.save "

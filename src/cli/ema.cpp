@@ -1,8 +1,12 @@
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/fold_options.h"
 #include "cli/options.h"
+#include "util/error.h"
 
 namespace swavg {
 namespace {
@@ -26,15 +30,22 @@ command setup_ema(CLI::App& parent) {
   add_enum_option(app, "--warmup", o->fold.job.config.warmup,
                   names_of({warmup_kind::none, warmup_kind::torch_ema, warmup_kind::power}, warmup_name),
                   "none; torch_ema: min(decay, (1+n)/(10+n)); power: 1-(1+n/G)^-P clamped to [min_decay, decay]");
-  app->add_option("--inv-gamma", o->fold.job.config.inv_gamma, "G of the power warmup (default 1)");
-  app->add_option("--power", o->fold.job.config.power, "P of the power warmup (default 2/3)");
-  app->add_option("--min-decay", o->fold.job.config.min_decay, "Lower bound of the power warmup's decay (default 0)");
+  const std::vector<CLI::Option*> power_options = {
+      app->add_option("--inv-gamma", o->fold.job.config.inv_gamma, "G of the power warmup: finite, > 0 (default 1)"),
+      app->add_option("--power", o->fold.job.config.power, "P of the power warmup: finite, > 0 (default 2/3)"),
+      app->add_option("--min-decay", o->fold.job.config.min_decay,
+                      "Lower bound of the power warmup's decay, in [0, --decay] (default 0)")};
   app->footer(
       "Examples:\n"
       "  swavg ema --decay 0.999 ckpt_*.pt -o ema.pt\n"
       "  ls ckpt_* | swavg ema --decay 0.999 --sort natural --inputs-from - -o ema.pt\n"
       "  swavg ema --decay 0.999 --resume ema.pt ckpt_12.pt -o ema.pt --force");
-  return {app, [o] { run_ema(*o); }};
+  return {app, [o, power_options] {
+            for (const CLI::Option* opt : power_options)
+              if (opt->count() > 0 && o->fold.job.config.warmup != warmup_kind::power)
+                throw usage_error(fmt::format("{} sets the power warmup: add --warmup power", opt->get_name()));
+            run_ema(*o);
+          }};
 }
 
 }  // namespace swavg

@@ -4,11 +4,19 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <limits>
+
 #include "cli/options.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace swavg {
+namespace {
+
+constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
+
+}  // namespace
 
 void add_fold_options(CLI::App* app, fold_options& o) {
   fold_config& c = o.job.config;
@@ -21,8 +29,10 @@ void add_fold_options(CLI::App* app, fold_options& o) {
                    {"natural", sort_order::natural},
                    {"mtime", sort_order::mtime}},
                   "Order inputs by name, natural (ckpt_2 before ckpt_10), mtime or none");
-  app->add_option("--last", o.selection.last, "Keep only the last N inputs (after sorting)");
-  app->add_option("--every", o.selection.every, "Keep every K-th input: the K-th, 2K-th, ... (after sorting)");
+  app->add_option("--last", o.selection.last, "Keep only the last N inputs (after sorting)")
+      ->check(integer_in(1, kMaxInt));
+  app->add_option("--every", o.selection.every, "Keep every K-th input: the K-th, 2K-th, ... (after sorting)")
+      ->check(integer_in(1, kMaxInt));
   app->add_option("-o,--output", o.job.output, "File to write (atomically)")->required();
   add_enum_option(app, "--format", o.job.format,
                   names_of({output_format::torch, output_format::safetensors}, output_format_name),
@@ -32,16 +42,18 @@ void add_fold_options(CLI::App* app, fold_options& o) {
                 "Leave the non-tensor entries (_extra_state, epoch, ...) out of the output instead of carrying them "
                 "(needed for safetensors outputs of inputs that have them)");
   app->add_option("--key", o.job.load.key, "Dotted path of the state dict inside torch.save objects, e.g. model");
-  app->add_option("--strip-prefix", o.job.load.strip_prefixes, "Remove this prefix from tensor names (repeatable)");
-  add_enum_option(app, "--buffers", c.buffers, {{"latest", buffer_policy::latest}, {"average", buffer_policy::average}},
-                  "Buffers: latest (from the last input, like use_buffers=False) or average");
-  app->add_option("--buffer", c.buffer_patterns, "Also treat tensors matching REGEX as buffers (repeatable)");
+  app->add_option("--strip-prefix", o.job.load.strip_prefixes, "Remove this prefix from tensor names");
+  add_enum_option(app, "--buffers", c.buffers,
+                  names_of({buffer_policy::latest, buffer_policy::first, buffer_policy::average}, buffer_policy_name),
+                  "Buffers: latest (the last input's: use_buffers=False in PyTorch 2.x), first (the first input's: "
+                  "use_buffers=False in 1.13) or average (use_buffers=True, integer buffers included)");
+  app->add_option("--buffer", c.buffer_patterns, "Also treat tensors matching REGEX (RE2, searched) as buffers");
   app->add_option("--model", o.job.model, "TorchScript model whose parameter/buffer split decides what is a buffer");
   add_enum_option(app, "--int", c.ints,
                   {{"latest", int_policy::latest}, {"first", int_policy::first}, {"error", int_policy::error}},
                   "Integer and bool tensors: latest, first, or error when they differ");
   app->add_option("--rules", o.rules_file,
-                  "JSON list of {\"match\": REGEX, \"action\": average|latest|first|drop, \"decay\": D}");
+                  "JSON list of {\"match\": REGEX (RE2), \"action\": average|latest|first|drop, \"decay\": D}");
   add_enum_option(app, "--accumulate", c.accumulate,
                   {{"auto", accumulate_policy::automatic},
                    {"native", accumulate_policy::native},
@@ -71,14 +83,18 @@ void add_fold_options(CLI::App* app, fold_options& o) {
       ->group(bn);
   app->add_option("--shape", o.bn.data.shape, "Raw data: the shape of one sample, e.g. 3,32,32")
       ->delimiter(',')
+      ->check(integer_in(1, kMaxInt64))
       ->group(bn);
   add_dtype_option(app, "--dtype", o.bn.data.type, /*floating_only=*/false, "Raw data: element type (default float32)")
       ->group(bn);
   app->add_option("--batch-size", o.bn.options.batch_size, "Samples per batch, as your DataLoader's batch_size")
       ->capture_default_str()
+      ->check(integer_in(1, kMaxInt64))
       ->group(bn);
   app->add_flag("--drop-last", o.bn.options.drop_last, "Drop the last partial batch")->group(bn);
-  app->add_option("--max-batches", o.bn.options.max_batches, "Replay at most N batches")->group(bn);
+  app->add_option("--max-batches", o.bn.options.max_batches, "Replay at most N batches (default: all)")
+      ->check(integer_in(1, kMaxInt64))
+      ->group(bn);
   add_dtype_option(app, "--input-dtype", o.bn.options.input_type, /*floating_only=*/false,
                    "Feed the model this dtype (default: the model's floating dtype)")
       ->group(bn);

@@ -1,6 +1,9 @@
 #include "cli/input_list.h"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
+
+#include <climits>
 
 #include <algorithm>
 #include <fstream>
@@ -58,6 +61,8 @@ bool natural_less(const std::string& a, const std::string& b) {
 const std::vector<std::string>* stdin_inputs() { return stdin_list().get(); }
 
 std::vector<std::string> select_inputs(const input_selection& s) {
+  if (s.every < 1) throw usage_error(fmt::format("--every: expected an integer in [1, {}], got {}", INT_MAX, s.every));
+  if (s.last < 0) throw usage_error(fmt::format("--last: expected an integer in [1, {}], got {}", INT_MAX, s.last));
   std::vector<std::string> paths = s.paths;
   if (!s.inputs_from.empty()) {
     std::vector<std::string> listed;
@@ -86,8 +91,6 @@ std::vector<std::string> select_inputs(const input_selection& s) {
     paths.clear();
     for (auto& k : keyed) paths.push_back(std::move(k.second));
   }
-  if (s.every < 1) throw usage_error("--every: expected a positive number, got " + std::to_string(s.every));
-  if (s.last < 0) throw usage_error("--last: expected a positive number, got " + std::to_string(s.last));
   if (s.every > 1) {
     std::vector<std::string> kept;
     for (size_t i = static_cast<size_t>(s.every) - 1; i < paths.size(); i += static_cast<size_t>(s.every))

@@ -17,7 +17,7 @@ struct input_selection {
   std::vector<std::string> paths;
   std::string inputs_from;  // "" none, "-" stdin, else a file
   sort_order sort = sort_order::none;
-  int last = 0;               // 0: all
+  int last = 0;  // 0: all (not set); --last takes N >= 1
   int every = 1;
 };
 

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/hand_over.h"
+#include "cli/options.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/mapped_file.h"
@@ -65,6 +66,7 @@ int main(int argc, char** argv) {
 
   std::vector<command> commands = {setup_average(app), setup_ema(app), setup_inspect(app), setup_convert(app),
                                    setup_update_bn(app)};
+  one_value_per_use(app);
 
   try {
     app.parse(argc, argv);

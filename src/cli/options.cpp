@@ -1,6 +1,34 @@
 #include "cli/options.h"
 
+#include <charconv>
+
 namespace swavg {
+
+void one_value_per_use(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    if (!opt->nonpositional()) continue;
+    opt->allow_extra_args(false);
+    // --help would show "TEXT ...", which reads as several values after one flag.
+    if (opt->get_expected_max() == CLI::detail::expected_max_vector_size)
+      opt->option_text(opt->get_delimiter() != '\0' ? fmt::format("{},...", opt->get_type_name())
+                                                    : fmt::format("{} (repeatable)", opt->get_type_name()));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) one_value_per_use(*sub);
+}
+
+CLI::Validator integer_in(int64_t lo, int64_t hi) {
+  const std::string range = fmt::format("[{}, {}]", lo, hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& value) {
+        int64_t v = 0;
+        const char* end = value.data() + value.size();
+        const auto [ptr, ec] = std::from_chars(value.data(), end, v);
+        if (value.empty() || ec != std::errc() || ptr != end || v < lo || v > hi)
+          return fmt::format("expected an integer in {}, got '{}'", range, value);
+        return std::string();
+      },
+      range);
+}
 
 CLI::Option* add_device_option(CLI::App* app, const std::string& flags, device_spec& target, const std::string& help) {
   return app

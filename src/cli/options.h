@@ -2,7 +2,12 @@
  * Where strings become types: options whose values are names (modes, policies, formats, dtypes,
  * devices) are parsed by CLI11 straight into the enum or struct the library takes, so a bad value
  * is a usage error (exit 2) naming the option and the accepted values, and nothing below src/cli/
- * sees the text.
+ * sees the text. Counts are checked here too (an integer in a stated range); real-valued settings
+ * of a fold are checked by validate_config (fold/config.h), before any file is read.
+ *
+ * Every option takes one value per use: `--strip-prefix A --strip-prefix B`, or one comma list
+ * where the option says so (`--weights 0.5,0.5`). CLI11 would otherwise let a repeatable option
+ * take every argument after it, swallowing the inputs that follow (`--strip-prefix module. a.pt`).
  */
 #pragma once
 
@@ -10,6 +15,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <optional>
@@ -68,6 +74,13 @@ CLI::Option* add_enum_option(CLI::App* app, const std::string& flags, std::optio
   return add_enum_option_to<E>(
       app, flags, [&target](E e) { target = e; }, std::move(names), help);
 }
+
+// Makes every option of `app` and of its subcommands take exactly one argument per use, so inputs
+// and options mix in any order (as cp, tar and torchrun take them). Call once, after setup.
+void one_value_per_use(CLI::App& app);
+
+// Accepts a decimal integer in [lo, hi]; the message names the range and the value given.
+CLI::Validator integer_in(int64_t lo, int64_t hi);
 
 // --device cpu|cuda|cuda:N.
 CLI::Option* add_device_option(CLI::App* app, const std::string& flags, device_spec& target, const std::string& help);

@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <limits>
+
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/pipeline.h"
@@ -92,15 +94,19 @@ command setup_update_bn(CLI::App& parent) {
   app->add_option("--checkpoint", o->checkpoint,
                   "Weights to load into the model first (any format, state-dict or averaged-model layout)");
   app->add_option("--key", o->load.key, "Dotted path of the state dict inside a torch.save checkpoint, e.g. model");
-  app->add_option("--strip-prefix", o->load.strip_prefixes, "Remove this prefix from checkpoint names (repeatable)");
+  app->add_option("--strip-prefix", o->load.strip_prefixes, "Remove this prefix from checkpoint names");
   app->add_option("--data-key", o->data.key,
                   "Entry holding the input tensor: dotted path in a torch.save object, tensor name in safetensors");
-  app->add_option("--shape", o->data.shape, "Raw data: the shape of one sample, e.g. 3,32,32")->delimiter(',');
+  app->add_option("--shape", o->data.shape, "Raw data: the shape of one sample, e.g. 3,32,32")
+      ->delimiter(',')
+      ->check(integer_in(1, std::numeric_limits<int64_t>::max()));
   add_dtype_option(app, "--dtype", o->data.type, /*floating_only=*/false, "Raw data: element type (default float32)");
   app->add_option("--batch-size", o->bn.batch_size, "Samples per batch, as your DataLoader's batch_size")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(integer_in(1, std::numeric_limits<int64_t>::max()));
   app->add_flag("--drop-last", o->bn.drop_last, "Drop the last partial batch");
-  app->add_option("--max-batches", o->bn.max_batches, "Replay at most N batches");
+  app->add_option("--max-batches", o->bn.max_batches, "Replay at most N batches (default: all)")
+      ->check(integer_in(1, std::numeric_limits<int64_t>::max()));
   add_device_option(app, "--device", o->bn.device, "cpu or cuda[:N] (default cpu)");
   add_dtype_option(app, "--input-dtype", o->bn.input_type, /*floating_only=*/false,
                    "Feed the model this dtype (default: the model's floating dtype for floating data, else as stored)");

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 
@@ -31,34 +32,63 @@ const char* layout_name(output_layout l) {
   return l == output_layout::averaged_model ? "averaged-model" : "state-dict";
 }
 
+const char* buffer_policy_name(buffer_policy b) {
+  switch (b) {
+    case buffer_policy::latest: return "latest";
+    case buffer_policy::first: return "first";
+    case buffer_policy::average: return "average";
+  }
+  return "?";
+}
+
 std::string decimal(double v) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
 }
 
-void validate_config(const fold_config& c, size_t inputs, bool resuming) {
-  if (c.mode == fold_mode::ema && !(c.decay >= 0.0 && c.decay <= 1.0))
-    throw usage_error(fmt::format("--decay: expected a value in [0, 1], got {}", decimal(c.decay)));
-  if (c.mode == fold_mode::weighted) {
-    if (c.weights.size() != inputs)
-      throw usage_error(
-          fmt::format("--weights: {} weights for {} inputs; give one per input", c.weights.size(), inputs));
-    double sum = 0;
-    for (double w : c.weights) {
-      if (!(w >= 0.0) || !std::isfinite(w))
-        throw usage_error(fmt::format("--weights: weights must be finite and >= 0, got {}", decimal(w)));
-      sum += w;
-    }
-    if (!(sum > 0)) throw usage_error("--weights: the weights sum to 0");
-    if (resuming) throw usage_error("--resume works with equal weights (SWA) and EMA, not with --weights");
+namespace {
+
+void check_real(const char* option, double v, bool ok, const char* range) {
+  if (!std::isfinite(v) || !ok) throw usage_error(fmt::format("{}: expected {}, got {}", option, range, decimal(v)));
+}
+
+void validate_ema(const fold_config& c) {
+  check_real("--decay", c.decay, c.decay >= 0.0 && c.decay <= 1.0, "a value in [0, 1]");
+  check_real("--inv-gamma", c.inv_gamma, c.inv_gamma > 0.0, "a finite value > 0");
+  check_real("--power", c.power, c.power > 0.0, "a finite value > 0");
+  check_real("--min-decay", c.min_decay, c.min_decay >= 0.0 && c.min_decay <= c.decay,
+             fmt::format("a value in [0, --decay] = [0, {}]", decimal(c.decay)).c_str());
+}
+
+void validate_weights(const std::vector<double>& weights, size_t inputs, bool resuming) {
+  if (weights.size() != inputs)
+    throw usage_error(fmt::format("--weights: {} weights for {} inputs; give one per input", weights.size(), inputs));
+  double sum = 0;
+  for (double w : weights) {
+    if (!(w >= 0.0) || !std::isfinite(w))
+      throw usage_error(fmt::format("--weights: weights must be finite and >= 0, got {}", decimal(w)));
+    sum += w;
   }
-  if (c.mode != fold_mode::ema)
-    for (const auto& r : c.rules)
-      if (r.decay)
-        throw usage_error(fmt::format("--rules: the rule for '{}' sets a decay, which only swavg ema uses", r.pattern));
-  if (c.warmup == warmup_kind::power && !(c.inv_gamma > 0))
-    throw usage_error(fmt::format("--inv-gamma: expected a positive value, got {}", decimal(c.inv_gamma)));
+  if (!(sum > 0)) throw usage_error("--weights: the weights sum to 0");
+  if (!std::isfinite(sum))
+    throw usage_error(fmt::format("--weights: the weights sum to more than {}; scale them down", decimal(DBL_MAX)));
+  if (resuming) throw usage_error("--resume works with equal weights (SWA) and EMA, not with --weights");
+}
+
+}  // namespace
+
+void validate_config(const fold_config& c, size_t inputs, bool resuming) {
+  if (c.mode == fold_mode::ema) validate_ema(c);
+  if (c.mode == fold_mode::weighted) validate_weights(c.weights, inputs, resuming);
+  for (const auto& r : c.rules) {
+    if (!r.decay) continue;
+    if (c.mode != fold_mode::ema)
+      throw usage_error(fmt::format("--rules: the rule for '{}' sets a decay, which only swavg ema uses", r.pattern));
+    if (!(*r.decay >= 0.0 && *r.decay <= 1.0))
+      throw usage_error(fmt::format("--rules: the rule for '{}' has decay {}, expected a value in [0, 1]", r.pattern,
+                                    decimal(*r.decay)));
+  }
 }
 
 }  // namespace swavg

@@ -17,7 +17,9 @@
 namespace swavg {
 
 enum class fold_mode { swa, ema, weighted };
-enum class buffer_policy { latest, average };
+// latest: the last input's (PyTorch 2.x's use_buffers=False); first: the first input's (1.13's
+// use_buffers=False); average: as AveragedModel(use_buffers=True).
+enum class buffer_policy { latest, first, average };
 enum class int_policy { latest, first, error };
 enum class warmup_kind { none, torch_ema, power };
 enum class accumulate_policy { automatic, native, float32, float64 };
@@ -27,6 +29,7 @@ enum class output_layout { state_dict, averaged_model };
 const char* mode_name(fold_mode m);
 const char* warmup_name(warmup_kind w);
 const char* layout_name(output_layout l);
+const char* buffer_policy_name(buffer_policy b);
 
 struct fold_config {
   fold_mode mode = fold_mode::swa;
@@ -48,8 +51,11 @@ struct fold_config {
   output_layout layout = output_layout::state_dict;
 };
 
-// Throws usage_error for a configuration no fold of `inputs` checkpoints (continuing an earlier
-// average when `resuming`) can run: a decay outside [0, 1], weights that do not fit, ...
+// Throws usage_error, naming the option and the accepted range, for a configuration no fold of
+// `inputs` checkpoints (continuing an earlier average when `resuming`) can run: for ema a decay
+// outside [0, 1], inv_gamma or power not finite and > 0, min_decay outside [0, decay]; weights not
+// finite and >= 0, or not one per input, or summing to 0 or to more than the largest double; a
+// rule's decay outside [0, 1] or outside ema.
 void validate_config(const fold_config& c, size_t inputs, bool resuming);
 
 // "0.99900000000000011": doubles in messages, exactly.

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "fold/aten.h"
+#include "fold/int_average.h"
 #include "fold/layout.h"
 #include "fold/native_fold.h"
 #include "fold/native_kernels.h"
@@ -47,7 +48,9 @@ class folder {
           check_finite(p, data, bytes);
           sink_.write(data, bytes);
         };
-        if (native_average_covers(c_, p))
+        if (is_integer_average(p))
+          integer_average(c_, p, write);
+        else if (native_average_covers(c_, p))
           native_average(c_, p, write);
         else
           aten_average(c_, p, write);
@@ -102,8 +105,7 @@ class folder {
     std::vector<uint8_t> copy;
     const uint8_t* data = contiguous_data(v, copy);
     const int64_t n = v.numel();
-    if (c_.ints == int_policy::error && !is_floating(p.outcome.input_type) && !is_complex(p.outcome.input_type))
-      check_same_ints(p, v, data);
+    if (c_.ints == int_policy::error && p.outcome.reason == "int") check_same_ints(p, v, data);
     const dtype out = p.outcome.output_type;
     if (out != v.type) {
       std::vector<uint8_t> converted(static_cast<size_t>(n) * itemsize(out));
@@ -138,7 +140,7 @@ class folder {
 // tensor needs ATen.
 void require_kernels(const fold_config& c, const fold_plan& plan) {
   for (const auto& p : plan.tensors)
-    if (p.outcome.action == tensor_action::average && !native_average_covers(c, p))
+    if (p.outcome.action == tensor_action::average && !is_integer_average(p) && !native_average_covers(c, p))
       require_libtorch(fmt::format("averaging tensor '{}' ({} accumulated in {} on {})", p.name,
                                    dtype_name(p.outcome.input_type), dtype_name(p.outcome.accumulate_type),
                                    device_name(c.device)));

@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <regex>
-
 #include "util/error.h"
 
 namespace swavg {
@@ -24,7 +22,7 @@ class kind_oracle {
 
   bool is_buffer(const std::string& name) const {
     for (const auto& re : patterns_)
-      if (std::regex_search(name, re)) return true;
+      if (re.search(name)) return true;
     auto it = known_.find(name);
     if (it != known_.end()) return it->second == tensor_kind::buffer;
     return is_standard_buffer_name(name);
@@ -32,7 +30,7 @@ class kind_oracle {
 
  private:
   kind_table known_;
-  std::vector<std::regex> patterns_;
+  std::vector<name_pattern> patterns_;
 };
 
 // One plan per name, in first-seen order, with the inputs holding it: one pass over all tensors.
@@ -79,7 +77,7 @@ std::vector<std::string> find_mismatches(const std::vector<state_dict>& inputs, 
   }
   if (resume) {
     for (const auto& [name, view] : resume->tensors) {
-      auto it = index.find(name);
+      const auto it = index.find(name);
       if (it == index.end()) {
         if (!allow_missing)
           out.push_back(
@@ -103,30 +101,54 @@ void throw_mismatches(const std::vector<std::string>& differences, bool allow_mi
   throw mismatch_error(msg);
 }
 
-void decide(const fold_config& c, const kind_oracle& kinds, tensor_plan& p) {
+// The action for one tensor, before dtypes: see the header's list.
+void choose_action(const fold_config& c, bool numeric, tensor_plan& p, const tensor_rule* rule) {
   tensor_outcome& o = p.outcome;
-  o.name = p.name;
-  o.input_type = p.sources.front().view->type;
-  o.buffer = kinds.is_buffer(p.name);
-  const bool numeric = is_floating(o.input_type) || is_complex(o.input_type);
-  if (const tensor_rule* r = match_rule(c.rules, p.name)) {
-    o.action = r->action;
-    o.rule = r->pattern;
+  if (rule) {
+    o.action = rule->action;
+    o.rule = rule->pattern;
     o.reason = "rule";
-    p.rule_decay = r->decay;
+    p.rule_decay = rule->decay;
+  } else if (o.buffer && c.buffers != buffer_policy::latest) {
+    o.action = c.buffers == buffer_policy::first ? tensor_action::first : tensor_action::average;
+    o.reason = "buffer";
   } else if (!numeric) {
-    o.action = tensor_action::average;  // decided by --int below
-  } else if (o.buffer && c.buffers == buffer_policy::latest) {
+    o.action = c.ints == int_policy::first ? tensor_action::first : tensor_action::latest;
+    o.reason = "int";
+  } else if (o.buffer) {
     o.action = tensor_action::latest;
     o.reason = "buffer";
   } else {
     o.action = tensor_action::average;
     o.reason = "default";
   }
-  if (!numeric && o.action == tensor_action::average) {
-    o.action = c.ints == int_policy::first ? tensor_action::first : tensor_action::latest;
-    o.reason = "int";
-  }
+}
+
+// An average of an integer tensor is AveragedModel's (int_average.h): SWA and EMA only, not bool.
+void check_integer_average(const fold_config& c, const tensor_outcome& o) {
+  const std::string why = o.reason == "rule" ? fmt::format("the rule '{}'", o.rule) : std::string("--buffers average");
+  if (o.input_type == dtype::bool_)
+    throw usage_error(
+        fmt::format("tensor '{}' is bool and {} asks to average it: PyTorch cannot (no bool subtraction); take it with "
+                    "\"latest\" or \"first\" instead",
+                    o.name, why));
+  const auto dot = o.name.rfind('.');
+  const std::string last = dot == std::string::npos ? o.name : o.name.substr(dot + 1);
+  if (c.mode == fold_mode::weighted)
+    throw usage_error(fmt::format(
+        "integer tensor '{}': {} asks to average it, which AveragedModel defines for SWA and EMA, not for --weights; "
+        "put a rule such as {{\"match\": \"{}$\", \"action\": \"latest\"}} (or \"first\") first",
+        o.name, why, last));
+}
+
+void decide(const fold_config& c, const kind_oracle& kinds, tensor_plan& p) {
+  tensor_outcome& o = p.outcome;
+  o.name = p.name;
+  o.input_type = p.sources.front().view->type;
+  o.buffer = kinds.is_buffer(p.name);
+  const bool numeric = is_floating(o.input_type) || is_complex(o.input_type);
+  choose_action(c, numeric, p, match_rule(c.rules, p.name));
+  if (!numeric && o.action == tensor_action::average) check_integer_average(c, o);
   o.accumulate_type = o.action == tensor_action::average ? accumulator_for(o.input_type, c.accumulate) : o.input_type;
   o.output_type = (c.output_dtype && is_floating(o.input_type)) ? *c.output_dtype : o.input_type;
   o.count = p.resumed_count + static_cast<int64_t>(p.sources.size());
@@ -155,11 +177,8 @@ fold_plan plan_fold(const fold_config& c, const std::vector<state_dict>& inputs,
   const kind_oracle kinds(c, inputs, model_kinds);
   for (auto& p : plan.tensors) {
     if (resume) {
-      auto it = resume->tensors.find(p.name);
-      if (it != resume->tensors.end()) {
-        p.resumed = it->second;
-        p.resumed_count = resume->count_of(p.name);
-      }
+      p.resumed = resume->find(p.name);
+      if (p.resumed) p.resumed_count = resume->count_of(p.name);
     }
     decide(c, kinds, p);
   }

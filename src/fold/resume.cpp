@@ -3,27 +3,15 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
+
+#include <initializer_list>
 
 #include "fold/layout.h"
 #include "util/error.h"
 
 namespace swavg {
-namespace {
-
-std::optional<fold_mode> mode_from_name(const std::string& s) {
-  for (fold_mode m : {fold_mode::swa, fold_mode::ema, fold_mode::weighted})
-    if (s == mode_name(m)) return m;
-  return std::nullopt;
-}
-
-std::optional<warmup_kind> warmup_from_name(const std::string& s) {
-  for (warmup_kind w : {warmup_kind::none, warmup_kind::torch_ema, warmup_kind::power})
-    if (s == warmup_name(w)) return w;
-  return std::nullopt;
-}
-
-}  // namespace
 
 std::string to_json(const resume_record& r) {
   nlohmann::ordered_json j;
@@ -43,35 +31,122 @@ std::string to_json(const resume_record& r) {
   return j.dump();
 }
 
-resume_record resume_record_from_json(const std::string& text, const std::string& source) {
-  resume_record r;
-  try {
-    const nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
-    if (!j.is_object()) throw input_error(fmt::format("{}: swavg metadata is not a JSON object", source));
-    const std::string mode = j.value("mode", "");
-    const auto m = mode_from_name(mode);
-    if (!m)
-      throw input_error(fmt::format("{}: swavg metadata has mode '{}', expected swa, ema or weighted", source, mode));
-    r.version = j.value("version", 1);
-    r.mode = *m;
-    r.n = j.value("n", int64_t{0});
-    if (j.contains("decay")) r.decay = j["decay"].get<double>();
-    if (j.contains("warmup")) r.warmup = warmup_from_name(j["warmup"].get<std::string>());
-    if (j.contains("counts"))
-      for (const auto& [k, v] : j["counts"].items()) r.counts.emplace_back(k, v.get<int64_t>());
-    r.accumulate_differs = j.value("accumulate_differs", false);
-    r.layout = j.value("layout", "") == layout_name(output_layout::averaged_model) ? output_layout::averaged_model
-                                                                                   : output_layout::state_dict;
-    if (j.contains("inputs")) r.inputs = j["inputs"].get<std::vector<std::string>>();
-  } catch (const nlohmann::json::exception& e) {
-    throw input_error(fmt::format("{}: swavg metadata is not valid: {}", source, e.what()));
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// Reads the fields of one record, each checked for its type and range; every failure names the
+// file, the field, what is accepted and what was found.
+class record_reader {
+ public:
+  record_reader(const json& j, const std::string& source) : j_(j), source_(source) {}
+
+  bool has(const char* field) const { return j_.contains(field); }
+
+  [[noreturn]] void fail(const std::string& field, const std::string& expected, const json& found) const {
+    throw input_error(
+        fmt::format("{}: swavg metadata: field '{}': expected {}, found {}", source_, field, expected, found.dump()));
   }
+
+  const json& required(const char* field) const {
+    if (!j_.contains(field))
+      throw input_error(fmt::format("{}: swavg metadata: field '{}' is missing", source_, field));
+    return j_.at(field);
+  }
+
+  int64_t integer(const std::string& field, const json& v, int64_t lo, int64_t hi) const {
+    const std::string expected = fmt::format("an integer in [{}, {}]", lo, hi);
+    if (v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      if (u > static_cast<uint64_t>(hi)) fail(field, expected, v);
+      const int64_t i = static_cast<int64_t>(u);
+      if (i < lo) fail(field, expected, v);
+      return i;
+    }
+    if (!v.is_number_integer()) fail(field, expected, v);
+    const int64_t i = v.get<int64_t>();
+    if (i < lo || i > hi) fail(field, expected, v);
+    return i;
+  }
+
+  double real(const std::string& field, const json& v, double lo, double hi) const {
+    const std::string expected = fmt::format("a number in [{}, {}]", decimal(lo), decimal(hi));
+    if (!v.is_number()) fail(field, expected, v);
+    const double d = v.get<double>();
+    if (!(d >= lo && d <= hi)) fail(field, expected, v);
+    return d;
+  }
+
+  template <typename E>
+  E name(const std::string& field, const json& v, std::initializer_list<E> values, const char* (*name_of)(E)) const {
+    std::vector<std::string> names;
+    for (E e : values) {
+      if (v.is_string() && v.get<std::string>() == name_of(e)) return e;
+      names.push_back(fmt::format("\"{}\"", name_of(e)));
+    }
+    fail(field, fmt::format("one of {}", fmt::join(names, ", ")), v);
+  }
+
+  bool boolean(const std::string& field, const json& v) const {
+    if (!v.is_boolean()) fail(field, "true or false", v);
+    return v.get<bool>();
+  }
+
+  std::vector<std::string> strings(const std::string& field, const json& v) const {
+    if (!v.is_array()) fail(field, "a list of strings", v);
+    std::vector<std::string> out;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_string()) fail(fmt::format("{}[{}]", field, i), "a string", v[i]);
+      out.push_back(v[i].get<std::string>());
+    }
+    return out;
+  }
+
+ private:
+  const json& j_;
+  const std::string& source_;
+};
+
+}  // namespace
+
+resume_record resume_record_from_json(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw input_error(fmt::format("{}: swavg metadata is not valid JSON: {}", source, e.what()));
+  }
+  if (!j.is_object()) throw input_error(fmt::format("{}: swavg metadata is not a JSON object", source));
+  const record_reader f(j, source);
+  resume_record r;
+  r.version = static_cast<int>(f.integer("version", f.required("version"), kResumeVersion, kResumeVersion));
+  r.mode = f.name("mode", f.required("mode"), {fold_mode::swa, fold_mode::ema, fold_mode::weighted}, mode_name);
+  r.n = f.integer("n", f.required("n"), 1, kMaxResumeCount);
+  if (f.has("decay")) r.decay = f.real("decay", j["decay"], 0.0, 1.0);
+  if (f.has("warmup"))
+    r.warmup =
+        f.name("warmup", j["warmup"], {warmup_kind::none, warmup_kind::torch_ema, warmup_kind::power}, warmup_name);
+  if (f.has("counts")) {
+    const json& counts = j["counts"];
+    if (!counts.is_object()) f.fail("counts", "an object {name: count}", counts);
+    for (const auto& [name, v] : counts.items())
+      r.counts.emplace_back(name, f.integer(fmt::format("counts.{}", name), v, 1, r.n));
+  }
+  if (f.has("accumulate_differs")) r.accumulate_differs = f.boolean("accumulate_differs", j["accumulate_differs"]);
+  if (f.has("layout"))
+    r.layout = f.name("layout", j["layout"], {output_layout::state_dict, output_layout::averaged_model}, layout_name);
+  if (f.has("inputs")) r.inputs = f.strings("inputs", j["inputs"]);
   return r;
 }
 
 int64_t resumed_average::count_of(const std::string& name) const {
   auto it = counts.find(name);
   return it == counts.end() ? record.n : it->second;
+}
+
+const tensor_view* resumed_average::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : tensors[it->second].second;
 }
 
 resumed_average open_resumed(state_dict sd, const fold_config& c) {
@@ -87,7 +162,6 @@ resumed_average open_resumed(state_dict sd, const fold_config& c) {
                                   mode_name(c.mode)));
   if (c.mode == fold_mode::ema && rec.decay && *rec.decay != c.decay)
     spdlog::warn("{}: was made with decay {}, resuming with decay {}", sd.path, decimal(*rec.decay), decimal(c.decay));
-  if (rec.n < 1) throw input_error(fmt::format("{}: swavg metadata holds n = {}, expected >= 1", sd.path, rec.n));
   if (rec.accumulate_differs)
     spdlog::warn(
         "{}: its tensors were rounded from a wider accumulator; the resumed average continues from the "
@@ -95,12 +169,14 @@ resumed_average open_resumed(state_dict sd, const fold_config& c) {
         sd.path);
   r.counts.insert(rec.counts.begin(), rec.counts.end());
   r.sd = std::move(sd);
+  r.tensors.reserve(r.sd.tensors.size());
   for (auto& t : r.sd.tensors) {
-    if (rec.layout != output_layout::averaged_model) {
-      r.tensors[t.name] = &t.view;
-    } else if (auto name = model_name_in_averaged_layout(t.name)) {
-      r.tensors[*name] = &t.view;
-    }
+    std::optional<std::string> name = t.name;
+    if (rec.layout == output_layout::averaged_model) name = model_name_in_averaged_layout(t.name);
+    if (!name) continue;
+    if (!r.index_.emplace(*name, r.tensors.size()).second)
+      throw input_error(fmt::format("{}: tensor '{}' appears twice in the resumed average", r.sd.path, *name));
+    r.tensors.emplace_back(std::move(*name), &t.view);
   }
   return r;
 }

@@ -7,13 +7,16 @@
  *    "counts": {name: n} (tensors averaged over fewer checkpoints, --allow-missing),
  *    "accumulate_differs": true (rounded from a wider accumulator), "layout": "state-dict"|
  *    "averaged-model", "inputs": [paths]}
+ * A record is read strictly: every field has its JSON type and range (n in [1, 2^53], a count in
+ * [1, n], decay in [0, 1], names from their sets), else it is an input_error naming the file and
+ * the field, so a damaged or hand-edited record never continues into wrong numbers.
  */
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -24,6 +27,9 @@ namespace swavg {
 
 // The metadata key ("swavg") the record is stored under.
 constexpr const char* kResumeKey = "swavg";
+constexpr int kResumeVersion = 1;
+// The most checkpoints a record may hold: counts stay exact as doubles and n + inputs cannot overflow.
+constexpr int64_t kMaxResumeCount = int64_t{1} << 53;
 
 struct resume_record {
   int version = 1;
@@ -46,14 +52,19 @@ resume_record resume_record_from_json(const std::string& text, const std::string
 struct resumed_average {
   state_dict sd;
   resume_record record;
-  std::map<std::string, const tensor_view*> tensors;  // views into sd
-  std::map<std::string, int64_t> counts;              // record.counts, by name
+  std::vector<std::pair<std::string, const tensor_view*>> tensors;  // views into sd, in file order
+  std::unordered_map<std::string, int64_t> counts;                  // record.counts, by name
 
   int64_t count_of(const std::string& name) const;
+  const tensor_view* find(const std::string& name) const;  // nullptr: not in the average
 
   resumed_average() = default;
   resumed_average(const resumed_average&) = delete;  // `tensors` points into `sd`
   resumed_average(resumed_average&&) = default;
+
+ private:
+  friend resumed_average open_resumed(state_dict sd, const fold_config& c);
+  std::unordered_map<std::string, size_t> index_;  // name -> position in tensors
 };
 
 // Reads the record of `sd` (an output of swavg average/ema) and checks that a fold with `c` can

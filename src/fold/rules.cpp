@@ -1,11 +1,13 @@
 #include "fold/rules.h"
 
 #include <fmt/format.h>
+#include <re2/re2.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "fold/config.h"
 #include "util/error.h"
 
 namespace swavg {
@@ -20,12 +22,22 @@ const char* action_name(tensor_action a) {
   return "?";
 }
 
-std::regex compile_pattern(const std::string& pattern, const std::string& option) {
-  try {
-    return std::regex(pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    throw usage_error(fmt::format("{}: invalid regular expression '{}': {}", option, pattern, e.what()));
-  }
+name_pattern::name_pattern(const std::string& pattern, const std::string& option) : text_(pattern) {
+  RE2::Options options;
+  options.set_log_errors(false);
+  auto re = std::make_shared<const RE2>(pattern, options);
+  if (!re->ok())
+    throw usage_error(
+        fmt::format("{}: invalid regular expression '{}': {} (RE2 syntax)", option, pattern, re->error()));
+  re_ = std::move(re);
+}
+
+bool name_pattern::search(std::string_view name) const {
+  return re_ && RE2::PartialMatch(re2::StringPiece(name.data(), name.size()), *re_);
+}
+
+name_pattern compile_pattern(const std::string& pattern, const std::string& option) {
+  return name_pattern(pattern, option);
 }
 
 std::vector<tensor_rule> parse_rules(const std::string& json_text, const std::string& source) {
@@ -61,7 +73,7 @@ std::vector<tensor_rule> parse_rules(const std::string& json_text, const std::st
       if (!r["decay"].is_number()) throw usage_error(where + ": \"decay\" must be a number");
       double d = r["decay"].get<double>();
       if (!(d >= 0.0 && d <= 1.0))
-        throw usage_error(fmt::format("{}: decay must be in [0, 1], got {}", where, std::to_string(d)));
+        throw usage_error(fmt::format("{}: decay must be in [0, 1], got {}", where, decimal(d)));
       rule.decay = d;
     }
     rules.push_back(std::move(rule));
@@ -79,14 +91,15 @@ std::vector<tensor_rule> load_rules(const std::string& path) {
 
 const tensor_rule* match_rule(const std::vector<tensor_rule>& rules, const std::string& name) {
   for (const auto& r : rules)
-    if (std::regex_search(name, r.regex)) return &r;
+    if (r.regex.search(name)) return &r;
   return nullptr;
 }
 
 bool is_standard_buffer_name(const std::string& name) {
   static const char* kNames[] = {"running_mean", "running_var", "num_batches_tracked"};
-  const auto dot = name.rfind('.');
-  const std::string last = dot == std::string::npos ? name : name.substr(dot + 1);
+  const std::string_view whole(name);
+  const auto dot = whole.rfind('.');
+  const std::string_view last = dot == std::string_view::npos ? whole : whole.substr(dot + 1);
   for (const char* n : kNames)
     if (last == n) return true;
   return false;

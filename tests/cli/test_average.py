@@ -95,15 +95,109 @@ class AveragedModelTest(AverageTest):
         self.assert_keys(got, last.keys())
         for k in last:
             with self.subTest(run=run, tensor=k):
-                if k.endswith("num_batches_tracked"):
-                    # AveragedModel truncates the average of an int buffer; swavg keeps the latest.
-                    self.assert_bits(got[k], last[k], k)
-                else:
-                    self.assert_bits(got[k], want[k], k)
-        # The run's buffers really differ between checkpoints, so this tells latest from average.
+                # num_batches_tracked too: AveragedModel runs avg_fn on it and truncates into int64.
+                self.assert_bits(got[k], want[k], k)
+        # The run's buffers really differ between checkpoints, so this tells latest from average;
+        # in the cnn run the truncated average of the counters is neither the first nor the last
+        # value (in resnet18's, 1 to 4 steps, truncation brings it back to the first).
         first = state_dict_of(paths[0])
         self.assertFalse(same_bits(first["bn1.running_var"], last["bn1.running_var"]))
         self.assertFalse(same_bits(got["bn1.running_var"], last["bn1.running_var"]))
+        counter = "bn1.num_batches_tracked"
+        if run == "cnn":
+            self.assertNotIn(int(got[counter]), (int(first[counter]), int(last[counter])))
+
+    def test_buffers_first_is_use_buffers_false_in_1_13(self):
+        # AveragedModel(model) built from the first checkpoint keeps the buffers it deep-copied
+        # (PyTorch 1.13; 2.x copies the latest model's buffers in, which is --buffers latest).
+        for run in ("cnn", "resnet18"):
+            paths = run_paths(run)
+            model = model_for(run)
+            model.load_state_dict(state_dict_of(paths[0]))
+            avg = torch.optim.swa_utils.AveragedModel(model, use_buffers=False)
+            for p in paths:
+                model.load_state_dict(state_dict_of(p))
+                avg.update_parameters(model)
+            want = avg.module.state_dict()
+            got = self.average(*paths, "--buffers", "first", "--force")
+            self.assert_keys(got, want.keys())
+            for k in want:
+                with self.subTest(run=run, tensor=k):
+                    self.assert_bits(got[k], want[k], k)
+            first, last = state_dict_of(paths[0]), state_dict_of(paths[-1])
+            self.assertFalse(same_bits(first["bn1.running_var"], last["bn1.running_var"]))
+            self.assertFalse(same_bits(first["bn1.num_batches_tracked"], last["bn1.num_batches_tracked"]))
+
+    def test_buffers_first_resumes(self):
+        paths = run_paths("cnn")
+        whole = self.average(*paths, "--buffers", "first", out_name="whole.pt")
+        part = self.path("part.pt")
+        swavg("average", *paths[:2], "--buffers", "first", "-o", part)
+        swavg("average", "--resume", part, *paths[2:], "--buffers", "first", "-o", part, "--force")
+        got = load_output(part)
+        for k in whole:
+            self.assert_bits(got[k], whole[k], k)
+
+    def test_rule_average_on_an_integer_is_obeyed(self):
+        # An explicit rule is obeyed: counters averaged as AveragedModel(use_buffers=True) does.
+        paths = run_paths("cnn")
+        want, _ = averaged_model_reference("cnn", paths, use_buffers=True)
+        rules = write_rules(self.path("rules.json"), [{"match": "num_batches_tracked$", "action": "average"}])
+        out = self.path("r.pt")
+        p = swavg("average", *paths, "--rules", rules, "-o", out, "--json")
+        got = load_output(out)
+        last = state_dict_of(paths[-1])
+        for k in got:
+            with self.subTest(tensor=k):
+                if k.endswith("num_batches_tracked"):
+                    self.assert_bits(got[k], want[k], k)
+                    self.assertNotEqual(int(got[k]), int(last[k]))
+                elif is_buffer_name(k):
+                    self.assert_bits(got[k], last[k], k)
+        details = {t["name"]: t for t in json.loads(p.stdout)["details"]}
+        self.assertEqual(details["bn1.num_batches_tracked"]["action"], "average")
+        self.assertEqual(details["bn1.num_batches_tracked"]["reason"], "rule")
+
+    def test_integer_average_edge_cases(self):
+        # Every integer dtype, wrapping differences and values past float32's 24 bits, against
+        # AveragedModel's own expression (avg_fn, then copy_ into the integer tensor).
+        cases = {
+            # 2 ** 24 + 1 has no float32: AveragedModel's float32 add rounds it (a double would not).
+            "i64": [torch.tensor([0, 2 ** 40 + 1, -7, 2 ** 62, 2 ** 24 + 1], dtype=torch.int64),
+                    torch.tensor([3, 5, 8, -2 ** 62, 2 ** 24 + 3], dtype=torch.int64),
+                    torch.tensor([100, -(2 ** 40), 1, 2 ** 62, 2 ** 24 + 1], dtype=torch.int64)],
+            "i32": [torch.tensor([0, 2 ** 30, -5], dtype=torch.int32), torch.tensor([7, -2 ** 30, 6], dtype=torch.int32),
+                    torch.tensor([1, 2 ** 30, -1], dtype=torch.int32)],
+            "i16": [torch.tensor([30000, -3], dtype=torch.int16), torch.tensor([-30000, 9], dtype=torch.int16),
+                    torch.tensor([5, 1], dtype=torch.int16)],
+            "i8": [torch.tensor([100, -100, 3], dtype=torch.int8), torch.tensor([-100, 100, 4], dtype=torch.int8),
+                   torch.tensor([0, 1, 2], dtype=torch.int8)],
+            "u8": [torch.tensor([200, 10, 255], dtype=torch.uint8), torch.tensor([10, 200, 0], dtype=torch.uint8),
+                   torch.tensor([7, 7, 128], dtype=torch.uint8)],
+        }
+        paths = []
+        for i in range(3):
+            paths.append(save_state(self.path("i%d.pt" % i), {k: v[i] for k, v in cases.items()}))
+        rules = write_rules(self.path("rules.json"), [{"match": ".", "action": "average"}])
+        got = self.average(*paths, "--rules", rules)
+        for k, xs in cases.items():
+            avg, n = xs[0].clone(), torch.tensor(1, dtype=torch.long)
+            for x in xs[1:]:
+                avg.copy_(avg + (x - avg) / (n + 1))  # AveragedModel.update_parameters with the default avg_fn
+                n += 1
+            with self.subTest(dtype=k):
+                self.assert_bits(got[k], avg, k)
+
+    def test_integer_average_refused_where_pytorch_has_none(self):
+        paths = run_paths("cnn")[:3]
+        out = self.path("x.pt")
+        p = swavg("average", *paths, "--buffers", "average", "--weights", "1,2,3", "-o", out, check=False)
+        self.assert_failed(p, 2, out, "bn1.num_batches_tracked", "--weights")
+        flags = [save_state(self.path("b%d.pt" % i), {"w": torch.ones(2), "flag": torch.tensor([i % 2 == 0])})
+                 for i in range(2)]
+        rules = write_rules(self.path("rules.json"), [{"match": "^flag$", "action": "average"}])
+        p = swavg("average", *flags, "--rules", rules, "-o", out, check=False)
+        self.assert_failed(p, 2, out, "'flag' is bool", "^flag$")
 
     def test_resnet18_use_buffers_true(self):
         self.check_use_buffers_true("resnet18")
@@ -131,7 +225,11 @@ class AveragedModelTest(AverageTest):
         p = swavg("average", *paths, "--model", fixture("runs/custom/net.ts"), "--buffers", "average", "-o", out, "--json")
         got = load_output(out)
         self.assert_bits(got["feature_scale"], avg("feature_scale"), "feature_scale (--buffers average)")
-        self.assert_bits(got["seen"], sds[-1]["seen"], "seen (int buffer, never averaged)")
+        seen, n = sds[0]["seen"].clone(), torch.tensor(1, dtype=torch.long)
+        for sd in sds[1:]:
+            seen.copy_(seen + (sd["seen"] - seen) / (n + 1))  # AveragedModel(use_buffers=True) on an int buffer
+            n += 1
+        self.assert_bits(got["seen"], seen, "seen (int buffer, averaged as AveragedModel does)")
         self.assertEqual(sorted(json.loads(p.stdout)["buffers"]), ["feature_scale", "seen"])
 
 
@@ -186,6 +284,41 @@ class ResumeTest(AverageTest):
         self.assert_keys(got, whole.keys())
         for k in whole:
             self.assert_bits(got[k], whole[k], k)
+
+    def test_damaged_record_is_refused(self):
+        # A record with a field of the wrong type or out of range (edited by hand, or damaged) is
+        # exit 3 naming the file and the field, never an average with wrong numbers.
+        import struct
+        paths = run_paths("cnn")
+        good = self.path("good.safetensors")
+        swavg("average", *paths[:2], "--allow-missing", "-o", good)
+        with open(good, "rb") as f:
+            size = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(size))
+            body = f.read()
+        record = json.loads(header["__metadata__"]["swavg"])
+        self.assertEqual(record["n"], 2)
+        cases = [
+            ({"n": -3}, "field 'n': expected an integer in [1, 9007199254740992], found -3"),
+            ({"n": "2"}, "field 'n': expected an integer in [1, 9007199254740992], found \"2\""),
+            ({"counts": {"fc.weight": -1}}, "field 'counts.fc.weight': expected an integer in [1, 2], found -1"),
+            ({"counts": {"fc.weight": 3}}, "field 'counts.fc.weight': expected an integer in [1, 2], found 3"),
+            ({"layout": 7}, "field 'layout': expected one of"),
+            ({"accumulate_differs": "yes"}, "field 'accumulate_differs': expected true or false"),
+        ]
+        for change, message in cases:
+            with self.subTest(change=change):
+                bad = self.path("bad.safetensors")
+                h = json.loads(json.dumps(header))
+                h["__metadata__"]["swavg"] = json.dumps(dict(record, **change))
+                text = json.dumps(h).encode()
+                with open(bad, "wb") as f:
+                    f.write(struct.pack("<Q", len(text)) + text + body)
+                out = self.path("out.pt")
+                p = swavg("average", "--resume", bad, paths[2], "-o", out, check=False)
+                self.assert_failed(p, 3, out, bad, "swavg metadata: " + message)
+        # The untouched record resumes.
+        swavg("average", "--resume", good, paths[2], "-o", self.path("ok.pt"))
 
     def test_resume_other_mode_refused(self):
         paths = run_paths("cnn")
@@ -288,6 +421,35 @@ class RulesTest(AverageTest):
 
     def avg(self, k):
         return swa_fold([sd[k] for sd in self.sds])
+
+    def test_patterns_on_a_1mb_name(self):
+        # RE2: linear in the name, whatever the pattern (std::regex overflowed its stack here).
+        import time
+        long_name = "a" * (1 << 20) + ".w"
+        paths = [save_state(self.path("long%d.pt" % i), {long_name: torch.full((2,), float(i)), "b": torch.ones(1)})
+                 for i in range(2)]
+        rules = write_rules(self.path("rules.json"), [{"match": "^(a|aa)*$", "action": "drop"},
+                                                      {"match": "(a|b)*\\.w$", "action": "first"}])
+        start = time.monotonic()
+        out = self.path("long.pt")
+        p = swavg("average", *paths, "--buffer", "(a|b)*\\.w$", "--buffer", "(a+)+x", "--rules", rules, "-o", out,
+                  "--json")
+        self.assertLess(time.monotonic() - start, 20)
+        details = {t["name"]: t for t in json.loads(p.stdout)["details"]}
+        self.assertEqual(details[long_name]["action"], "first")
+        self.assertTrue(details[long_name]["buffer"])
+        self.assert_bits(load_output(out)[long_name], torch.zeros(2), "the first input's")
+
+    def test_bad_patterns_name_the_option(self):
+        paths = self.paths[:2]
+        out = self.path("x.pt")
+        for pattern in ("(", "(?=fc)", "(a)\\1"):
+            with self.subTest(pattern=pattern):
+                p = swavg("average", *paths, "--buffer", pattern, "-o", out, check=False)
+                self.assert_failed(p, 2, out, "--buffer: invalid regular expression '%s'" % pattern, "RE2")
+                rules = write_rules(self.path("rules.json"), [{"match": pattern, "action": "drop"}])
+                p = swavg("average", *paths, "--rules", rules, "-o", out, check=False)
+                self.assert_failed(p, 2, out, "rules.json: rule 1: invalid regular expression")
 
     def test_rules(self):
         rules = write_rules(self.path("rules.json"), [

@@ -12,7 +12,25 @@ import torch
 
 from common import TempDirTest, same_bits, swavg
 from reference import (bf16_ulp, ema_decays, ema_fold, is_buffer_name, load_output, load_safetensors,
-                       model_for, run_paths, state_dict_of, write_rules)
+                       model_for, run_paths, save_state, state_dict_of, write_rules)
+
+
+def averaged_model_ema(run, paths, decays):
+    """AveragedModel(model, avg_fn, use_buffers=True) with get_ema_multi_avg_fn's update (PyTorch
+    2.x) applied per tensor: lerp for floating tensors, `p * decay + x * (1 - decay)` copied back
+    into the integer ones. decays[i] is the decay for the i-th checkpoint (decays[0] unused)."""
+    def avg_fn(avg, x, n_averaged):
+        d = decays[int(n_averaged)]
+        if avg.is_floating_point():
+            return avg.lerp(x, 1 - d)
+        return avg * d + x * (1 - d)
+
+    model = model_for(run)
+    avg = torch.optim.swa_utils.AveragedModel(model, avg_fn=avg_fn, use_buffers=True)
+    for p in paths:
+        model.load_state_dict(state_dict_of(p))
+        avg.update_parameters(model)
+    return avg.module.state_dict()
 
 
 class EmaTest(TempDirTest):
@@ -38,13 +56,19 @@ class EmaTest(TempDirTest):
         got = self.ema("--decay", str(decay), *paths, *warmup_args, *extra)
         self.assertEqual(type(got).__name__, "OrderedDict")
         self.assertEqual(list(got.keys()), list(sds[0].keys()))
+        want_average = averaged_model_ema(run, paths, decays) if buffers == "average" else None
         for k in sds[0]:
             with self.subTest(run=run, decay=decay, warmup=warmup_args, tensor=k):
                 floating = sds[0][k].is_floating_point()
-                if not floating or (is_buffer_name(k) and buffers == "latest"):
+                if buffers == "average" and is_buffer_name(k):
+                    # use_buffers=True: every buffer, the integer counters included.
+                    self.assert_bits(got[k], want_average[k], k)
+                elif not floating or is_buffer_name(k):
                     self.assert_bits(got[k], sds[-1][k], k)
                 else:
                     self.assert_bits(got[k], ema_fold([sd[k] for sd in sds], decays), k)
+                    if want_average is not None:
+                        self.assert_bits(got[k], want_average[k], k)
         return got
 
 
@@ -87,7 +111,52 @@ class EmaVsLerpTest(EmaTest):
         got = self.check_run("cnn", 0.9, buffers="average")
         last = state_dict_of(run_paths("cnn")[-1])
         self.assertFalse(same_bits(got["bn1.running_var"], last["bn1.running_var"]))
+        self.assertNotEqual(int(got["bn1.num_batches_tracked"]), int(last["bn1.num_batches_tracked"]))
         self.check_run("cnn", 0.999, ["--warmup", "torch_ema"], {"warmup": "torch_ema"}, buffers="average")
+        self.check_run("resnet18", 0.5, buffers="average")
+
+    def test_buffers_first(self):
+        paths = run_paths("cnn")
+        got = self.ema("--decay", "0.9", *paths, "--buffers", "first")
+        first = state_dict_of(paths[0])
+        for k, v in first.items():
+            if is_buffer_name(k):
+                self.assert_bits(got[k], v, k)
+        self.assertFalse(same_bits(got["bn1.running_var"], state_dict_of(paths[-1])["bn1.running_var"]))
+
+    def test_integer_ema_edge_cases(self):
+        # Every integer dtype and values past float32's 24 bits, against get_ema_multi_avg_fn's
+        # integer branch run by PyTorch: p.copy_(p * decay + x * (1 - decay)).
+        cases = {
+            "i64": [[2 ** 24 + 1, 7, -2 ** 40, 0], [2 ** 24 + 3, -7, 2 ** 40, 1], [5, 2 ** 30, 3, 1]],
+            "i32": [[2 ** 24 + 1, -9, 2 ** 30], [3, 9, -2 ** 30], [2 ** 24 + 3, 0, 1]],
+            "i16": [[30000, -3], [-30000, 9], [5, 1]],
+            "i8": [[100, -100], [-100, 100], [3, 4]],
+            "u8": [[200, 10], [10, 200], [255, 0]],
+        }
+        dtypes = {"i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8, "u8": torch.uint8}
+        paths = [save_state(self.path("i%d.pt" % i), {k: torch.tensor(v[i], dtype=dtypes[k]) for k, v in cases.items()})
+                 for i in range(3)]
+        rules = write_rules(self.path("rules.json"), [{"match": ".", "action": "average"}])
+        for decay in (0.9, 0.3):
+            got = self.ema("--decay", str(decay), *paths, "--rules", rules, out_name="i%g.pt" % decay)
+            for k, xs in cases.items():
+                avg = torch.tensor(xs[0], dtype=dtypes[k])
+                for x in xs[1:]:
+                    avg.copy_(avg * decay + torch.tensor(x, dtype=dtypes[k]) * (1 - decay))
+                with self.subTest(decay=decay, dtype=k):
+                    self.assert_bits(got[k], avg, k)
+
+    def test_integer_rule_with_its_decay(self):
+        # A rule's decay applies to the integer tensors it averages, as get_ema_multi_avg_fn would.
+        paths = run_paths("cnn")
+        rules = write_rules(self.path("rules.json"), [{"match": "num_batches_tracked$", "action": "average",
+                                                         "decay": 0.25}])
+        got = self.ema("--decay", "0.9", *paths, "--rules", rules)
+        want = averaged_model_ema("cnn", paths, ema_decays(len(paths), 0.25))
+        for k in got:
+            if k.endswith("num_batches_tracked"):
+                self.assert_bits(got[k], want[k], k)
 
     def test_int_first(self):
         paths = run_paths("cnn")
