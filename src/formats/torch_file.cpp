@@ -23,7 +23,7 @@ namespace {
 constexpr int kMaxWalkDepth = 64;
 constexpr size_t kMaxListedOpaque = 1000;
 constexpr size_t kMaxListed = 20;
-constexpr size_t kMaxPathPart = 200;  // bytes of one key in an opaque object's listed path
+constexpr size_t kMaxPathPart = 200;  // bytes of one key in a listed path or message
 
 bool is_tensor(const pickle_node* n) { return n && n->kind == pickle_kind::tensor; }
 bool is_dict(const pickle_node* n) { return n && n->kind == pickle_kind::dict; }
@@ -91,6 +91,17 @@ std::string scalar_text(const pickle_node& n) {
   }
 }
 
+// Appends `part`, cut to kMaxPathPart bytes (between UTF-8 characters) and marked "..." if longer.
+void append_cut(std::string& out, std::string_view part) {
+  if (part.size() <= kMaxPathPart) {
+    out.append(part);
+    return;
+  }
+  size_t cut = kMaxPathPart;
+  while (cut > 0 && (static_cast<unsigned char>(part[cut]) & 0xc0) == 0x80) --cut;
+  out.append(part.substr(0, cut)).append("...");
+}
+
 // Lists every opaque object with its dotted path, without recursion past kMaxWalkDepth and without
 // visiting a node twice (memo sharing and cycles). The path is one buffer extended and cut back per
 // step, each part at most kMaxPathPart bytes, so a walk costs O(nodes), not O(nodes x path length).
@@ -110,13 +121,7 @@ void append_path_part(std::string& path, const pickle_node* k, size_t index) {
     number = pickle_key_text(k);
     part = number;
   }
-  if (part.size() > kMaxPathPart) {
-    size_t cut = kMaxPathPart;
-    while (cut > 0 && (static_cast<unsigned char>(part[cut]) & 0xc0) == 0x80) --cut;
-    path.append(part.substr(0, cut)).append("...");
-  } else {
-    path.append(part);
-  }
+  append_cut(path, part);
   if (k && (k->kind == pickle_kind::opaque)) path += '>';
 }
 
@@ -134,7 +139,10 @@ void collect_opaque_at(const pickle_node* n, std::string& path, int depth, std::
     path.resize(length);
   };
   if (n->kind == pickle_kind::dict) {
-    for (const auto& [k, v] : n->entries) visit(v, k, 0);
+    for (const auto& [k, v] : n->entries) {
+      if (k && k->kind == pickle_kind::opaque) visit(k, k, 0);  // an object as a key is listed too
+      visit(v, k, 0);
+    }
   } else if (n->kind == pickle_kind::list || n->kind == pickle_kind::tuple || n->kind == pickle_kind::set) {
     for (size_t i = 0; i < n->items.size(); ++i) visit(n->items[i], nullptr, i);
   }
@@ -203,7 +211,11 @@ std::string pickle_key_text(const pickle_node* k) {
 
 std::string quoted_list(const std::vector<std::string>& items) {
   std::string s;
-  for (size_t i = 0; i < items.size() && i < kMaxListed; ++i) s += (i ? ", '" : "'") + items[i] + "'";
+  for (size_t i = 0; i < items.size() && i < kMaxListed; ++i) {
+    s += i ? ", '" : "'";
+    append_cut(s, items[i]);
+    s += "'";
+  }
   if (items.size() > kMaxListed) s += ", ... (" + std::to_string(items.size()) + " in all)";
   return s.empty() ? "none" : s;
 }
@@ -363,7 +375,7 @@ state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const
     } else {
       const std::string type = v ? pickle_type_name(*v) : "None";
       sd.others.push_back(other_entry{pickle_key_text(k), type, v ? scalar_text(*v) : ""});
-      sd.objects.push_back(object_entry{pickle_key_text(k), type, k, v});
+      sd.objects.push_back(object_entry{pickle_key_text(k), type, k, v, path});
     }
   }
   if (!sd.objects.empty()) sd.document = std::shared_ptr<const pickle_document>(std::move(archive.doc));

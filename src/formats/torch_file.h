@@ -78,7 +78,7 @@ const pickle_node* resolve_pickle_path(const pickle_node* root, const std::strin
                                        const std::string& option);
 // How a dict key or list index reads in a path: the string, the integer, else "<type>".
 std::string pickle_key_text(const pickle_node* key);
-// "'a', 'b', ... (N in all)" for messages; "none" when empty.
+// "'a', 'b', ... (N in all)" for messages, each item cut at 200 bytes; "none" when empty.
 std::string quoted_list(const std::vector<std::string>& items);
 
 // Reads a torch.save archive. `key` is a dotted path ("model", "ema.module"), empty for automatic.

@@ -167,8 +167,9 @@ class object_emitter {
 
  private:
   [[noreturn]] void refuse(const std::string& why) const {
-    throw input_error(fmt::format("non-tensor entry '{}' ({}) cannot be written to a torch.save file: {}",
-                                  entry_->name, entry_->type, why));
+    throw input_error(fmt::format("{}: non-tensor entry '{}' ({}) cannot be written to a torch.save file: {}",
+                                  entry_->file.empty() ? "<unknown file>" : entry_->file, entry_->name, entry_->type,
+                                  why));
   }
 
   bool memoized(const pickle_node* n) {

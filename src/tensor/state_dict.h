@@ -46,6 +46,7 @@ struct object_entry {
   std::string type;                 // "int", "dict", "argparse.Namespace", ...
   const pickle_node* key = nullptr;    // the key and the value, in `document`
   const pickle_node* value = nullptr;
+  std::string file;                 // the file it was read from, for messages
 };
 
 struct state_dict {

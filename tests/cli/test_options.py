@@ -90,6 +90,7 @@ class OptionOrderTest(TempDirTest):
             "--layout": (["--layout", "averaged-model"], [], ins, ins),
             "--allow-missing": (["--allow-missing"], [], ins, ins),
             "--allow-nonfinite": (["--allow-nonfinite"], [], ins, ins),
+            "--drop-objects": (["--drop-objects"], [], ins, ins),
             "--device": (["--device", "cpu"], [], ins, ins),
             "--report": (["--report", self.path("r.json")], [], ins, ins),
             "--json": (["--json"], [], ins, ins),
@@ -188,7 +189,8 @@ class OptionOrderTest(TempDirTest):
 
     def convert_cases(self):
         return {"--output": ["-o", self.path("c.pt")], "--format": ["--format", "torch"], "--key": ["--key", "model"],
-                "--strip-prefix": ["--strip-prefix", "module."], "--force": ["--force"]}
+                "--strip-prefix": ["--strip-prefix", "module."], "--force": ["--force"],
+                "--drop-objects": ["--drop-objects"]}
 
     def test_convert(self):
         ckpt = self.inputs[0]
