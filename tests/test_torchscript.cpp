@@ -192,6 +192,22 @@ TEST_CASE("Code records: the per-record and total bounds, at the last valid and 
   limits.max_code_total = total - 1;
   CHECK_THROWS_WITH(read_torchscript(file, limits),
                     Catch::Contains(fmt::format("takes the code read past {} bytes in all", total - 1)));
+  // The proportional budget: code_per_input_byte x the file's size + code_base, at its edge.
+  limits = torchscript_limits{};
+  limits.code_per_input_byte = 0;
+  limits.code_base = total;
+  CHECK(read_torchscript(file, limits).tensors.size() == 6);
+  limits.code_base = total - 1;
+  CHECK_THROWS_WITH(read_torchscript(file, limits),
+                    Catch::Contains(fmt::format("takes the code read past {} bytes in all", total - 1)));
+  // The file's size scales the budget; an overflowing product falls back to the absolute cap.
+  limits.code_base = 0;
+  limits.code_per_input_byte = (total + file->size() - 1) / file->size();
+  CHECK(read_torchscript(file, limits).tensors.size() == 6);
+  limits.code_per_input_byte = uint64_t{1} << 63;
+  CHECK(read_torchscript(file, limits).tensors.size() == 6);
+  limits.max_code_total = total - 1;
+  CHECK_THROWS_WITH(read_torchscript(file, limits), Catch::Contains("at most " + std::to_string(total - 1)));
   limits = torchscript_limits{};
   limits.max_depth = 0;  // the root alone
   CHECK_THROWS_WITH(read_torchscript(file, limits), Catch::Contains("module 'a' is nested 1 modules deep"));

@@ -36,14 +36,22 @@ bool is_identifier_char(char c) {
 // ---------------------------------------------------------------------------------------------
 // Code records: stored or deflated, inflated only up to their declared size and a budget.
 
+uint64_t code_budget(const torchscript_limits& limits, uint64_t file_size) {
+  const auto scaled = checked_mul(limits.code_per_input_byte, file_size);
+  const auto with_base = scaled ? checked_add(*scaled, limits.code_base) : std::nullopt;
+  return with_base ? std::min(*with_base, limits.max_code_total) : limits.max_code_total;
+}
+
 std::string inflate_record(const zip_reader& zip, const zip_entry& e, const torchscript_limits& limits,
-                           uint64_t& budget, const std::string& path) {
+                           uint64_t total, uint64_t& budget, const std::string& path) {
   if (e.size > limits.max_code_record)
     throw input_error(fmt::format("{}: code record '{}' declares {} bytes; swavg reads code records of at most {}",
                                   path, e.name, e.size, limits.max_code_record));
   if (e.size > budget)
-    throw input_error(fmt::format("{}: code record '{}' ({} bytes) takes the code read past {} bytes in all", path,
-                                  e.name, e.size, limits.max_code_total));
+    throw input_error(fmt::format("{}: code record '{}' ({} bytes) takes the code read past {} bytes in all "
+                                  "(code limit: {} bytes per byte of the file + {}, at most {})",
+                                  path, e.name, e.size, total, limits.code_per_input_byte,
+                                  limits.code_base, limits.max_code_total));
   budget -= e.size;
   if (e.method == 0) {
     const zip_entry& s = zip.stored(e.name);
@@ -215,8 +223,10 @@ namespace {
 class class_index {
  public:
   class_index(const zip_reader& zip, const std::string& prefix, const std::string& path,
-              const torchscript_limits& limits)
-      : zip_(zip), code_(prefix + "code/"), path_(path), limits_(limits), budget_(limits.max_code_total) {}
+              const torchscript_limits& limits, uint64_t file_size)
+      : zip_(zip), code_(prefix + "code/"), path_(path), limits_(limits),
+        total_(code_budget(limits, file_size)),
+        budget_(total_) {}
 
   // nullptr when no code record defines it.
   const torchscript_class* find(const std::string& qualified) {
@@ -228,7 +238,7 @@ class class_index {
     if (!scanned_.insert(record).second) return nullptr;
     const zip_entry* e = zip_.find(record);
     if (!e) return nullptr;
-    const std::string text = inflate_record(zip_, *e, limits_, budget_, path_);
+    const std::string text = inflate_record(zip_, *e, limits_, total_, budget_, path_);
     for (auto& [name, c] : scan_torchscript_classes(qualified.substr(0, dot), text, path_ + ": " + record))
       classes_.emplace(name, std::move(c));
     it = classes_.find(qualified);
@@ -249,7 +259,8 @@ class class_index {
   std::string code_;
   const std::string& path_;
   const torchscript_limits& limits_;
-  uint64_t budget_;
+  uint64_t total_;   // what all code records may inflate to
+  uint64_t budget_;  // what is left of it
   std::unordered_map<std::string, torchscript_class> classes_;
   std::unordered_set<std::string> scanned_;
 };
@@ -414,7 +425,7 @@ state_dict read_torchscript(const std::shared_ptr<const mapped_file>& file, cons
   state_dict sd;
   sd.path = file->path();
   sd.format = file_format::torchscript;
-  class_index classes(*archive.zip, archive.prefix, sd.path, limits);
+  class_index classes(*archive.zip, archive.prefix, sd.path, limits, file->size());
   module_walker(archive, classes, limits.max_depth, sd).walk(archive.doc->root(), "", 0);
   return sd;
 }

@@ -17,7 +17,7 @@
  * parameter or buffer. A parameter or buffer whose value is None is left out, as LibTorch does.
  *
  * Checks: every bound the torch.save reader applies to storages and views (torch_storage_reader),
- * code records inflated only up to a bound and checked against their size and CRC, module nesting
+ * code records inflated only up to a bound proportional to the file's size and checked against their size and CRC, module nesting
  * limited to kMaxTorchScriptDepth, each module object walked once (no memo-shared or cyclic module
  * objects). What cannot be read as data is an input_error: a class with __setstate__, a declared
  * parameter missing from the state or not a tensor, a class without code or declarations.
@@ -43,10 +43,14 @@ constexpr int kMaxTorchScriptDepth = 200;                    // module nesting b
 constexpr uint64_t kMaxTorchScriptCodeRecord = 64ull << 20;  // bytes of one inflated code record
 constexpr uint64_t kMaxTorchScriptCodeTotal = 512ull << 20;  // bytes of all inflated code records
 
+// All code records together inflate to at most code_per_input_byte x the file's size + code_base
+// bytes, and never more than max_code_total.
 struct torchscript_limits {
   int max_depth = kMaxTorchScriptDepth;
   uint64_t max_code_record = kMaxTorchScriptCodeRecord;
   uint64_t max_code_total = kMaxTorchScriptCodeTotal;
+  uint64_t code_per_input_byte = 16;
+  uint64_t code_base = uint64_t{4} << 20;
 };
 
 // What a class statement in code/ declares.

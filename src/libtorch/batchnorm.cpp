@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include <regex>
 #include <unordered_set>
 
 #include "util/error.h"
@@ -17,12 +16,30 @@ using torch::jit::Module;
 
 const char* const kStatBuffers[] = {"running_mean", "running_var", "num_batches_tracked"};
 
+// Removes each "___torch_mangle_<digits>." (one pass, no regex: names come from the file).
+std::string strip_mangling(const std::string& qualified) {
+  static const std::string kMangle = "___torch_mangle_";
+  std::string out;
+  size_t i = 0;
+  while (i < qualified.size()) {
+    const size_t at = qualified.find(kMangle, i);
+    if (at == std::string::npos) break;
+    size_t end = at + kMangle.size();
+    while (end < qualified.size() && qualified[end] >= '0' && qualified[end] <= '9') ++end;
+    const bool mangled = end > at + kMangle.size() && end < qualified.size() && qualified[end] == '.';
+    out.append(qualified, i, at - i);
+    if (!mangled) out.append(qualified, at, end - at);
+    i = mangled ? end + 1 : end;
+  }
+  out.append(qualified, std::min(i, qualified.size()), std::string::npos);
+  return out;
+}
+
 // "__torch__.torch.nn.modules.batchnorm.___torch_mangle_3.BatchNorm2d" -> "torch.nn.modules.batchnorm.BatchNorm2d"
 std::string type_name(const Module& m) {
   const auto& name = m.type()->name();
   if (!name) return "?";
-  static const std::regex kMangle(R"(___torch_mangle_\d+\.)");
-  std::string s = std::regex_replace(name->qualifiedName(), kMangle, "");
+  std::string s = strip_mangling(name->qualifiedName());
   const std::string torch_prefix = "__torch__.";
   if (s.compare(0, torch_prefix.size(), torch_prefix) == 0) s = s.substr(torch_prefix.size());
   return s;
