@@ -15,6 +15,7 @@
 #include "formats/pickle_opcodes.h"
 #include "util/checked.h"
 #include "util/error.h"
+#include "util/printable.h"
 
 namespace swavg {
 
@@ -132,31 +133,9 @@ void append_utf8(std::string& out, uint32_t cp) {
 // Decodes one UTF-8 sequence at s[i], advancing i. Surrogates are accepted, as Python's
 // "surrogatepass" handler does for BINUNICODE. Returns false for malformed input.
 bool next_code_point(std::string_view s, size_t& i, uint32_t& cp) {
-  const auto b0 = static_cast<uint8_t>(s[i]);
-  size_t len;
-  uint32_t min;
-  if (b0 < 0x80) {
-    cp = b0;
-    ++i;
-    return true;
-  } else if ((b0 & 0xe0) == 0xc0) {
-    len = 2, min = 0x80, cp = b0 & 0x1f;
-  } else if ((b0 & 0xf0) == 0xe0) {
-    len = 3, min = 0x800, cp = b0 & 0x0f;
-  } else if ((b0 & 0xf8) == 0xf0) {
-    len = 4, min = 0x10000, cp = b0 & 0x07;
-  } else {
-    return false;
-  }
-  if (len > s.size() - i) return false;
-  for (size_t k = 1; k < len; ++k) {
-    const auto b = static_cast<uint8_t>(s[i + k]);
-    if ((b & 0xc0) != 0x80) return false;
-    cp = (cp << 6) | (b & 0x3f);
-  }
-  if (cp < min || cp > 0x10ffff) return false;
+  const size_t len = utf8_sequence(s, i, cp, true);
   i += len;
-  return true;
+  return len != 0;
 }
 
 bool valid_utf8(std::string_view s) {

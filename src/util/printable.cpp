@@ -7,34 +7,6 @@ namespace {
 
 const char kHex[] = "0123456789abcdef";
 
-// The length of the valid UTF-8 sequence at s[i] and its code point, or 0 when it is not valid
-// (overlong forms, surrogates and values past U+10FFFF included).
-size_t utf8_sequence(std::string_view s, size_t i, uint32_t& cp) {
-  const auto b0 = static_cast<uint8_t>(s[i]);
-  size_t len;
-  uint32_t min;
-  if (b0 < 0x80) {
-    cp = b0;
-    return 1;
-  } else if ((b0 & 0xe0) == 0xc0) {
-    len = 2, min = 0x80, cp = b0 & 0x1f;
-  } else if ((b0 & 0xf0) == 0xe0) {
-    len = 3, min = 0x800, cp = b0 & 0x0f;
-  } else if ((b0 & 0xf8) == 0xf0) {
-    len = 4, min = 0x10000, cp = b0 & 0x07;
-  } else {
-    return 0;
-  }
-  if (len > s.size() - i) return 0;
-  for (size_t k = 1; k < len; ++k) {
-    const auto b = static_cast<uint8_t>(s[i + k]);
-    if ((b & 0xc0) != 0x80) return 0;
-    cp = (cp << 6) | (b & 0x3f);
-  }
-  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-  return len;
-}
-
 bool needs_escape(uint32_t cp) {
   return cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp <= 0x9f) || cp == 0x061c || cp == 0x200e || cp == 0x200f ||
          (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
@@ -77,6 +49,33 @@ std::string escape(std::string_view s, bool for_messages) {
 }
 
 }  // namespace
+
+size_t utf8_sequence(std::string_view s, size_t i, uint32_t& cp, bool allow_surrogates) {
+  const auto b0 = static_cast<uint8_t>(s[i]);
+  size_t len;
+  uint32_t min;
+  if (b0 < 0x80) {
+    cp = b0;
+    return 1;
+  } else if ((b0 & 0xe0) == 0xc0) {
+    len = 2, min = 0x80, cp = b0 & 0x1f;
+  } else if ((b0 & 0xf0) == 0xe0) {
+    len = 3, min = 0x800, cp = b0 & 0x0f;
+  } else if ((b0 & 0xf8) == 0xf0) {
+    len = 4, min = 0x10000, cp = b0 & 0x07;
+  } else {
+    return 0;
+  }
+  if (len > s.size() - i) return 0;
+  for (size_t k = 1; k < len; ++k) {
+    const auto b = static_cast<uint8_t>(s[i + k]);
+    if ((b & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (b & 0x3f);
+  }
+  if (cp < min || cp > 0x10ffff || (!allow_surrogates && cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  return len;
+}
+
 
 std::string printable(std::string_view s) { return escape(s, false); }
 

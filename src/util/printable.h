@@ -14,6 +14,8 @@
  */
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -21,5 +23,9 @@ namespace swavg {
 
 std::string printable(std::string_view s);
 std::string printable_lines(std::string_view s);
+
+// The length of the valid UTF-8 sequence at s[i] and its code point, or 0 when it is not valid
+// (overlong forms, values past U+10FFFF and, unless allowed, surrogates).
+size_t utf8_sequence(std::string_view s, size_t i, uint32_t& cp, bool allow_surrogates = false);
 
 }  // namespace swavg
