@@ -31,6 +31,7 @@ struct update_bn_options {
   std::string report_file;
   bool force = false;
   bool json = false;
+  bool drop_objects = false;
 };
 
 // Refuses, before anything is read, outputs that are inputs or exist (without --force).
@@ -63,6 +64,10 @@ void run_update_bn(const update_bn_options& o) {
                shape_string(data.sample_shape()), data.key.empty() ? "" : fmt::format(" (entry '{}')", data.key));
   state_dict weights;
   if (!o.checkpoint.empty()) weights = load_state_dict(o.checkpoint, o.load);
+  // The checkpoint's non-tensor entries (_extra_state, ...) go into the output as fold outputs
+  // carry them; a format that cannot hold them is refused before the replay.
+  const std::vector<object_entry> objects = o.drop_objects ? std::vector<object_entry>{} : weights.objects;
+  if (!o.output.empty()) check_objects_fit(o.output, format, objects);
   const update_bn_result result = update_batchnorm(o.model, weights.tensors, o.checkpoint, data, o.bn);
   log_result(o, result.report);
 
@@ -70,9 +75,14 @@ void run_update_bn(const update_bn_options& o) {
   report["checkpoint"] = o.checkpoint;
   report["layout"] = layout_name(result.averaged_layout ? output_layout::averaged_model : output_layout::state_dict);
   if (!o.output.empty()) {
-    const uint64_t bytes = save_updated_state(o.output, format, result, weights.metadata);
-    spdlog::info("wrote {} tensors ({} bytes) to {}", result.tensors.size(), bytes, o.output);
+    const uint64_t bytes = save_updated_state(o.output, format, result, weights.metadata, objects);
+    spdlog::info("wrote {} tensors and {} other entries ({} bytes) to {}", result.tensors.size(), objects.size(),
+                 bytes, o.output);
     report["output"] = o.output;
+    nlohmann::ordered_json carried = nlohmann::ordered_json::array();
+    for (const auto& e : objects) carried.push_back({{"name", e.name}, {"type", e.type}, {"from", o.checkpoint}});
+    report["carried"] = carried;
+    report["objects_dropped"] = o.drop_objects && !weights.objects.empty();
   }
   if (!o.module_output.empty()) {
     const uint64_t bytes = save_module(*result.module, o.module_output);
@@ -116,6 +126,9 @@ command setup_update_bn(CLI::App& parent) {
                   "torch or safetensors (default: from the output's extension)");
   app->add_option("--save-module", o->module_output, "Also write the updated TorchScript module here");
   app->add_flag("--force", o->force, "Replace existing outputs");
+  app->add_flag("--drop-objects", o->drop_objects,
+                "Leave the checkpoint's non-tensor entries (_extra_state, ...) out instead of carrying them (torch.save "
+                "outputs) or refusing (safetensors)");
   app->add_option("--report", o->report_file, "Write a JSON report to FILE");
   app->add_flag("--json", o->json, "Print the JSON report on stdout");
   app->footer(

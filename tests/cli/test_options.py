@@ -221,6 +221,7 @@ class OptionOrderTest(TempDirTest):
             "--input-dtype": ["--input-dtype", "float32"], "--output": ["-o", self.path("u.pt")],
             "--format": ["--format", "torch"], "--save-module": ["--save-module", self.path("u.ts")],
             "--force": ["--force"], "--report": ["--report", self.path("u.json")], "--json": ["--json"],
+            "--drop-objects": ["--drop-objects"],
         }
 
     def test_update_bn_takes_options_in_any_order(self):

@@ -23,12 +23,12 @@ def expected(case):
 
 class UpdateBnTest(TempDirTest):
     def run_bn(self, *args, model="cnn_scripted.ts", data="data.npy", checkpoint="weights.pt", batch_size=16,
-               output="out.pt"):
+               output="out.pt", check=True):
         cmd = ["update-bn", "--model", bn(model), "--data", bn(data), "--batch-size", batch_size]
         if checkpoint:
-            cmd += ["--checkpoint", bn(checkpoint)]
+            cmd += ["--checkpoint", checkpoint if os.path.isabs(checkpoint) else bn(checkpoint)]
         out = self.path(output)
-        return swavg(*cmd, "-o", out, "--force", *args), out
+        return swavg(*cmd, "-o", out, "--force", *args, check=check), out
 
     def assert_state(self, found, want, prefix=""):
         self.assertEqual(list(found), [prefix + k for k in want])
@@ -99,6 +99,30 @@ class UpdateBnTest(TempDirTest):
         self.assert_state(found, expected("cnn_bs16"))
         report = json.loads(metadata["swavg_update_bn"])
         self.assertEqual(report["batches"], 4)
+
+    def test_non_tensor_entries_are_carried(self):
+        # The checkpoint's non-tensor entries come out as they went in (torch.save output), are refused
+        # by name for safetensors before the replay, and are left out with --drop-objects.
+        weights = torch.load(bn("weights.pt"), weights_only=False)
+        weights["_extra_state"] = {"fp8_meta": b"\x00\x01", "step": 7}
+        weights["epoch"] = 3
+        ckpt = self.path("with_entries.pt")
+        torch.save(weights, ckpt)
+        p, out = self.run_bn("--json", checkpoint=ckpt)
+        # bytes are pickled through _codecs.encode at protocol 2, as torch.save writes them, which
+        # 1.13's weights_only loader refuses for torch.save's own files too.
+        found = torch.load(out, weights_only=False)
+        self.assertEqual(found["_extra_state"], {"fp8_meta": b"\x00\x01", "step": 7})
+        self.assertEqual(found["epoch"], 3)
+        self.assert_state({k: v for k, v in found.items() if isinstance(v, torch.Tensor)}, expected("cnn_bs16"))
+        self.assertEqual([e["name"] for e in json.loads(p.stdout)["carried"]], ["_extra_state", "epoch"])
+        p, _ = self.run_bn(checkpoint=ckpt, output="out.safetensors", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("'_extra_state (dict)'", p.stderr)
+        self.assertFalse(os.path.exists(self.path("out.safetensors")))
+        _, out = self.run_bn("--drop-objects", checkpoint=ckpt, output="out.safetensors")
+        found, _ = load_safetensors(out)
+        self.assert_state(found, expected("cnn_bs16"))
 
     def test_save_module(self):
         module_out = self.path("updated.ts")
