@@ -537,7 +537,8 @@ uint64_t read_central_entry(const archive_bytes& a, uint64_t p, central_entry& c
     a.fail(fmt::format("{} is marked as a folder (attributes {}); PyTorch's reader would read no bytes for it", rec,
                        hex32(attributes)));
 
-  const auto [z, z_len] = find_zip64_extra(a, p + kCentralSize + name_len, extra_len, rec, "directory entry");
+  const std::pair<uint64_t, uint64_t> zip64 = find_zip64_extra(a, p + kCentralSize + name_len, extra_len, rec, "directory entry");
+  const uint64_t z = zip64.first, z_len = zip64.second;
   uint64_t f = z, f_left = z_len;
   auto take64 = [&](uint64_t& v, const char* what) {
     if (v != kMax32) return;
@@ -601,7 +602,8 @@ void check_local(const archive_bytes& a, const end_records& r, central_entry& c)
     a.fail(fmt::format(
         "{}: the local header at offset {} gives flags {} and method {}, the central directory flags {} and method {}",
         rec, local, hex16(flags), method, hex16(c.flags), e.method));
-  const auto [z, z_len] = find_zip64_extra(a, local + kLocalSize + name_len, extra_len, rec, "local header");
+  const std::pair<uint64_t, uint64_t> zip64 = find_zip64_extra(a, local + kLocalSize + name_len, extra_len, rec, "local header");
+  const uint64_t z = zip64.first, z_len = zip64.second;
   uint64_t size = a.u32(local + 22), compressed = a.u32(local + 18);
   uint64_t f = z, f_left = z_len;
   auto take64 = [&](uint64_t& v) {
