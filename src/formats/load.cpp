@@ -71,7 +71,7 @@ state_dict load_state_dict(const std::string& path, const load_options& options)
   if (file) file->release_pages();
   strip_prefixes(sd, options.strip_prefixes);
   for (const auto& o : sd.opaque)
-    spdlog::debug("{}: '{}' is a {} object, kept opaque (not interpreted, never written out)", path, o.path, o.type);
+    spdlog::debug("{}: '{}' is a {} object, kept opaque (never called; an entry of the state dict is carried as pickle data)", path, o.path, o.type);
   return sd;
 }
 

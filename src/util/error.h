@@ -41,7 +41,7 @@ struct io_error : error {
   explicit io_error(const std::string& m) : error(exit_code::io, m) {}
 };
 
-// This build of swavg runs without LibTorch and the job needs it (TorchScript, update-bn, a GPU, a
+// This build of swavg runs without LibTorch and the job needs it (update-bn, a GPU, a
 // dtype the built-in kernels do not cover). main() hands the same command line to swavg-torch.
 struct needs_libtorch : error {
   explicit needs_libtorch(const std::string& why)
