@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,4 +48,37 @@ TEST_CASE("printable escapes what could hide or reorder text", "[printable]") {
 TEST_CASE("printable_lines keeps line breaks and backslashes", "[printable]") {
   CHECK(printable_lines("first\nsecond \x1b[31m\\x \xe2\x80\xae\xff") == "first\nsecond \\x1b[31m\\x \\u202e\\xff");
   CHECK(printable_lines("a\r\tb") == "a\\r\\tb");
+}
+
+TEST_CASE("invalid_utf8_at finds the first bad sequence, at the edges of each range", "[printable]") {
+  struct named {
+    std::string in;
+    std::optional<size_t> strict;       // surrogates refused
+    std::optional<size_t> surrogates;   // surrogates allowed (pickle text)
+  };
+  const std::vector<named> cases = {
+      {"", std::nullopt, std::nullopt},
+      {"ab\x7f", std::nullopt, std::nullopt},
+      {"a\x80", 1, 1},                                      // a lone continuation byte
+      {"\xc2\x80", std::nullopt, std::nullopt},             // U+0080: the smallest 2-byte form
+      {"a\xc1\xbf", 1, 1},                                  // U+007F in 2 bytes: overlong
+      {"\xe0\xa0\x80", std::nullopt, std::nullopt},         // U+0800: the smallest 3-byte form
+      {"\xe0\x9f\xbf", 0, 0},                               // U+07FF in 3 bytes: overlong
+      {"\xed\x9f\xbf", std::nullopt, std::nullopt},         // U+D7FF: the last before the surrogates
+      {"x\xed\xa0\x80", 1, std::nullopt},                   // U+D800: the first surrogate
+      {"\xed\xbf\xbf", 0, std::nullopt},                    // U+DFFF: the last surrogate
+      {"\xee\x80\x80", std::nullopt, std::nullopt},         // U+E000
+      {"\xf0\x90\x80\x80", std::nullopt, std::nullopt},     // U+10000: the smallest 4-byte form
+      {"\xf0\x8f\xbf\xbf", 0, 0},                           // U+FFFF in 4 bytes: overlong
+      {"\xf4\x8f\xbf\xbf", std::nullopt, std::nullopt},     // U+10FFFF: the largest
+      {"ok\xf4\x90\x80\x80", 2, 2},                         // U+110000
+      {"\xe2\x82", 0, 0},                                   // cut short
+      {"\xf8\x88\x80\x80\x80", 0, 0},                       // a 5-byte lead
+  };
+  for (const auto& c : cases) {
+    INFO(printable(c.in));
+    CHECK(invalid_utf8_at(c.in) == c.strict);
+    CHECK(invalid_utf8_at(c.in, true) == c.surrogates);
+    CHECK(valid_utf8(c.in) == !c.strict);
+  }
 }

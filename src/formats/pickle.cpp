@@ -138,13 +138,8 @@ bool next_code_point(std::string_view s, size_t& i, uint32_t& cp) {
   return len != 0;
 }
 
-bool valid_utf8(std::string_view s) {
-  size_t i = 0;
-  uint32_t cp;
-  while (i < s.size())
-    if (!next_code_point(s, i, cp)) return false;
-  return true;
-}
+// Python's pickle writes str as UTF-8 with surrogates passed through ("surrogatepass").
+bool valid_pickle_text(std::string_view s) { return valid_utf8(s, true); }
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -736,7 +731,7 @@ class unpickler {
   pickle_node* persistent_load(pickle_node* pid) {
     auto reject = [&]() -> pickle_node* {
       std::string what = pickle_type_name(*pid);
-      if (pid->kind == pickle_kind::string && pid->text.size() <= 64 && valid_utf8(pid->text))
+      if (pid->kind == pickle_kind::string && pid->text.size() <= 64 && valid_pickle_text(pid->text))
         what += fmt::format(" '{}'", pid->text);
       fail("persistent id is not a storage: " + what);
     };
@@ -775,7 +770,7 @@ class unpickler {
       if (s.empty()) return false;
       for (char c : s)
         if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
-      return valid_utf8(s);
+      return valid_pickle_text(s);
     };
     if (module.size() > limits_.max_name || name.size() > limits_.max_name)
       fail(fmt::format("global name limit: a module or name of {} bytes, more than {}",
@@ -850,7 +845,7 @@ class unpickler {
   // A str from Python 2 (STRING, BINSTRING): text when it is UTF-8, as torch.load decodes it,
   // bytes otherwise.
   pickle_node* py2_string(std::string bytes) {
-    const bool utf8 = valid_utf8(bytes);
+    const bool utf8 = valid_pickle_text(bytes);
     pickle_node* n = node(utf8 ? pickle_kind::string : pickle_kind::bytes);
     set_text(n, std::move(bytes));
     return n;
@@ -940,7 +935,7 @@ class unpickler {
     pickle_node* n = node(kind);
     charge(len);
     n->text.assign(reinterpret_cast<const char*>(p), static_cast<size_t>(len));
-    if (kind == pickle_kind::string && !valid_utf8(n->text)) fail("string is not valid UTF-8");
+    if (kind == pickle_kind::string && !valid_pickle_text(n->text)) fail("string is not valid UTF-8");
     return n;
   }
 

@@ -15,6 +15,7 @@
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
+#include "util/printable.h"
 
 namespace swavg {
 namespace {
@@ -45,46 +46,8 @@ const known_dtype* find_dtype(const std::string& name) {
   return nullptr;
 }
 
-// Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above U+10FFFF. Returns the
-// offset of the first bad byte, or nullopt when the whole range is valid.
-std::optional<size_t> invalid_utf8_at(const uint8_t* p, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    const uint8_t c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len;
-    uint8_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return i;
-    }
-    if (n - i < len) return i;
-    if (p[i + 1] < lo || p[i + 1] > hi) return i;
-    for (size_t k = 2; k < len; ++k)
-      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
-    i += len;
-  }
-  return std::nullopt;
-}
-
-bool valid_utf8(const std::string& s) {
-  return !invalid_utf8_at(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-}
-
 // A name as it appears in messages: control bytes escaped so that a NUL or a newline stays visible.
-std::string printable(const std::string& s) {
+std::string escape_controls(const std::string& s) {
   static const char* kHex = "0123456789abcdef";
   std::string out;
   for (unsigned char c : s) {
@@ -99,13 +62,13 @@ std::string printable(const std::string& s) {
   return out;
 }
 
-std::string quote_name(const std::string& s) { return fmt::format("'{}'", printable(s)); }
+std::string quote_name(const std::string& s) { return fmt::format("'{}'", escape_controls(s)); }
 
 // A short rendering of a JSON value for messages.
 std::string render(const json& j) {
   std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
   if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return printable(s);
+  return escape_controls(s);
 }
 
 std::string type_with_article(const json& j) {
@@ -307,7 +270,7 @@ safetensors_content read_safetensors(const std::shared_ptr<const mapped_file>& f
   if (!range_inside(8, n, size))
     p.fail(fmt::format("header length {} but the file has only {} bytes after the length field", n, size - 8));
   const uint8_t* header = data + 8;
-  if (auto bad = invalid_utf8_at(header, n))
+  if (auto bad = invalid_utf8_at(std::string_view(reinterpret_cast<const char*>(header), n)))
     p.fail(fmt::format("header is not valid UTF-8 (byte {} of the file)", 8 + *bad));
 
   if (n >= 3 && header[0] == 0xEF && header[1] == 0xBB && header[2] == 0xBF)

@@ -81,4 +81,14 @@ std::string printable(std::string_view s) { return escape(s, false); }
 
 std::string printable_lines(std::string_view s) { return escape(s, true); }
 
+std::optional<size_t> invalid_utf8_at(std::string_view s, bool allow_surrogates) {
+  uint32_t cp;
+  for (size_t i = 0; i < s.size();) {
+    const size_t len = utf8_sequence(s, i, cp, allow_surrogates);
+    if (len == 0) return i;
+    i += len;
+  }
+  return std::nullopt;
+}
+
 }  // namespace swavg

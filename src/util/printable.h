@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -27,5 +28,11 @@ std::string printable_lines(std::string_view s);
 // The length of the valid UTF-8 sequence at s[i] and its code point, or 0 when it is not valid
 // (overlong forms, values past U+10FFFF and, unless allowed, surrogates).
 size_t utf8_sequence(std::string_view s, size_t i, uint32_t& cp, bool allow_surrogates = false);
+// The offset of the first byte that does not start a valid sequence, or nullopt when all of `s` is
+// valid UTF-8 (RFC 3629; surrogates only when allowed).
+std::optional<size_t> invalid_utf8_at(std::string_view s, bool allow_surrogates = false);
+inline bool valid_utf8(std::string_view s, bool allow_surrogates = false) {
+  return !invalid_utf8_at(s, allow_surrogates);
+}
 
 }  // namespace swavg
