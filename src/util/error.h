@@ -17,6 +17,7 @@ enum class exit_code : int {
   bad_input = 3,  // an input file is malformed, unsupported or unsafe
   mismatch = 4,   // inputs disagree with each other (names, shapes, dtypes)
   io = 5,         // cannot read or write a file (missing, permissions, disk full)
+  incomplete = 6, // a shard-parallel job is not finished: finalize before every worker wrote its part
 };
 
 class error : public std::runtime_error {
@@ -39,6 +40,9 @@ struct mismatch_error : error {
 };
 struct io_error : error {
   explicit io_error(const std::string& m) : error(exit_code::io, m) {}
+};
+struct incomplete_error : error {
+  explicit incomplete_error(const std::string& m) : error(exit_code::incomplete, m) {}
 };
 
 // This build of swavg runs without LibTorch and the job needs it (update-bn, a GPU, a
