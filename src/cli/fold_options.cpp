@@ -1,9 +1,11 @@
 #include "cli/fold_options.h"
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <limits>
 
 #include "cli/options.h"
@@ -33,7 +35,20 @@ void add_fold_options(CLI::App* app, fold_options& o) {
       ->check(integer_in(1, kMaxInt));
   app->add_option("--every", o.selection.every, "Keep every K-th input: the K-th, 2K-th, ... (after sorting)")
       ->check(integer_in(1, kMaxInt));
-  app->add_option("-o,--output", o.job.output, "File to write (atomically)")->required();
+  app->add_option("-o,--output", o.job.output,
+                  "File to write (atomically), or a folder (DIR/, or an existing folder): a Hugging Face folder of "
+                  "shards and an index")
+      ->required();
+  const std::string sharded = "Sharded outputs (-o DIR/)";
+  app->add_option("--max-shard-size", o.max_shard_size,
+                  "Largest shard: 5GB, 500MB, 2MiB or bytes (KB/MB/GB/TB are powers of 10; default 5GB)")
+      ->group(sharded);
+  app->add_option("--shard", o.shard,
+                  "Write only worker I's shards of N (0 <= I < N) into DIR.partial/; then `swavg finalize DIR/`. "
+                  "Without it: SLURM_ARRAY_TASK_ID, SLURM_PROCID, RANK or JOB_COMPLETION_INDEX")
+      ->group(sharded);
+  app->add_option("--shard-count", o.shard_count, "The worker count N with JOB_COMPLETION_INDEX (Kubernetes)")
+      ->group(sharded);
   add_enum_option(app, "--format", o.job.format,
                   names_of({output_format::torch, output_format::safetensors}, output_format_name),
                   "torch or safetensors (default: from the output's extension)");
@@ -101,6 +116,14 @@ void add_fold_options(CLI::App* app, fold_options& o) {
 }
 
 void run_fold_command(fold_options o) {
+  o.job.directory = is_directory_output(o.job.output);
+  if (!o.max_shard_size.empty()) {
+    if (!o.job.directory)
+      throw usage_error(fmt::format("--max-shard-size needs a folder output (-o DIR/, with the slash), not '{}'",
+                                    o.job.output));
+    o.job.max_shard_size = parse_shard_size(o.max_shard_size);
+  }
+  o.job.worker = resolve_worker(o.shard, o.shard_count, o.job.directory, [](const char* n) { return std::getenv(n); });
   o.job.inputs = select_inputs(o.selection);
   if (!o.rules_file.empty()) o.job.config.rules = load_rules(o.rules_file);
   o.job.report_file = o.report_file;

@@ -4,6 +4,8 @@
  */
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "cli/input_list.h"
@@ -23,6 +25,9 @@ struct fold_options {
   bool json = false;
   bool update_bn = false;
   bn_step bn;
+  std::string max_shard_size;  // as given; parsed once the output is known to be a folder
+  std::string shard;           // --shard I/N
+  std::optional<int64_t> shard_count;
 };
 
 void add_fold_options(CLI::App* app, fold_options& o);

@@ -56,7 +56,9 @@ int main(int argc, char** argv) {
       "  swavg ema --decay 0.999 ckpt_*.pt -o ema.pt\n"
       "  swavg inspect ckpt.pt\n"
       "  swavg convert ckpt.pt --key model --strip-prefix module. -o weights.safetensors\n"
-      "\nExit codes: 0 ok, 1 internal error, 2 bad usage, 3 bad input file, 4 inputs disagree, 5 I/O failure.");
+      "  swavg average ckpt_*/ -o swa/ --max-shard-size 5GB\n"
+      "\nExit codes: 0 ok, 1 internal error, 2 bad usage, 3 bad input file, 4 inputs disagree, 5 I/O failure,\n"
+      "6 shard-parallel job not finished (finalize before every worker is done).");
   app.require_subcommand(1);
   app.fallthrough();
   int verbose = 0;
@@ -65,7 +67,7 @@ int main(int argc, char** argv) {
   app.add_flag("-q,--quiet", quiet, "Only errors on stderr");
 
   std::vector<command> commands = {setup_average(app), setup_ema(app), setup_inspect(app), setup_convert(app),
-                                   setup_update_bn(app)};
+                                   setup_update_bn(app), setup_finalize(app)};
   one_value_per_use(app);
 
   try {

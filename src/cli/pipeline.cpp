@@ -3,13 +3,18 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/stat.h>
+
 #include <chrono>
+#include <cstdlib>
 
 #include "fold/aten.h"
 #include "fold/execute.h"
 #include "formats/torchscript.h"
+#include "util/atomic_dir.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/sha256.h"
 
 namespace swavg {
 namespace {
@@ -46,6 +51,74 @@ std::vector<state_dict> load_checkpoints(const fold_job& job) {
   return inputs;
 }
 
+// `path` with its folder resolved (symlinks, ".."), the last component as written.
+std::string folder_resolved(const std::string& path) {
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  char* r = ::realpath(dir.c_str(), nullptr);
+  if (!r) return path;
+  std::string out = r;
+  std::free(r);
+  return (out == "/" ? "" : out) + "/" + (slash == std::string::npos ? path : path.substr(slash + 1));
+}
+
+// `path` with every symlink resolved; for a path that does not exist, its folder resolved.
+std::string real_path(const std::string& path) {
+  if (char* r = ::realpath(path.c_str(), nullptr)) {
+    std::string out = r;
+    std::free(r);
+    return out;
+  }
+  return folder_resolved(path);
+}
+
+bool is_under(const std::string& path, const std::string& folder) {
+  return path.compare(0, folder.size(), folder) == 0 && (path.size() == folder.size() || path[folder.size()] == '/');
+}
+
+// A folder output is replaced as a whole: it (and OUT.partial/) must hold none of the inputs, even
+// with --force, and neither may --report lie in it.
+void check_directory_paths(const fold_job& job, const std::string& out, const std::vector<std::string>& inputs) {
+  check_distinct_paths({{"--report", job.report_file}, {"--resume", job.resume}});
+  const auto slash = out.rfind('/');
+  const std::string parent = slash == std::string::npos ? "." : (slash == 0 ? "/" : out.substr(0, slash));
+  struct stat st {};
+  if (::stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw io_error(fmt::format("{}/: output folder '{}' does not exist", out, parent));
+  if (::stat(out.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+    throw usage_error(fmt::format("{}/: exists and is not a folder (-o DIR/ writes a Hugging Face folder)", out));
+  std::vector<std::string> folders{real_path(out)};
+  if (job.worker.count > 1) folders.push_back(real_path(partial_dir_of(out)));
+  for (const auto& arg : inputs) {
+    std::vector<std::string> files = checkpoint_files(arg);
+    files.push_back(arg);
+    for (const auto& f : files)
+      for (const auto& folder : folders)
+        if (is_under(real_path(f), folder) || is_under(folder_resolved(f), folder))
+          throw usage_error(fmt::format("{}/: the output folder holds the input '{}'; swavg never overwrites or removes "
+                                        "its inputs, even with --force",
+                                        folder, f));
+  }
+  if (!job.report_file.empty())
+    for (const auto& folder : folders)
+      if (is_under(real_path(job.report_file), folder))
+        throw usage_error(fmt::format("--report {}: inside the output folder {}/, which is written as a whole",
+                                      job.report_file, folder));
+  if (job.worker.count == 1 && !job.force && ::stat(out.c_str(), &st) == 0 && !list_dir(out).empty())
+    throw usage_error(fmt::format("{}/: the output folder exists and is not empty; pass --force to replace it", out));
+  if (!job.report_file.empty()) {
+    std::vector<std::string> read = inputs;
+    if (!job.resume.empty()) read.push_back(job.resume);
+    check_output_path(job.report_file, read, true);
+  }
+}
+
+std::string hash_of(const std::string& text) {
+  sha256 h;
+  h.update(text.data(), text.size());
+  return h.hex_digest();
+}
+
 fold_inputs load_fold_inputs(const fold_job& job) {
   fold_inputs in;
   in.checkpoints = load_checkpoints(job);
@@ -55,9 +128,100 @@ fold_inputs load_fold_inputs(const fold_job& job) {
   return in;
 }
 
+// -o DIR/: the shards (this worker's), the files copied from the last input's folder, and the index,
+// staged and published (plain run) or left in OUT.partial/ with a manifest (worker of several).
+fold_report run_directory_job(const fold_job& job) {
+  const auto start = std::chrono::steady_clock::now();
+  const fold_config& c = job.config;
+  const std::string out = without_trailing_slash(job.output);
+  const worker_id& w = job.worker;
+  validate_config(c, job.inputs.size(), !job.resume.empty());
+  check_device(c.device);
+  std::vector<std::string> guarded = job.inputs;
+  if (!job.model.empty()) guarded.push_back(job.model);
+  check_directory_paths(job, out, guarded);
+  const output_format format = job.format.value_or(output_format::safetensors);
+
+  const fold_inputs in = load_fold_inputs(job);
+  folder_files extra;
+  const std::string source_folder = checkpoint_folder(job.inputs.back());
+  if (!source_folder.empty()) extra = classify_folder(source_folder);
+  for (const auto& name : extra.skipped) spdlog::info("{}/{}: not copied (weights, an index or not a file)", source_folder, name);
+
+  const bool plain = w.count == 1;
+  std::unique_ptr<staged_dir> stage;
+  const std::string partial = partial_dir_of(out);
+  if (plain) stage = std::make_unique<staged_dir>(out);
+  const std::string folder = plain ? stage->path() : partial;
+  std::string plan_hash;
+  shard_target shards{job.max_shard_size, w.index, w.count, {}};
+  shards.on_layout = [&](const shard_layout& layout, const std::map<std::string, std::string>& metadata) {
+    const std::string plan = plan_json(layout, metadata, extra.copied, w.count);
+    if (plain) {
+      plan_hash = hash_of(plan);
+      return;
+    }
+    ensure_dir(partial);
+    plan_hash = write_plan_once(partial, plan);
+  };
+  const fold_result result = run_fold(c, in, fold_target{folder, format, job.drop_objects, shards});
+
+  std::vector<written_file> files = result.files;
+  if (w.index == 0)
+    for (const auto& name : extra.copied)
+      files.push_back(copy_file_hashed(source_folder + "/" + name, folder + "/" + name, name));
+  if (plain) {
+    if (result.layout->indexed()) {
+      const std::string text = index_json(*result.layout);
+      atomic_file index(folder + "/" + output_index_name(format));
+      index.write(text.data(), text.size());
+      index.commit();
+    }
+    stage->publish(job.force);
+  } else {
+    const std::string text = manifest_json(worker_manifest{plan_hash, w.index, w.count, files});
+    atomic_file manifest(partial + "/" + manifest_name(w.index, w.count));
+    manifest.write(text.data(), text.size());
+    manifest.commit();
+    spdlog::info("{}/: worker {} of {} done ({} files); run `swavg finalize {}/` once every worker is", partial,
+                 w.index, w.count, files.size(), out);
+  }
+
+  fold_report report;
+  report.inputs = job.inputs;
+  report.resume = job.resume;
+  report.output = job.output;
+  report.format = format;
+  report.mode = c.mode;
+  report.decay = c.decay;
+  report.n = result.n;
+  report.tensors = result.tensors;
+  report.objects_dropped = result.objects_dropped;
+  report.bytes_read = result.bytes_read;
+  report.bytes_written = result.bytes_written;
+  report.worker = w;
+  report.directory = true;
+  report.plan_hash = plan_hash;
+  for (size_t s = 0; s < result.layout->shards.size(); ++s)
+    if (worker_owns(s, w.index, w.count)) {
+      const output_shard& shard = result.layout->shards[s];
+      report.shards.push_back({shard.file, shard.specs.size(), shard.bytes});
+    }
+  if (w.index == 0) report.copied = extra.copied;
+  report.skipped = extra.skipped;
+  report.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
 }  // namespace
 
+bool is_directory_output(const std::string& output) {
+  struct stat st {};
+  return (!output.empty() && output.back() == '/') || (::stat(output.c_str(), &st) == 0 && S_ISDIR(st.st_mode));
+}
+
 fold_report run_fold_job(const fold_job& job) {
+  if (job.directory) return run_directory_job(job);
   const auto start = std::chrono::steady_clock::now();
   const fold_config& c = job.config;
   validate_config(c, job.inputs.size(), !job.resume.empty());
@@ -67,7 +231,7 @@ fold_report run_fold_job(const fold_job& job) {
   check_paths(job, guarded);
   const output_format format = choose_output_format(job.output, job.format);
 
-  const fold_result result = run_fold(c, load_fold_inputs(job), fold_target{job.output, format, job.drop_objects});
+  const fold_result result = run_fold(c, load_fold_inputs(job), fold_target{job.output, format, job.drop_objects, std::nullopt});
 
   fold_report report;
   report.inputs = job.inputs;
@@ -99,6 +263,8 @@ pipeline_report run_fold_pipeline(const fold_job& job, const std::optional<bn_st
     report.fold = run_fold_job(job);
     return report;
   }
+  if (job.directory)
+    throw usage_error("--update-bn writes one file: it does not take a folder output (-o DIR/)");
   if (job.model.empty())
     throw usage_error("--update-bn needs --model NET.ts, the TorchScript model to replay data through");
   require_libtorch("--update-bn");

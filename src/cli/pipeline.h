@@ -17,10 +17,12 @@
 #include <vector>
 
 #include "cli/report.h"
+#include "cli/worker.h"
 #include "fold/config.h"
 #include "formats/dataset.h"
 #include "formats/load.h"
 #include "formats/save.h"
+#include "formats/sharded_output.h"
 #include "libtorch/update_bn.h"
 
 namespace swavg {
@@ -36,7 +38,15 @@ struct fold_job {
   bool drop_objects = false;  // leave non-tensor entries out of the output (--drop-objects)
   std::string report_file;  // --report: written by the caller, its path checked with the others here
   fold_config config;
+  // A Hugging Face folder output (-o DIR/): shards of at most max_shard_size bytes, this worker's
+  // share only when worker.count > 1 (into OUT.partial/, published by `swavg finalize`).
+  bool directory = false;
+  uint64_t max_shard_size = kDefaultMaxShardSize;
+  worker_id worker;
 };
+
+// -o names a folder: it ends in '/' or is an existing directory.
+bool is_directory_output(const std::string& output);
 
 struct bn_step {
   dataset_options data;

@@ -50,10 +50,38 @@ std::string fold_report_json(const fold_report& r) {
   auto tied = nlohmann::ordered_json::array();
   for (const auto& t : r.tied) tied.push_back({{"name", t.name}, {"to", t.to}});
   j["tied"] = tied;
+  j["worker"] = {{"index", r.worker.index}, {"count", r.worker.count}, {"source", r.worker.source}};
+  if (r.directory) {
+    j["plan_hash"] = r.plan_hash;
+    auto shards = nlohmann::ordered_json::array();
+    for (const auto& s : r.shards) shards.push_back({{"file", s.file}, {"tensors", s.tensors}, {"bytes", s.bytes}});
+    j["shards"] = shards;
+    j["copied"] = r.copied;
+    j["skipped"] = r.skipped;
+  }
   j["bytes_read"] = r.bytes_read;
   j["bytes_written"] = r.bytes_written;
   j["wall_time_s"] = r.wall_time_s;
   j["details"] = tensors;
+  return j.dump(1);
+}
+
+std::string finalize_report_json(const std::string& output, const finalize_result& r, bool verified) {
+  nlohmann::ordered_json j;
+  j["output"] = output;
+  j["format"] = output_format_name(r.plan.layout.format);
+  j["plan_hash"] = r.plan_hash;
+  j["workers"] = r.plan.workers;
+  j["verified"] = verified;
+  auto shards = nlohmann::ordered_json::array();
+  for (const auto& s : r.plan.layout.shards)
+    shards.push_back({{"file", s.file}, {"tensors", s.specs.size()}, {"bytes", s.bytes}});
+  j["shards"] = shards;
+  j["index"] = r.plan.layout.indexed() ? nlohmann::ordered_json(output_index_name(r.plan.layout.format))
+                                       : nlohmann::ordered_json(nullptr);
+  j["total_size"] = r.plan.layout.total_size;
+  j["copied"] = r.plan.copied;
+  j["removed_temps"] = r.removed_temps;
   return j.dump(1);
 }
 

@@ -8,10 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "cli/worker.h"
 #include "fold/config.h"
 #include "fold/execute.h"
 #include "fold/plan.h"
 #include "formats/save.h"
+#include "formats/sharded_output.h"
 #include "libtorch/update_bn.h"
 
 namespace swavg {
@@ -34,6 +36,16 @@ struct fold_report {
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
   double wall_time_s = 0.0;
+  worker_id worker;
+  bool directory = false;  // a folder output: the fields below are reported
+  std::string plan_hash;
+  struct shard_summary {
+    std::string file;
+    size_t tensors = 0;
+    uint64_t bytes = 0;
+  };
+  std::vector<shard_summary> shards;  // the ones this worker wrote
+  std::vector<std::string> copied, skipped;
 };
 
 // One JSON object: mode, n, inputs, tensors, buffers, rules, bytes, time, every tensor's outcome.
@@ -41,6 +53,9 @@ std::string fold_report_json(const fold_report& report);
 
 // One JSON object: model, data, batches, the modules updated.
 std::string bn_report_json(const bn_report& report);
+
+// One JSON object: what `swavg finalize` published.
+std::string finalize_report_json(const std::string& output, const finalize_result& r, bool verified);
 
 // Writes `json` and a newline to `report_file` (unless empty) and to stdout when `to_stdout`.
 void emit_report(const std::string& json, const std::string& report_file, bool to_stdout);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <stdexcept>
 
 #include "fold/aten.h"
@@ -13,6 +14,7 @@
 #include "fold/layout.h"
 #include "fold/native_fold.h"
 #include "fold/native_kernels.h"
+#include "formats/torch_file.h"
 #include "util/error.h"
 #include "util/progress.h"
 
@@ -35,8 +37,8 @@ bool same_values(dtype t, const uint8_t* a, const uint8_t* b, int64_t n) {
 // Folds planned tensors one after the other into the sink.
 class folder {
  public:
-  folder(const fold_config& c, const fold_inputs& in, tensor_sink& sink, progress& bar)
-      : c_(c), in_(in), sink_(sink), bar_(bar) {}
+  folder(const fold_config& c, const fold_inputs& in, chunk_writer sink, progress& bar)
+      : c_(c), in_(in), sink_(std::move(sink)), bar_(bar) {}
 
   void run(const tensor_plan& p) {
     switch (p.outcome.action) {
@@ -46,7 +48,7 @@ class folder {
       case tensor_action::average: {
         const chunk_writer write = [this, &p](const void* data, uint64_t bytes) {
           check_finite(p, data, bytes);
-          sink_.write(data, bytes);
+          sink_(data, bytes);
         };
         if (is_integer_average(p))
           integer_average(c_, p, write);
@@ -116,7 +118,7 @@ class folder {
     }
     const uint64_t bytes = static_cast<uint64_t>(n) * itemsize(out);
     check_finite(p, data, bytes);
-    sink_.write(data, bytes);
+    sink_(data, bytes);
   }
 
   void account(const tensor_plan& p) {
@@ -131,7 +133,7 @@ class folder {
 
   const fold_config& c_;
   const fold_inputs& in_;
-  tensor_sink& sink_;
+  chunk_writer sink_;
   progress& bar_;
   uint64_t bytes_read_ = 0;
 };
@@ -185,22 +187,47 @@ resume_record make_resume_record(const fold_config& c, const fold_plan& plan, co
   return r;
 }
 
+namespace {
+
+// Sharded outputs hold tensors only (each shard file is read alone, so they share no storages).
+void check_sharded_objects(const fold_target& target, const std::vector<carried_entry>& carried) {
+  if (!target.shards || target.drop_objects || carried.empty()) return;
+  std::vector<std::string> names;
+  for (const auto& e : carried) names.push_back(fmt::format("{} ({})", e.entry.name, e.entry.type));
+  throw usage_error(fmt::format("{}: a sharded output holds tensors only, not the non-tensor entries {}; pass "
+                                "--drop-objects to leave them out",
+                                target.path, quoted_list(names)));
+}
+
+// Which planned tensors (and the n_averaged entry, last) go to this worker's shards.
+std::vector<bool> owned_tensors(const fold_plan& plan, const shard_layout& layout, const shard_target& t) {
+  std::vector<bool> spec_owned(layout.specs.size());
+  for (size_t s = 0; s < layout.shards.size(); ++s)
+    if (worker_owns(s, t.worker_index, t.worker_count))
+      for (size_t i : layout.shards[s].specs) spec_owned[i] = true;
+  std::vector<bool> owned(plan.tensors.size() + 1);
+  size_t spec = 0;
+  for (size_t k = 0; k < plan.tensors.size(); ++k)
+    if (plan.tensors[k].outcome.action != tensor_action::drop) owned[k] = spec_owned[spec++];
+  owned.back() = spec < spec_owned.size() && spec_owned[spec];
+  return owned;
+}
+
+}  // namespace
+
 fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_target& target) {
   const fold_plan plan = plan_fold(c, in.checkpoints, in.resume ? &*in.resume : nullptr, in.model_kinds);
   require_kernels(c, plan);
-  // safetensors has no shared storages: tied tensors are written out each.
-  const std::vector<std::optional<size_t>> ties = target.format == output_format::torch
+  // safetensors has no shared storages, nor have shards: tied tensors are written out each.
+  const std::vector<std::optional<size_t>> ties = target.format == output_format::torch && !target.shards
                                                       ? find_ties(plan)
                                                       : std::vector<std::optional<size_t>>(plan.tensors.size());
   const std::vector<tensor_spec> specs = output_specs(c, plan, ties);
-  uint64_t total_bytes = 0;
-  for (size_t k = 0; k < plan.tensors.size(); ++k)
-    if (plan.tensors[k].outcome.action != tensor_action::drop && !ties[k])
-      for (const auto& s : plan.tensors[k].sources) total_bytes += s.view->nbytes();
 
   fold_result result;
   const state_dict* resumed = in.resume ? &in.resume->sd : nullptr;
   result.carried = plan_carried(in.checkpoints, resumed);
+  check_sharded_objects(target, result.carried);
   result.objects_dropped = target.drop_objects && !result.carried.empty();
   std::vector<object_entry> objects;
   if (!target.drop_objects)
@@ -213,23 +240,48 @@ fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_tar
   }
   metadata[kResumeKey] = to_json(make_resume_record(c, plan, in));
 
-  tensor_sink sink(target.path, target.format, specs, metadata, objects);
+  std::vector<bool> owned(plan.tensors.size() + 1, true);
+  std::unique_ptr<tensor_sink> file_sink;
+  std::unique_ptr<sharded_sink> shard_sink;
+  chunk_writer write;
+  if (target.shards) {
+    result.layout = plan_layout(target.format, specs, target.shards->max_shard_size);
+    if (target.shards->on_layout) target.shards->on_layout(*result.layout, metadata);
+    owned = owned_tensors(plan, *result.layout, *target.shards);
+    shard_sink = std::make_unique<sharded_sink>(target.path, *result.layout, metadata, target.shards->worker_index,
+                                                target.shards->worker_count);
+    write = [&shard_sink](const void* data, uint64_t bytes) { shard_sink->write(data, bytes); };
+  } else {
+    file_sink = std::make_unique<tensor_sink>(target.path, target.format, specs, metadata, objects);
+    write = [&file_sink](const void* data, uint64_t bytes) { file_sink->write(data, bytes); };
+  }
+  uint64_t total_bytes = 0;
+  for (size_t k = 0; k < plan.tensors.size(); ++k)
+    if (plan.tensors[k].outcome.action != tensor_action::drop && !ties[k] && owned[k])
+      for (const auto& s : plan.tensors[k].sources) total_bytes += s.view->nbytes();
+
   progress bar(total_bytes, "folding");
-  folder f(c, in, sink, bar);
+  folder f(c, in, write, bar);
   for (size_t k = 0; k < plan.tensors.size(); ++k) {
     if (ties[k])
       result.tied.push_back(tied_tensor{plan.tensors[k].name, plan.tensors[*ties[k]].name});
-    else
+    else if (owned[k])
       f.run(plan.tensors[k]);
   }
-  if (c.layout == output_layout::averaged_model) sink.write(&plan.n, sizeof plan.n);
-  sink.commit();
+  if (c.layout == output_layout::averaged_model && owned.back()) write(&plan.n, sizeof plan.n);
+  if (shard_sink) {
+    shard_sink->commit();
+    result.files = shard_sink->files();
+    result.bytes_written = shard_sink->bytes_written();
+  } else {
+    file_sink->commit();
+    result.bytes_written = file_sink->bytes_written();
+  }
 
   result.tensors.reserve(plan.tensors.size());
   for (const auto& p : plan.tensors) result.tensors.push_back(p.outcome);
   result.n = plan.n;
   result.bytes_read = f.bytes_read();
-  result.bytes_written = sink.bytes_written();
   return result;
 }
 

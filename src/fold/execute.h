@@ -19,6 +19,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +30,7 @@
 #include "fold/plan.h"
 #include "fold/resume.h"
 #include "formats/save.h"
+#include "formats/sharded_output.h"
 #include "tensor/state_dict.h"
 
 namespace swavg {
@@ -38,10 +41,20 @@ struct fold_inputs {
   kind_table model_kinds;                 // the parameter/buffer split of --model
 };
 
+// A Hugging Face folder (sharded_output.h): `fold_target::path` is the folder the shards go to.
+struct shard_target {
+  uint64_t max_shard_size = kDefaultMaxShardSize;
+  size_t worker_index = 0;  // this process writes the shards worker_owns() gives it, and reads only
+  size_t worker_count = 1;  // the tensors they hold
+  // Called once the layout is planned, before any tensor's bytes are read.
+  std::function<void(const shard_layout&, const std::map<std::string, std::string>& metadata)> on_layout;
+};
+
 struct fold_target {
   std::string path;
   output_format format = output_format::torch;
   bool drop_objects = false;  // leave non-tensor entries out instead of carrying them
+  std::optional<shard_target> shards;
 };
 
 struct tied_tensor {
@@ -57,6 +70,8 @@ struct fold_result {
   int64_t n = 0;  // checkpoints in the average, resumed ones included
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
+  std::optional<shard_layout> layout;  // sharded outputs
+  std::vector<written_file> files;     // the shards this worker wrote
 };
 
 // Plans, checks and folds; writes the average with its resume record to `target`, atomically.

@@ -23,4 +23,10 @@ struct load_options {
 file_format detect_format(const std::string& path);
 state_dict load_state_dict(const std::string& path, const load_options& options = {});
 
+// Every file a checkpoint argument reads: the one file, or the index and its shards (reading the
+// index only), for the output-path checks.
+std::vector<std::string> checkpoint_files(const std::string& path);
+// The folder of a folder or index argument ("" for a plain file), where config.json etc. lie.
+std::string checkpoint_folder(const std::string& path);
+
 }  // namespace swavg

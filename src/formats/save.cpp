@@ -79,9 +79,10 @@ struct tensor_sink::impl {
   bool open = false;
 
   impl(const std::string& path, output_format f, std::vector<tensor_spec> s,
-       const std::map<std::string, std::string>& m, const std::vector<object_entry>& objects)
+       const std::map<std::string, std::string>& m, const std::vector<object_entry>& objects, bool hashed)
       : out(path), format(f), specs(std::move(s)), metadata(m) {
     check_objects_fit(path, format, objects);
+    if (hashed) out.hash_contents();
     for (size_t i = 0; i < specs.size(); ++i)
       if (specs[i].alias_of && (format != output_format::torch || *specs[i].alias_of >= i))
         throw error(exit_code::internal, fmt::format("tensor_sink: bad alias for '{}'", specs[i].name));
@@ -131,8 +132,9 @@ struct tensor_sink::impl {
 };
 
 tensor_sink::tensor_sink(const std::string& path, output_format format, std::vector<tensor_spec> specs,
-                         const std::map<std::string, std::string>& metadata, const std::vector<object_entry>& objects)
-    : impl_(std::make_unique<impl>(path, format, std::move(specs), metadata, objects)) {
+                         const std::map<std::string, std::string>& metadata, const std::vector<object_entry>& objects,
+                         bool hashed)
+    : impl_(std::make_unique<impl>(path, format, std::move(specs), metadata, objects, hashed)) {
   impl_->advance();
 }
 
@@ -171,5 +173,7 @@ void tensor_sink::commit() {
 }
 
 uint64_t tensor_sink::bytes_written() const { return impl_->out.tell(); }
+
+const std::string& tensor_sink::digest() const { return impl_->out.digest(); }
 
 }  // namespace swavg

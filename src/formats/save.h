@@ -52,15 +52,18 @@ struct tensor_spec {
 // Streams tensors to a torch.save or safetensors file in the order declared up front: write() the
 // bytes of each tensor (contiguous, row-major; none for an alias) one after the other, then
 // commit(). `objects` follow the tensors (torch.save only). Nothing appears at `path` before
-// commit(); a sink destroyed before it leaves no trace.
+// commit(); a sink destroyed before it leaves no trace. With `hashed`, digest() is the file's
+// SHA-256 after commit().
 class tensor_sink {
  public:
   tensor_sink(const std::string& path, output_format format, std::vector<tensor_spec> specs,
-              const std::map<std::string, std::string>& metadata, const std::vector<object_entry>& objects = {});
+              const std::map<std::string, std::string>& metadata, const std::vector<object_entry>& objects = {},
+              bool hashed = false);
   ~tensor_sink();
   void write(const void* data, uint64_t size);
   void commit();
   uint64_t bytes_written() const;
+  const std::string& digest() const;
 
  private:
   struct impl;

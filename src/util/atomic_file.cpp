@@ -17,6 +17,7 @@
 
 #include "util/error.h"
 #include "util/mapped_file.h"
+#include "util/sha256.h"
 
 namespace swavg {
 namespace {
@@ -113,6 +114,8 @@ void atomic_file::create_temp() {
   }
 }
 
+void atomic_file::hash_contents() { hash_ = std::make_unique<sha256>(); }
+
 atomic_file::~atomic_file() {
   if (!committed_ && fd_ >= 0) ::unlink(temp_.c_str());  // while still locked
   if (fd_ >= 0) ::close(fd_);
@@ -137,6 +140,7 @@ void atomic_file::start_writeback() {
 
 void atomic_file::write(const void* data, uint64_t size) {
   const char* p = static_cast<const char*>(data);
+  if (hash_) hash_->update(p, size);
   if (size >= kDirectWrite) {
     flush();
     write_all(fd_, p, size, target_);
@@ -151,6 +155,7 @@ void atomic_file::write(const void* data, uint64_t size) {
 
 void atomic_file::pwrite(const void* data, uint64_t size, uint64_t offset) {
   flush();
+  patched_ = true;
   const char* p = static_cast<const char*>(data);
   while (size > 0) {
     ssize_t w = ::pwrite(fd_, p, size, static_cast<off_t>(offset));
@@ -169,6 +174,7 @@ void atomic_file::commit() {
   flush();
   if (::fsync(fd_) != 0) throw io_error(fmt::format("{}: fsync failed: {}", target_, errno_text(errno)));
   mapped_file::check_all_unchanged();
+  if (hash_) digest_ = patched_ ? sha256_file(temp_) : hash_->hex_digest();
   if (::rename(temp_.c_str(), target_.c_str()) != 0)
     throw io_error(fmt::format("{}: cannot rename temp file into place: {}", target_, errno_text(errno)));
   committed_ = true;

@@ -13,11 +13,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace swavg {
+
+class sha256;
 
 class atomic_file {
  public:
@@ -35,6 +38,11 @@ class atomic_file {
   const std::string& target() const { return target_; }
   const std::string& temp_path() const { return temp_; }
 
+  // Hashes the bytes as they are written (call before the first write); after commit(), digest()
+  // is the file's SHA-256. A file patched with pwrite() is read back once at commit instead.
+  void hash_contents();
+  const std::string& digest() const { return digest_; }
+
  private:
   void flush();
   void start_writeback();
@@ -46,6 +54,9 @@ class atomic_file {
   uint64_t writeback_from_ = 0;  // bytes before this offset are being written back
   std::vector<char> buffer_;
   bool committed_ = false;
+  std::unique_ptr<sha256> hash_;
+  bool patched_ = false;
+  std::string digest_;
 };
 
 // A name for a temporary file beside `target` that a later run writing `target` removes unless it
