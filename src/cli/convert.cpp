@@ -3,9 +3,17 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/pipeline.h"
+#include <sys/stat.h>
+
+#include <fmt/format.h>
+
 #include "formats/load.h"
 #include "formats/save.h"
+#include "formats/sharded_output.h"
+#include "util/atomic_dir.h"
 #include "util/atomic_file.h"
+#include "util/error.h"
 
 namespace swavg {
 namespace {
@@ -17,9 +25,60 @@ struct convert_options {
   load_options load;
   bool force = false;
   bool drop_objects = false;
+  std::string max_shard_size;
 };
 
+// Resharding: the state dict as a Hugging Face folder (sharded_output.h), staged and published.
+void convert_to_folder(const convert_options& o) {
+  const std::string out = without_trailing_slash(o.output);
+  const uint64_t limit = o.max_shard_size.empty() ? kDefaultMaxShardSize : parse_shard_size(o.max_shard_size);
+  struct stat st {};
+  if (::stat(out.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+    throw usage_error(fmt::format("{}/: exists and is not a folder", out));
+  refuse_inputs_inside({out}, {o.input});
+  if (!o.force && ::stat(out.c_str(), &st) == 0 && !list_dir(out).empty())
+    throw usage_error(fmt::format("{}/: the output folder exists and is not empty; pass --force to replace it", out));
+  const output_format format = o.format.value_or(output_format::safetensors);
+  state_dict sd = load_state_dict(o.input, o.load);
+  if (!o.drop_objects) check_objects_fit(o.output, output_format::safetensors, sd.objects);
+  std::vector<tensor_spec> specs;
+  for (const auto& t : sd.tensors) specs.push_back(tensor_spec{t.name, t.view.type, t.view.shape, std::nullopt});
+  const shard_layout layout = plan_layout(format, std::move(specs), limit);
+  std::map<std::string, std::string> metadata;
+  if (format == output_format::safetensors) metadata = inherited_metadata({&sd});
+  folder_files extra;
+  const std::string source = checkpoint_folder(o.input);
+  if (!source.empty()) extra = classify_folder(source);
+
+  staged_dir stage(out);
+  sharded_sink sink(stage.path(), layout, metadata, 0, 1);
+  std::vector<uint8_t> copy;
+  for (const auto& t : sd.tensors) {
+    if (t.view.is_contiguous()) {
+      sink.write(t.view.data(), t.view.nbytes());
+    } else {
+      copy.resize(t.view.nbytes());
+      gather_contiguous(t.view, copy.data());
+      sink.write(copy.data(), copy.size());
+    }
+  }
+  sink.commit();
+  for (const auto& name : extra.copied) copy_file_hashed(source + "/" + name, stage.path() + "/" + name, name);
+  if (layout.indexed()) {
+    const std::string text = index_json(layout);
+    atomic_file index(stage.path() + "/" + output_index_name(format));
+    index.write(text.data(), text.size());
+    index.commit();
+  }
+  stage.publish(o.force);
+  spdlog::info("wrote {} tensors in {} shards ({} bytes) to {}/", sd.tensors.size(), layout.shards.size(),
+               sink.bytes_written(), out);
+}
+
 void run_convert(const convert_options& o) {
+  if (is_directory_output(o.output)) return convert_to_folder(o);
+  if (!o.max_shard_size.empty())
+    throw usage_error(fmt::format("--max-shard-size needs a folder output (-o DIR/), not '{}'", o.output));
   check_output_path(o.output, {o.input}, o.force);
   const output_format format = choose_output_format(o.output, o.format);
   state_dict sd = load_state_dict(o.input, o.load);
@@ -39,13 +98,16 @@ command setup_convert(CLI::App& parent) {
   auto o = std::make_shared<convert_options>();
   CLI::App* app = parent.add_subcommand("convert", "Write a checkpoint's state dict as torch.save or safetensors");
   app->add_option("input", o->input, "Checkpoint to read (torch.save, TorchScript or safetensors)")->required();
-  app->add_option("-o,--output", o->output, "File to write")->required();
+  app->add_option("-o,--output", o->output, "File to write, or DIR/: a Hugging Face folder of shards (resharding)")
+      ->required();
   add_enum_option(app, "--format", o->format,
                   names_of({output_format::torch, output_format::safetensors}, output_format_name),
                   "torch or safetensors (default: from the output's extension)");
   app->add_option("--key", o->load.key, "Dotted path of the state dict inside a torch.save object, e.g. model or ema.module");
   app->add_option("--strip-prefix", o->load.strip_prefixes, "Remove this prefix from tensor names, e.g. module.");
   app->add_flag("--force", o->force, "Replace an existing output");
+  app->add_option("--max-shard-size", o->max_shard_size,
+                  "With -o DIR/ (a Hugging Face folder): largest shard, e.g. 5GB, 500MB or bytes (default 5GB)");
   app->add_flag("--drop-objects", o->drop_objects,
                 "Leave the non-tensor entries (_extra_state, epoch, ...) out instead of carrying them (torch.save "
                 "outputs) or refusing (safetensors)");

@@ -76,6 +76,23 @@ bool is_under(const std::string& path, const std::string& folder) {
   return path.compare(0, folder.size(), folder) == 0 && (path.size() == folder.size() || path[folder.size()] == '/');
 }
 
+}  // namespace
+
+void refuse_inputs_inside(const std::vector<std::string>& folders, const std::vector<std::string>& inputs) {
+  for (const auto& arg : inputs) {
+    std::vector<std::string> files = checkpoint_files(arg);
+    files.push_back(arg);
+    for (const auto& f : files)
+      for (const auto& folder : folders)
+        if (is_under(real_path(f), real_path(folder)) || is_under(folder_resolved(f), real_path(folder)))
+          throw usage_error(fmt::format("{}/: the output folder holds the input '{}'; swavg never overwrites or removes "
+                                        "its inputs, even with --force",
+                                        folder, f));
+  }
+}
+
+namespace {
+
 // A folder output is replaced as a whole: it (and OUT.partial/) must hold none of the inputs, even
 // with --force, and neither may --report lie in it.
 void check_directory_paths(const fold_job& job, const std::string& out, const std::vector<std::string>& inputs) {
@@ -87,21 +104,12 @@ void check_directory_paths(const fold_job& job, const std::string& out, const st
     throw io_error(fmt::format("{}/: output folder '{}' does not exist", out, parent));
   if (::stat(out.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
     throw usage_error(fmt::format("{}/: exists and is not a folder (-o DIR/ writes a Hugging Face folder)", out));
-  std::vector<std::string> folders{real_path(out)};
-  if (job.worker.count > 1) folders.push_back(real_path(partial_dir_of(out)));
-  for (const auto& arg : inputs) {
-    std::vector<std::string> files = checkpoint_files(arg);
-    files.push_back(arg);
-    for (const auto& f : files)
-      for (const auto& folder : folders)
-        if (is_under(real_path(f), folder) || is_under(folder_resolved(f), folder))
-          throw usage_error(fmt::format("{}/: the output folder holds the input '{}'; swavg never overwrites or removes "
-                                        "its inputs, even with --force",
-                                        folder, f));
-  }
+  std::vector<std::string> folders{out};
+  if (job.worker.count > 1) folders.push_back(partial_dir_of(out));
+  refuse_inputs_inside(folders, inputs);
   if (!job.report_file.empty())
     for (const auto& folder : folders)
-      if (is_under(real_path(job.report_file), folder))
+      if (is_under(real_path(job.report_file), real_path(folder)))
         throw usage_error(fmt::format("--report {}: inside the output folder {}/, which is written as a whole",
                                       job.report_file, folder));
   if (job.worker.count == 1 && !job.force && ::stat(out.c_str(), &st) == 0 && !list_dir(out).empty())

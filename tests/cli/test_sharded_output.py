@@ -209,7 +209,53 @@ class LayoutTest(ShardedOutputTest):
         self.assertFalse(os.path.exists(self.path("o.partial")))
 
 
+class ConvertTest(ShardedOutputTest):
+    def test_convert_reshards(self):
+        paths, states = self.inputs(n=1)
+        out = self.path("re")
+        swavg("convert", paths[0], "-o", out + "/", "--max-shard-size", "10KB")
+        got, metadata, index = self.read_folder(out)
+        self.assertEqual(index, ["model.safetensors.index.json"])
+        self.assertEqual(list(got), list(SHAPES))
+        for k in SHAPES:
+            self.assertTrue(same_bits(got[k], states[0][k]), k)
+        self.assertEqual(metadata[0]["origin"], "test")
+        pt = self.path("re_pt")
+        swavg("convert", paths[0], "-o", pt + "/", "--format", "torch", "--max-shard-size", "10KB")
+        got, _, _ = self.read_folder(pt)
+        for k in SHAPES:
+            self.assertTrue(same_bits(got[k], states[0][k]), k)
+        r = swavg("convert", paths[0], "-o", self.path("x.pt"), "--max-shard-size", "10KB", check=False)
+        self.assert_fails(r, 2, "--max-shard-size")
+
+
 class FolderRulesTest(ShardedOutputTest):
+    def test_failed_fold_leaves_nothing(self):
+        paths, _ = self.inputs(n=2)
+        sd = make_state(5, torch.float32)
+        sd["block.0.big"][3, 3] = float("nan")
+        bad = self.path("nan.safetensors")
+        safetensors_ref.write(bad, sd)
+        out = self.path("out")
+        r = swavg("average", paths[0], bad, "-o", out + "/", "--max-shard-size", "10KB", check=False)
+        self.assert_fails(r, 3, "block.0.big")
+        self.assertEqual(sorted(os.listdir(self.tmp)), sorted(os.path.basename(p) for p in paths + [bad]))
+
+    def test_a_worker_reads_only_its_tensors(self):
+        """block.0.big (shard 2 of 3) is non-finite in one input: only worker 1, which folds it, sees that."""
+        paths, _ = self.inputs(n=2)
+        sd = make_state(5, torch.float32)
+        sd["block.0.big"][3, 3] = float("inf")
+        bad = self.path("inf.safetensors")
+        safetensors_ref.write(bad, sd)
+        out = self.path("out")
+        for i in (0, 2):
+            swavg("average", paths[0], bad, "-o", out + "/", "--max-shard-size", "10KB", "--shard", "%d/3" % i)
+        r = swavg("average", paths[0], bad, "-o", out + "/", "--max-shard-size", "10KB", "--shard", "1/3", check=False)
+        self.assert_fails(r, 3, "block.0.big")
+        self.assert_fails(swavg("finalize", out + "/", check=False), 6, "1")
+
+
     def test_existing_folder_force_and_inputs(self):
         paths, _ = self.inputs(n=2)
         out = self.path("out")
