@@ -81,7 +81,7 @@ TEST_CASE("shard names past 99999 shards", "[sharded_output]") {
   CHECK(pack_shards(sizes, 1).size() == 100000);
 }
 
-TEST_CASE("--max-shard-size: units, last valid and first invalid", "[sharded_output]") {
+TEST_CASE("shard size option: units, last valid and first invalid", "[sharded_output]") {
   struct good_case {
     const char* text;
     uint64_t bytes;

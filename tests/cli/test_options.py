@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from common import TempDirTest, fixture, same_bits, swavg
-from reference import load_output, run_paths, state_dict_of, swa_fold
+from reference import load_output, load_safetensors, run_paths, state_dict_of, swa_fold
 
 COMMANDS = ("average", "ema", "inspect", "convert", "update-bn")
 SKIPPED = {"-h", "--help"}  # prints the help and exits
@@ -94,6 +94,10 @@ class OptionOrderTest(TempDirTest):
             "--device": (["--device", "cpu"], [], ins, ins),
             "--report": (["--report", self.path("r.json")], [], ins, ins),
             "--json": (["--json"], [], ins, ins),
+            # Sharded outputs: a folder output (--shard-count runs with JOB_COMPLETION_INDEX=0, in run_fold).
+            "--max-shard-size": (["--max-shard-size", "2KB"], ["-o", self.path("od") + "/", "--drop-objects"], ins, ins),
+            "--shard": (["--shard", "0/1"], ["-o", self.path("od") + "/", "--drop-objects"], ins, ins),
+            "--shard-count": (["--shard-count", "1"], ["-o", self.path("od") + "/", "--drop-objects"], ins, ins),
         }
         pins = pipeline_inputs()
         bn_cases = {
@@ -125,7 +129,7 @@ class OptionOrderTest(TempDirTest):
     def run_fold(self, command, option, args, extra, inputs, where):
         out = self.path("out.pt")
         base = list(extra)
-        if option not in ("--output",):
+        if option not in ("--output",) and "-o" not in extra:
             base += ["-o", out]
         if command == "ema" and option != "--decay":
             base += ["--decay", "0.9"]
@@ -137,7 +141,12 @@ class OptionOrderTest(TempDirTest):
         if os.path.exists(out):
             os.unlink(out)
         force = [] if option == "--force" else ["--force"]
-        return swavg(command, *argv, *base, *force, check=False), report
+        if option == "--shard-count":
+            os.environ["JOB_COMPLETION_INDEX"] = "0"
+        try:
+            return swavg(command, *argv, *base, *force, check=False), report
+        finally:
+            os.environ.pop("JOB_COMPLETION_INDEX", None)
 
     def check_fold_command(self, command):
         swavg(command, run_paths("cnn")[5], "-o", self.resumed, "--force",
@@ -190,7 +199,7 @@ class OptionOrderTest(TempDirTest):
     def convert_cases(self):
         return {"--output": ["-o", self.path("c.pt")], "--format": ["--format", "torch"], "--key": ["--key", "model"],
                 "--strip-prefix": ["--strip-prefix", "module."], "--force": ["--force"],
-                "--drop-objects": ["--drop-objects"]}
+                "--drop-objects": ["--drop-objects"], "--max-shard-size": ["--max-shard-size", "1GB"]}
 
     def test_convert(self):
         ckpt = self.inputs[0]
@@ -198,13 +207,18 @@ class OptionOrderTest(TempDirTest):
         out = self.path("c.pt")
         for option in options_of("convert"):
             args = self.convert_cases()[option]
-            base = ([] if option == "--output" else ["-o", out]) + ([] if option == "--force" else ["--force"])
+            folder = option == "--max-shard-size"  # a folder output: DIR/model.safetensors
+            base = ([] if option == "--output" else ["-o", self.path("cdir") + "/" if folder else out])
+            base += [] if option == "--force" else ["--force"]
             for argv in (args + [ckpt], [ckpt] + args):
                 with self.subTest(option=option, argv=argv):
                     if os.path.exists(out):
                         os.unlink(out)
-                    swavg("convert", *argv, *base)
-                    got = load_output(out)
+                    swavg("convert", *argv, *base, *(["--drop-objects"] if folder else []))
+                    if folder:
+                        got = load_safetensors(os.path.join(self.path("cdir"), "model.safetensors"))[0]
+                    else:
+                        got = load_output(out)
                     self.assertEqual(list(got), list(want))
                     self.assertTrue(same_bits(got["fc.weight"], want["fc.weight"]))
 
