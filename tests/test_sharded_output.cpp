@@ -126,7 +126,7 @@ TEST_CASE("shard size option: units, last valid and first invalid", "[sharded_ou
 
 TEST_CASE("the index is byte for byte what Python's json.dumps writes", "[sharded_output]") {
   auto layout = plan_layout(output_format::safetensors,
-                            {spec("z.weight", 10), spec("a.bias", 3), spec("caf\xc3\xa9", 5), spec("m\"q\\x\n", 9)}, 12);
+                            {spec("z.weight", 10), spec("a.bias", 3), spec("caf\xc3\xa9", 5), spec("m\"q\\x\n", 9), spec("del\x7f/\xf0\x9f\x98\x80", 1)}, 12);
   REQUIRE(layout.shards.size() == 3);
   const std::string text = index_json(layout);
   const std::string path = "index_case.json";
@@ -135,7 +135,7 @@ TEST_CASE("the index is byte for byte what Python's json.dumps writes", "[sharde
       "import json,sys; d=json.load(open(sys.argv[1])); sys.stdout.write(json.dumps(d, indent=2, sort_keys=True) + \"\\n\")",
       path);
   CHECK(python == text);
-  CHECK(text.find("\"total_size\": 27") != std::string::npos);
+  CHECK(text.find("\"total_size\": 28") != std::string::npos);
   ::unlink(path.c_str());
 }
 
