@@ -284,7 +284,7 @@ TEST_CASE("the sharded sink writes only this worker's shards, each complete", "[
   const auto layout = plan_layout(output_format::safetensors, {spec("a", 6), spec("b", 0), spec("c", 5), spec("d", 2)}, 6);
   REQUIRE(layout.shards.size() == 3);  // {a, b}, {c}, {d}
   {
-    sharded_sink sink(dir, layout, {{"format", "pt"}}, 1, 2);  // worker 1 of 2: shard 2 only
+    sharded_sink sink(dir, layout, {{"format", "pt"}}, 1, 2, true);  // worker 1 of 2: shard 2 only
     sink.write("ccccc", 5);
     sink.commit();
     REQUIRE(sink.files().size() == 1);
@@ -297,12 +297,12 @@ TEST_CASE("the sharded sink writes only this worker's shards, each complete", "[
   CHECK(sd.tensors[0].name == "c");
   CHECK(sd.metadata.at("format") == "pt");
   {
-    sharded_sink sink(dir, layout, {}, 0, 2);  // shards 1 and 3
+    sharded_sink sink(dir, layout, {}, 0, 2, true);  // shards 1 and 3
     sink.write("aaa", 3);
     CHECK_THROWS(sink.commit());  // not all written
   }
   {
-    sharded_sink sink(dir, layout, {}, 0, 2);
+    sharded_sink sink(dir, layout, {}, 0, 2, true);
     sink.write("aaaaaadd", 8);
     CHECK_THROWS(sink.write("x", 1));  // more than its shards hold
     sink.commit();

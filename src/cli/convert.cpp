@@ -51,7 +51,7 @@ void convert_to_folder(const convert_options& o) {
   if (!source.empty()) extra = classify_folder(source);
 
   staged_dir stage(out);
-  sharded_sink sink(stage.path(), layout, metadata, 0, 1);
+  sharded_sink sink(stage.path(), layout, metadata, 0, 1, /*hashed=*/false);
   std::vector<uint8_t> copy;
   for (const auto& t : sd.tensors) {
     if (t.view.is_contiguous()) {

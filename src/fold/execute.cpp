@@ -249,7 +249,7 @@ fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_tar
     if (target.shards->on_layout) target.shards->on_layout(*result.layout, metadata);
     owned = owned_tensors(plan, *result.layout, *target.shards);
     shard_sink = std::make_unique<sharded_sink>(target.path, *result.layout, metadata, target.shards->worker_index,
-                                                target.shards->worker_count);
+                                                target.shards->worker_count, target.shards->worker_count > 1);
     write = [&shard_sink](const void* data, uint64_t bytes) { shard_sink->write(data, bytes); };
   } else {
     file_sink = std::make_unique<tensor_sink>(target.path, target.format, specs, metadata, objects);

@@ -461,8 +461,8 @@ finalize_result finalize_partial(const std::string& out_arg, bool verify, bool f
 
 sharded_sink::sharded_sink(std::string folder, const shard_layout& layout,
                            const std::map<std::string, std::string>& metadata, size_t worker_index,
-                           size_t worker_count)
-    : folder_(std::move(folder)), layout_(layout), metadata_(metadata) {
+                           size_t worker_count, bool hashed)
+    : folder_(std::move(folder)), layout_(layout), metadata_(metadata), hashed_(hashed) {
   for (size_t s = 0; s < layout_.shards.size(); ++s)
     if (worker_owns(s, worker_index, worker_count)) owned_.push_back(s);
   open_next();
@@ -479,7 +479,7 @@ void sharded_sink::open_next() {
   specs.reserve(s.specs.size());
   for (size_t i : s.specs) specs.push_back(layout_.specs[i]);
   sink_ = std::make_unique<tensor_sink>(folder_ + "/" + s.file, layout_.format, std::move(specs), metadata_,
-                                        std::vector<object_entry>{}, /*hashed=*/true);
+                                        std::vector<object_entry>{}, hashed_);
   remaining_ = s.bytes;
 }
 

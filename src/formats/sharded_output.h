@@ -124,11 +124,12 @@ finalize_result finalize_partial(const std::string& out, bool verify, bool force
 
 // Streams the tensors of the shards this worker owns (all of them for a plain run) into `folder`:
 // write() their bytes in the layout's order, skipping the other workers' tensors, then commit().
-// Each shard is a tensor_sink of its own, committed (atomically, hashed) when its last byte arrives.
+// Each shard is a tensor_sink of its own, committed (atomically) when its last byte arrives; with
+// `hashed` (workers, for their manifests) files() have their SHA-256.
 class sharded_sink {
  public:
   sharded_sink(std::string folder, const shard_layout& layout, const std::map<std::string, std::string>& metadata,
-               size_t worker_index, size_t worker_count);
+               size_t worker_index, size_t worker_count, bool hashed);
   ~sharded_sink();
   void write(const void* data, uint64_t size);
   void commit();
@@ -148,6 +149,7 @@ class sharded_sink {
   uint64_t remaining_ = 0;
   std::vector<written_file> files_;
   uint64_t bytes_written_ = 0;
+  bool hashed_ = false;
 };
 
 }  // namespace swavg
