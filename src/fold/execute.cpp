@@ -194,9 +194,9 @@ void check_sharded_objects(const fold_target& target, const std::vector<carried_
   if (!target.shards || target.drop_objects || carried.empty()) return;
   std::vector<std::string> names;
   for (const auto& e : carried) names.push_back(fmt::format("{} ({})", e.entry.name, e.entry.type));
-  throw usage_error(fmt::format("{}: a sharded output holds tensors only, not the non-tensor entries {}; pass "
+  throw usage_error(fmt::format("a folder output (-o DIR/) holds tensors only, not the non-tensor entries {}; pass "
                                 "--drop-objects to leave them out",
-                                target.path, quoted_list(names)));
+                                quoted_list(names)));
 }
 
 // Which planned tensors (and the n_averaged entry, last) go to this worker's shards.

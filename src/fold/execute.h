@@ -13,7 +13,9 @@
  * each finished slice is written and its input pages released, so peak memory stays flat whatever
  * the number of checkpoints or the model size. The plan (plan.h) checks every input against the
  * others before the output is opened; nothing appears at the output unless the whole fold succeeds.
- * Non-tensor entries and tied tensors are accounted for as entries.h says. Everything here is one
+ * Non-tensor entries and tied tensors are accounted for as entries.h says. A folder output
+ * (shard_target) is written as shards (formats/sharded_output.h), and a worker of several folds and
+ * reads only the tensors of its own shards. Everything here is one
  * pass over the tensors, hashed by name where it looks anything up.
  */
 #pragma once
