@@ -31,7 +31,7 @@ live_pid() {
   [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
 }
 
-node_state() { sinfo -h -N -n "$NODE" -o %T 2>/dev/null | head -n1; }
+node_state() { sinfo -h -N -n "$NODE" -o %T 2>/dev/null | head -n1 || true; }
 
 require_tools() {
   local t
@@ -105,13 +105,17 @@ start_daemon() {  # NAME
 }
 
 wait_idle() {
-  local deadline=$((SECONDS + WAIT)) state=""
+  local deadline=$((SECONDS + WAIT)) state="" name
   while [ $SECONDS -lt $deadline ]; do
     state=$(node_state)
     case $state in
       idle|mixed|allocated|completing) return 0 ;;
     esac
     sleep 1
+  done
+  for name in slurmctld slurmd; do
+    live_pid "$STATE/$name.pid" >/dev/null || echo "slurm_local: $name is not running" >&2
+    grep -h -E 'error|fatal' "$STATE/log/$name.log" 2>/dev/null | tail -n 3 >&2 || true
   done
   die "node $NODE not idle after ${WAIT}s (state: '${state:-no answer from slurmctld}'); see $STATE/log/"
 }

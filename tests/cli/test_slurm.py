@@ -106,8 +106,8 @@ class SlurmTest(TempDirTest):
             self.assertEqual(p.returncode, 6, p.stderr)
             assert_unpublished(self, self.out)
 
-            released = subprocess.run(["scontrol", "release", job], capture_output=True, text=True, timeout=60,
-                                      env=self.env)
+            released = subprocess.run(["scontrol", "release", "%s_%d" % (job, WORKERS - 1)], capture_output=True,
+                                      text=True, timeout=60, env=self.env)
             self.assertEqual(released.returncode, 0, released.stderr)
             p = self.submit_finalize(job)
             self.assertEqual(p.returncode, 0, self.job_logs(p))
