@@ -23,12 +23,12 @@ export SLURM_CONF=$CONF
 
 die() { echo "slurm_local: $*" >&2; exit 1; }
 
-# The pid in FILE when that process is alive, else nothing.
-live_pid() {
+# The pid in FILE when that process is alive and is NAME (not a stale file's reused pid).
+live_pid() {  # FILE NAME
   local pid
   [ -f "$1" ] || return 1
   pid=$(cat "$1" 2>/dev/null) || return 1
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+  [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ] && echo "$pid"
 }
 
 node_state() { sinfo -h -N -n "$NODE" -o %T 2>/dev/null | head -n1 || true; }
@@ -86,7 +86,7 @@ EOF
 }
 
 start_munge() {
-  live_pid "$STATE/munge/munged.pid" >/dev/null && return 0
+  live_pid "$STATE/munge/munged.pid" munged >/dev/null && return 0
   mkdir -p "$STATE/munge"
   chmod 755 "$STATE/munge"
   [ -s "$STATE/munge/munge.key" ] || mungekey --create --keyfile="$STATE/munge/munge.key"
@@ -99,7 +99,7 @@ start_munge() {
 }
 
 start_daemon() {  # NAME
-  live_pid "$STATE/$1.pid" >/dev/null && return 0
+  live_pid "$STATE/$1.pid" "$1" >/dev/null && return 0
   "$1" -f "$CONF" >>"$STATE/log/$1.start" 2>&1 \
     || die "$1 did not start; see $STATE/log/$1.log and $STATE/log/$1.start"
 }
@@ -114,7 +114,7 @@ wait_idle() {
     sleep 1
   done
   for name in slurmctld slurmd; do
-    live_pid "$STATE/$name.pid" >/dev/null || echo "slurm_local: $name is not running" >&2
+    live_pid "$STATE/$name.pid" "$name" >/dev/null || echo "slurm_local: $name is not running" >&2
     grep -h -E 'error|fatal' "$STATE/log/$name.log" 2>/dev/null | tail -n 3 >&2 || true
   done
   die "node $NODE not idle after ${WAIT}s (state: '${state:-no answer from slurmctld}'); see $STATE/log/"
@@ -122,8 +122,8 @@ wait_idle() {
 
 cmd_start() {
   require_tools
-  if live_pid "$STATE/munge/munged.pid" >/dev/null && live_pid "$STATE/slurmctld.pid" >/dev/null \
-     && live_pid "$STATE/slurmd.pid" >/dev/null && [ "$(node_state)" = idle ]; then
+  if live_pid "$STATE/munge/munged.pid" munged >/dev/null && live_pid "$STATE/slurmctld.pid" slurmctld >/dev/null \
+     && live_pid "$STATE/slurmd.pid" slurmd >/dev/null && [ "$(node_state)" = idle ]; then
     echo "slurm_local: already up (node $NODE idle, SLURM_CONF=$CONF)"
     return 0
   fi
@@ -137,10 +137,10 @@ cmd_start() {
 }
 
 stop_pidfile() {  # NAME PIDFILE
-  local pid i
-  pid=$(live_pid "$2") || return 0
+  local pid _
+  pid=$(live_pid "$2" "$1") || return 0
   kill "$pid"
-  for i in $(seq 50); do
+  for _ in $(seq 50); do
     kill -0 "$pid" 2>/dev/null || return 0
     sleep 0.1
   done
@@ -159,7 +159,7 @@ cmd_status() {
   for name in munged slurmctld slurmd; do
     file=$STATE/$name.pid
     [ $name = munged ] && file=$STATE/munge/munged.pid
-    if pid=$(live_pid "$file"); then
+    if pid=$(live_pid "$file" "$name"); then
       echo "$name: running (pid $pid)"
     else
       echo "$name: not running"

@@ -116,6 +116,20 @@ class SlurmTest(TempDirTest):
             subprocess.run(["scancel", job], capture_output=True, timeout=60, env=self.env)
 
 
+class SlurmLocalTest(unittest.TestCase):
+    def test_second_start_is_a_no_op(self):
+        def status():
+            p = subprocess.run(["bash", SLURM_LOCAL, "status"], capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            return [line for line in p.stdout.splitlines() if "pid" in line]
+        before = status()
+        self.assertEqual(len(before), 3, before)
+        p = subprocess.run(["bash", SLURM_LOCAL, "start"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("already up", p.stdout)
+        self.assertEqual(status(), before)
+
+
 if __name__ == "__main__":
     why = slurm_is_up()
     if why:
