@@ -1,7 +1,8 @@
 """swavg on a real Slurm (scripts/slurm_local.sh, started by the ctest fixture slurm_start):
 configs/slurm/average.sbatch submitted as `sbatch --array=0-3 --wait`, then its finalize form with
---dependency=afterok; the published folder must be byte-identical to one plain run. Held array
-tasks show finalize refusing (exit 6, nothing published) while a worker's part is missing.
+--dependency=afterok; the published folder must be byte-identical to one plain run. Held tasks
+of a stepped array show finalize refusing (exit 6, nothing published) while a worker's part is
+missing.
 
 Where Slurm is not up this exits 77 (ctest: skipped), unless SWAVG_REQUIRE_SLURM=1 (CI)."""
 import json
@@ -56,9 +57,9 @@ class SlurmTest(TempDirTest):
         return subprocess.run(["sbatch", "--parsable", *args], capture_output=True, text=True, timeout=120,
                               cwd=self.tmp, env=self.env)
 
-    def submit_workers(self, *sbatch_args):
-        """configs/slurm/average.sbatch as an array of WORKERS tasks; returns the job id."""
-        p = self.sbatch("--array=0-%d" % (WORKERS - 1), "--output", os.path.join(self.logs, "%a.json"),
+    def submit_workers(self, array, *sbatch_args):
+        """configs/slurm/average.sbatch as the job array ARRAY (WORKERS tasks); returns the job id."""
+        p = self.sbatch("--array=" + array, "--output", os.path.join(self.logs, "%a.json"),
                         "--error", os.path.join(self.logs, "%a.err"), *sbatch_args,
                         SBATCH_FILE, self.out, "--max-shard-size", MAX_SHARD, "--json", *self.paths)
         self.assertEqual(p.returncode, 0, self.job_logs(p))
@@ -75,15 +76,16 @@ class SlurmTest(TempDirTest):
                 text += "--- %s\n%s" % (name, f.read())
         return text
 
-    def assert_workers_reported(self, indices):
-        for i in indices:
-            with open(os.path.join(self.logs, "%d.json" % i)) as f:
+    def assert_workers_reported(self, task_ids, first=0, step=1):
+        """Array task t's --json report: worker (t - first) / step of WORKERS, from SLURM_ARRAY_TASK_ID."""
+        for t in task_ids:
+            with open(os.path.join(self.logs, "%d.json" % t)) as f:
                 worker = json.load(f)["worker"]
             self.assertEqual((worker["index"], worker["count"], worker["source"]),
-                             (i, WORKERS, "SLURM_ARRAY_TASK_ID"))
+                             ((t - first) // step, WORKERS, "SLURM_ARRAY_TASK_ID"))
 
     def test_array_then_dependent_finalize_is_one_plain_run(self):
-        job = self.submit_workers("--wait")
+        job = self.submit_workers("0-%d" % (WORKERS - 1), "--wait")
         self.assert_workers_reported(range(WORKERS))
         self.assertFalse(os.path.exists(self.out), "a worker published the output")
         p = self.submit_finalize(job)
@@ -92,29 +94,33 @@ class SlurmTest(TempDirTest):
         assert_same_folder(self, self.out, self.ref)
 
     def test_finalize_refuses_while_a_worker_is_missing(self):
-        job = self.submit_workers("--hold")
+        """A stepped array not starting at 0 (tasks 1, 3, 5, 7: SLURM_ARRAY_TASK_MIN and _STEP as a
+        real Slurm sets them), held; all but the last task released, then the last one."""
+        tasks = list(range(1, 2 * WORKERS, 2))
+        job = self.submit_workers("%d-%d:2" % (tasks[0], tasks[-1]), "--hold")
         try:
-            released = subprocess.run(["scontrol", "release", "%s_[0-%d]" % (job, WORKERS - 2)],
-                                      capture_output=True, text=True, timeout=60, env=self.env)
-            self.assertEqual(released.returncode, 0, released.stderr)
-            deps = ":".join("%s_%d" % (job, i) for i in range(WORKERS - 1))
-            p = self.submit_finalize(deps)  # runs once 0..N-2 are done, worker N-1 still held
-            self.assertEqual(p.returncode, 6, self.job_logs(p))
+            self.release(job, tasks[:-1])
+            p = self.submit_finalize(":".join("%s_%d" % (job, t) for t in tasks[:-1]))
+            self.assertEqual(p.returncode, 6, self.job_logs(p))  # ran after the first three, the last still held
             assert_unpublished(self, self.out)
-            self.assert_workers_reported(range(WORKERS - 1))
+            self.assert_workers_reported(tasks[:-1], first=1, step=2)
             p = finalize(self.out, self.env)  # and by hand, outside Slurm
             self.assertEqual(p.returncode, 6, p.stderr)
             assert_unpublished(self, self.out)
 
-            released = subprocess.run(["scontrol", "release", "%s_%d" % (job, WORKERS - 1)], capture_output=True,
-                                      text=True, timeout=60, env=self.env)
-            self.assertEqual(released.returncode, 0, released.stderr)
+            self.release(job, tasks[-1:])
             p = self.submit_finalize(job)
             self.assertEqual(p.returncode, 0, self.job_logs(p))
+            self.assert_workers_reported(tasks, first=1, step=2)
             assert_same_folder(self, self.out, self.ref)
         finally:
             subprocess.run(["scancel", job], capture_output=True, timeout=60, env=self.env)
 
+    def release(self, job, tasks):
+        for t in tasks:
+            p = subprocess.run(["scontrol", "release", "%s_%d" % (job, t)], capture_output=True, text=True,
+                               timeout=60, env=self.env)
+            self.assertEqual(p.returncode, 0, p.stderr)
 
 class SlurmLocalTest(unittest.TestCase):
     def test_second_start_is_a_no_op(self):
