@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake pkg-config
   libtorch-dev libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev catch2 zlib1g-dev libre2-dev
-  python3 python3-torch python3-torchvision python3-numpy
+  python3 python3-torch python3-torchvision python3-numpy python3-yaml
+  slurm-wlm munge  # the slurm tests' local cluster (scripts/slurm_local.sh)
 )
 
 if [ "${SWAVG_SKIP_APT:-0}" != 1 ]; then
