@@ -64,6 +64,7 @@ fold_report run_fold_job(const fold_job& job) {
   check_device(c.device);
   std::vector<std::string> guarded = job.inputs;
   if (!job.model.empty()) guarded.push_back(job.model);
+  if (c.avg_fn) guarded.push_back(c.avg_fn->path);
   check_paths(job, guarded);
   const output_format format = choose_output_format(job.output, job.format);
 
@@ -77,6 +78,7 @@ fold_report run_fold_job(const fold_job& job) {
   report.mode = c.mode;
   report.decay = c.decay;
   report.n = result.n;
+  report.avg_fn = c.avg_fn;
   report.tensors = result.tensors;
   for (const auto& e : result.carried) report.carried.push_back({e.entry.name, e.entry.type, e.from});
   report.objects_dropped = result.objects_dropped;

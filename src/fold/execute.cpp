@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "fold/aten.h"
+#include "fold/avg_fn.h"
 #include "fold/int_average.h"
 #include "fold/layout.h"
 #include "fold/native_fold.h"
@@ -35,8 +36,9 @@ bool same_values(dtype t, const uint8_t* a, const uint8_t* b, int64_t n) {
 // Folds planned tensors one after the other into the sink.
 class folder {
  public:
-  folder(const fold_config& c, const fold_inputs& in, tensor_sink& sink, progress& bar)
-      : c_(c), in_(in), sink_(sink), bar_(bar) {}
+  folder(const fold_config& c, const fold_inputs& in, tensor_sink& sink, progress& bar, avg_function* fn,
+         std::vector<tensor_view> fn_results)
+      : c_(c), in_(in), sink_(sink), bar_(bar), fn_(fn), fn_results_(std::move(fn_results)) {}
 
   void run(const tensor_plan& p) {
     switch (p.outcome.action) {
@@ -48,7 +50,9 @@ class folder {
           check_finite(p, data, bytes);
           sink_.write(data, bytes);
         };
-        if (is_integer_average(p))
+        if (fn_)
+          custom_average(p, write);
+        else if (is_integer_average(p))
           integer_average(c_, p, write);
         else if (native_average_covers(c_, p))
           native_average(c_, p, write);
@@ -129,10 +133,20 @@ class folder {
     bar_.advance(bytes);
   }
 
+  // --avg-fn computes each tensor here; --multi-avg-fn's results were computed before, in this order.
+  void custom_average(const tensor_plan& p, const chunk_writer& write) {
+    if (c_.avg_fn->kind == avg_fn_kind::avg_fn) return fn_->average(c_, p, write);
+    const tensor_view& v = fn_results_.at(next_result_++);
+    write(v.data(), v.nbytes());
+  }
+
   const fold_config& c_;
   const fold_inputs& in_;
   tensor_sink& sink_;
   progress& bar_;
+  avg_function* fn_;
+  std::vector<tensor_view> fn_results_;
+  size_t next_result_ = 0;
   uint64_t bytes_read_ = 0;
 };
 
@@ -164,6 +178,14 @@ std::vector<tensor_spec> output_specs(const fold_config& c, const fold_plan& pla
   return specs;
 }
 
+// The tensors the fold averages (not tied to an earlier one), in plan order.
+std::vector<const tensor_plan*> averaged_tensors(const fold_plan& plan, const std::vector<std::optional<size_t>>& ties) {
+  std::vector<const tensor_plan*> out;
+  for (size_t k = 0; k < plan.tensors.size(); ++k)
+    if (plan.tensors[k].outcome.action == tensor_action::average && !ties[k]) out.push_back(&plan.tensors[k]);
+  return out;
+}
+
 }  // namespace
 
 resume_record make_resume_record(const fold_config& c, const fold_plan& plan, const fold_inputs& in) {
@@ -180,6 +202,7 @@ resume_record make_resume_record(const fold_config& c, const fold_plan& plan, co
     r.accumulate_differs |= p.outcome.accumulate_type != p.outcome.output_type;
   }
   r.layout = c.layout;
+  r.avg_fn = c.avg_fn;
   if (in.resume) r.inputs.push_back(in.resume->sd.path);
   for (const auto& sd : in.checkpoints) r.inputs.push_back(sd.path);
   return r;
@@ -187,7 +210,8 @@ resume_record make_resume_record(const fold_config& c, const fold_plan& plan, co
 
 fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_target& target) {
   const fold_plan plan = plan_fold(c, in.checkpoints, in.resume ? &*in.resume : nullptr, in.model_kinds);
-  require_kernels(c, plan);
+  const std::unique_ptr<avg_function> fn = c.avg_fn ? load_avg_fn(*c.avg_fn) : nullptr;
+  if (!fn) require_kernels(c, plan);
   // safetensors has no shared storages: tied tensors are written out each.
   const std::vector<std::optional<size_t>> ties = target.format == output_format::torch
                                                       ? find_ties(plan)
@@ -212,10 +236,12 @@ fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_tar
     metadata = inherited_metadata(sources);
   }
   metadata[kResumeKey] = to_json(make_resume_record(c, plan, in));
+  std::vector<tensor_view> fn_results;
+  if (fn && c.avg_fn->kind == avg_fn_kind::multi_avg_fn) fn_results = fn->average_all(c, averaged_tensors(plan, ties));
 
   tensor_sink sink(target.path, target.format, specs, metadata, objects);
   progress bar(total_bytes, "folding");
-  folder f(c, in, sink, bar);
+  folder f(c, in, sink, bar, fn.get(), std::move(fn_results));
   for (size_t k = 0; k < plan.tensors.size(); ++k) {
     if (ties[k])
       result.tied.push_back(tied_tensor{plan.tensors[k].name, plan.tensors[*ties[k]].name});
