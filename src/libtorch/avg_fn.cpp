@@ -14,6 +14,10 @@
 
 #include <vector>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include "fold/avg_fn.h"
 #include "fold/int_average.h"
 #include "formats/load.h"
@@ -64,6 +68,14 @@ at::Tensor count_tensor(int64_t n, const at::Device& device) {
   return at::scalar_tensor(n, at::TensorOptions().dtype(at::kLong).device(device));
 }
 
+// glibc keeps freed tensor-sized blocks in its heap once its mmap threshold has adapted to them, so
+// without this the resident set grows with each tensor the function allocates temporaries for.
+void return_freed_memory() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
 at::Tensor output_tensor(const at::Tensor& acc, const tensor_plan& p) {
   at::Tensor out = acc.to(at::kCPU, to_scalar_type(p.outcome.output_type));
   return out.contiguous();
@@ -92,8 +104,10 @@ class script_avg_fn : public avg_function {
       ++k;
       release_pages(*s.view);
     }
-    const at::Tensor out = output_tensor(acc, p);
-    write(out.data_ptr(), out.nbytes());
+    acc = output_tensor(acc, p);
+    write(acc.data_ptr(), acc.nbytes());
+    acc = at::Tensor();
+    return_freed_memory();
   }
 
   std::vector<tensor_view> average_all(const fold_config& c, const std::vector<const tensor_plan*>& tensors) override {
