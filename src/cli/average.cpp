@@ -65,6 +65,7 @@ command setup_average(CLI::App& parent) {
                   "AveragedModel's avg_fn: torch.jit.script(f).save(FILE) of f(averaged: Tensor, current: Tensor, "
                   "num_averaged: Tensor) -> Tensor (or a scripted module with that forward); called per tensor and "
                   "checkpoint after the first, in the tensors' own dtype; one tensor's average in memory at a time")
+      ->type_name("FILE")
       ->group(fn);
   app->add_option("--multi-avg-fn", o->multi_avg_fn,
                   "PyTorch 2.x's multi_avg_fn: a scripted module whose forward(averaged: List[Tensor], current: "
@@ -72,6 +73,7 @@ command setup_average(CLI::App& parent) {
                   "after the first with every averaged floating tensor in state-dict order (then once with the "
                   "integer ones, if any). Holds the whole average in memory (the model's size in the accumulator "
                   "dtype)")
+      ->type_name("FILE")
       ->group(fn);
   app->footer(
       "Examples:\n"

@@ -134,6 +134,8 @@ class script_avg_fn : public avg_function {
         call_lists(tensors, accs, current, k, device, /*integers=*/true);
       }
       for (const tensor_plan* p : tensors) release_pages(*p->sources[j].view);
+      current.clear();
+      return_freed_memory();
     }
     std::vector<tensor_view> out;
     out.reserve(tensors.size());
