@@ -107,6 +107,7 @@ pipeline_report run_fold_pipeline(const fold_job& job, const std::optional<bn_st
   std::vector<std::string> inputs = job.inputs;
   inputs.push_back(job.model);
   inputs.push_back(bn->data.path);
+  if (job.config.avg_fn) inputs.push_back(job.config.avg_fn->path);
   check_paths(job, inputs);
   const output_format format = choose_output_format(job.output, job.format);
   const dataset data = open_dataset(bn->data);

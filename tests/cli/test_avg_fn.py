@@ -344,6 +344,18 @@ class RefusedTest(AvgFnTest):
         self.assert_refused(["--avg-fn", self.fns["multi"], *self.inputs], 2,
                             "found forward(List[Tensor] averaged, List[Tensor] current, Tensor num_averaged) -> None")
 
+    def test_output_is_the_function_with_update_bn(self):
+        with open(self.fns["schedule"], "rb") as f:
+            before = f.read()
+        model = self.path("net.ts")
+        torch.jit.script(nn.Sequential(nn.Linear(16, 8))).save(model)
+        p = swavg("average", "--avg-fn", self.fns["schedule"], *self.inputs, "--update-bn", "--model", model,
+                  "--data", self.inputs[0], "-o", self.fns["schedule"], "--force", check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("swavg never overwrites its inputs", p.stderr)
+        with open(self.fns["schedule"], "rb") as f:
+            self.assertEqual(f.read(), before)
+
     def test_missing_file(self):
         missing = self.path("missing.ts")
         self.assert_refused(["--avg-fn", missing, *self.inputs], 5, "--avg-fn " + missing)
@@ -364,10 +376,14 @@ class RefusedTest(AvgFnTest):
         self.assertFalse(os.path.exists(out))
 
     def test_output_is_the_function(self):
+        with open(self.fns["schedule"], "rb") as f:
+            before = f.read()
         p = swavg("average", "--avg-fn", self.fns["schedule"], *self.inputs, "-o", self.fns["schedule"], "--force",
                   check=False)
-        self.assertNotEqual(p.returncode, 0)
-        self.assertTrue(torch.jit.load(self.fns["schedule"]) is not None)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("swavg never overwrites its inputs", p.stderr)
+        with open(self.fns["schedule"], "rb") as f:
+            self.assertEqual(f.read(), before)
 
     def test_function_failing_at_run_time(self):
         self.assert_refused(["--avg-fn", self.fns["bad_shape"], *self.inputs], 3,
