@@ -179,7 +179,8 @@ std::vector<tensor_spec> output_specs(const fold_config& c, const fold_plan& pla
 }
 
 // The tensors the fold averages (not tied to an earlier one), in plan order.
-std::vector<const tensor_plan*> averaged_tensors(const fold_plan& plan, const std::vector<std::optional<size_t>>& ties) {
+std::vector<const tensor_plan*> averaged_tensors(const fold_plan& plan,
+                                                 const std::vector<std::optional<size_t>>& ties) {
   std::vector<const tensor_plan*> out;
   for (size_t k = 0; k < plan.tensors.size(); ++k)
     if (plan.tensors[k].outcome.action == tensor_action::average && !ties[k]) out.push_back(&plan.tensors[k]);

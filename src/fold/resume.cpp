@@ -24,11 +24,11 @@ std::string describe(const std::optional<avg_fn_spec>& f) {
 // A resumed average continues only with the function it was made with: same kind, same file bytes.
 void check_same_function(const std::string& source, const std::optional<avg_fn_spec>& made,
                          const std::optional<avg_fn_spec>& now) {
-  const bool same = made.has_value() == now.has_value() &&
-                    (!made || (made->kind == now->kind && made->sha256 == now->sha256));
+  const bool same =
+      made.has_value() == now.has_value() && (!made || (made->kind == now->kind && made->sha256 == now->sha256));
   if (!same)
-    throw usage_error(fmt::format("{}: was made with {}, cannot resume it with {}", source, describe(made),
-                                  describe(now)));
+    throw usage_error(
+        fmt::format("{}: was made with {}, cannot resume it with {}", source, describe(made), describe(now)));
 }
 
 }  // namespace

@@ -29,9 +29,8 @@ namespace swavg {
 namespace {
 
 const char* expected_signature(avg_fn_kind k) {
-  return k == avg_fn_kind::avg_fn
-             ? "forward(Tensor averaged, Tensor current, Tensor num_averaged) -> Tensor"
-             : "forward(List[Tensor] averaged, List[Tensor] current, Tensor num_averaged) -> None";
+  return k == avg_fn_kind::avg_fn ? "forward(Tensor averaged, Tensor current, Tensor num_averaged) -> Tensor"
+                                  : "forward(List[Tensor] averaged, List[Tensor] current, Tensor num_averaged) -> None";
 }
 
 // forward's signature without `self`, in Python's annotations.
@@ -100,7 +99,9 @@ class script_avg_fn : public avg_function {
       if (k == 0)
         acc = owned(x, *s.view);
       else
-        call(fmt::format("tensor '{}'", p.name), [&] { acc.copy_(forward_({acc, x, count_tensor(k, device)}).toTensor()); });
+        call(fmt::format("tensor '{}'", p.name), [&] {
+          acc.copy_(forward_({acc, x, count_tensor(k, device)}).toTensor());
+        });
       ++k;
       release_pages(*s.view);
     }
@@ -125,8 +126,8 @@ class script_avg_fn : public avg_function {
     for (size_t j = 0; j < tensors.front()->sources.size(); ++j, ++k) {
       std::vector<at::Tensor> current(tensors.size());
       for (size_t i = 0; i < tensors.size(); ++i)
-        current[i] = input_tensor(*tensors[i]->sources[j].view,
-                                  to_scalar_type(tensors[i]->outcome.accumulate_type), device);
+        current[i] =
+            input_tensor(*tensors[i]->sources[j].view, to_scalar_type(tensors[i]->outcome.accumulate_type), device);
       if (k == 0) {
         for (size_t i = 0; i < tensors.size(); ++i) accs[i] = owned(current[i], *tensors[i]->sources[j].view);
       } else {
@@ -155,8 +156,8 @@ class script_avg_fn : public avg_function {
     try {
       step();
     } catch (const std::exception& e) {
-      throw input_error(fmt::format("{} {}: the function failed on {}: {}", avg_fn_option(spec_.kind), spec_.path,
-                                    what, error_text(e)));
+      throw input_error(fmt::format("{} {}: the function failed on {}: {}", avg_fn_option(spec_.kind), spec_.path, what,
+                                    error_text(e)));
     }
   }
 
@@ -170,8 +171,9 @@ class script_avg_fn : public avg_function {
         now.push_back(current[i]);
       }
     if (averaged.empty()) return;
-    call(fmt::format("checkpoint {} ({} tensors)", k + 1, integers ? "integer" : "floating"),
-         [&] { forward_({averaged, now, count_tensor(k, device)}); });
+    call(fmt::format("checkpoint {} ({} tensors)", k + 1, integers ? "integer" : "floating"), [&] {
+      forward_({averaged, now, count_tensor(k, device)});
+    });
   }
 
   // The list function sees one checkpoint's tensors at a time: every tensor must be in the same inputs.
@@ -198,10 +200,9 @@ class script_avg_fn : public avg_function {
 
 std::unique_ptr<avg_function> load_avg_fn(const avg_fn_spec& spec) {
   const std::string what = fmt::format("{} {}", avg_fn_option(spec.kind), spec.path);
-  const std::string expected =
-      fmt::format("expected TorchScript with {} ({})", expected_signature(spec.kind),
-                  spec.kind == avg_fn_kind::avg_fn ? "torch.jit.script(f).save(FILE)"
-                                                   : "torch.jit.script(module).save(FILE)");
+  const std::string expected = fmt::format(
+      "expected TorchScript with {} ({})", expected_signature(spec.kind),
+      spec.kind == avg_fn_kind::avg_fn ? "torch.jit.script(f).save(FILE)" : "torch.jit.script(module).save(FILE)");
   file_format format = file_format::torch;
   try {
     format = detect_format(spec.path);
