@@ -34,6 +34,12 @@ def schedule_avg(averaged: Tensor, current: Tensor, num_averaged: Tensor) -> Ten
     return averaged + (current - averaged) * 2 / (num_averaged + 2)
 
 
+def mutates_current(averaged: Tensor, current: Tensor, num_averaged: Tensor) -> Tensor:
+    """Writes into `current` (the mapped input in swavg, the model's parameter in PyTorch)."""
+    current.sub_(averaged)
+    return averaged + current * 2 / (num_averaged + 2)
+
+
 def swa_avg(averaged: Tensor, current: Tensor, num_averaged: Tensor) -> Tensor:
     return averaged + (current - averaged) / (num_averaged + 1)
 
@@ -113,7 +119,7 @@ class AvgFnTest(TempDirTest):
     def setUp(self):
         super().setUp()
         self.fns = {}
-        for name, f in [("schedule", schedule_avg), ("swa", swa_avg), ("arity", arity_two),
+        for name, f in [("schedule", schedule_avg), ("swa", swa_avg), ("mutates", mutates_current), ("arity", arity_two),
                         ("returns_list", returns_list), ("bad_shape", bad_shape)]:
             self.fns[name] = self.path(name + ".ts")
             torch.jit.script(f).save(self.fns[name])
@@ -203,6 +209,13 @@ class AveragedModelTest(AvgFnTest):
         states, paths = self.checkpoints(torch.float32)
         got = self.average("--avg-fn", self.fns["module"], "--buffers", "first", *paths)
         self.assert_all_bits(got, averaged_model_reference(states, ScheduleModule(), use_buffers=False))
+
+    def test_a_function_writing_into_current(self):
+        states, paths = self.checkpoints(torch.float32)
+        got = self.average("--avg-fn", self.fns["mutates"], "--buffers", "first", *paths)
+        self.assert_all_bits(got, averaged_model_reference(states, mutates_current, use_buffers=False))
+        for i, path in enumerate(paths):
+            self.assertTrue(same_bits(torch.load(path)["fc1.weight"], checkpoint_state(i, torch.float32)["fc1.weight"]))
 
     def test_the_default_function_is_swavg_average(self):
         states, paths = self.checkpoints(torch.float32)
