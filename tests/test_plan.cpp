@@ -342,6 +342,69 @@ TEST_CASE("resume record: what cannot be resumed is refused", "[resume]") {
   }
 }
 
+TEST_CASE("resume record: an average made with --avg-fn resumes only with the same function", "[resume]") {
+  const std::string digest(64, 'a'), other(64, 'b');
+  resume_record r;
+  r.n = 3;
+  r.avg_fn = avg_fn_spec{avg_fn_kind::avg_fn, "f.ts", digest};
+  const std::string text = to_json(r);
+  CHECK_THAT(text, Catch::Contains(R"("avg_fn":{"kind":"avg_fn","path":"f.ts","sha256":")" + digest + R"("})"));
+  const resume_record back = resume_record_from_json(text, "avg.pt");
+  REQUIRE(back.avg_fn);
+  CHECK(back.avg_fn->kind == avg_fn_kind::avg_fn);
+  CHECK(back.avg_fn->path == "f.ts");
+  CHECK(back.avg_fn->sha256 == digest);
+
+  struct resume_case {
+    const char* what;
+    std::optional<avg_fn_spec> made, now;
+    const char* message;  // nullptr: resumes
+  };
+  const std::vector<resume_case> cases = {
+      {"same bytes, other path", avg_fn_spec{avg_fn_kind::avg_fn, "f.ts", digest},
+       avg_fn_spec{avg_fn_kind::avg_fn, "copy.ts", digest}, nullptr},
+      {"other bytes", avg_fn_spec{avg_fn_kind::avg_fn, "f.ts", digest},
+       avg_fn_spec{avg_fn_kind::avg_fn, "f.ts", other}, "cannot resume it with --avg-fn f.ts (sha256 bbbb"},
+      {"other kind", avg_fn_spec{avg_fn_kind::avg_fn, "f.ts", digest},
+       avg_fn_spec{avg_fn_kind::multi_avg_fn, "f.ts", digest}, "cannot resume it with --multi-avg-fn f.ts"},
+      {"function dropped", avg_fn_spec{avg_fn_kind::avg_fn, "f.ts", digest}, std::nullopt,
+       "was made with --avg-fn f.ts (sha256 aaaa"},
+      {"function added", std::nullopt, avg_fn_spec{avg_fn_kind::avg_fn, "f.ts", digest},
+       "was made with swavg's own average, cannot resume it with --avg-fn f.ts"},
+  };
+  for (const auto& k : cases) {
+    INFO(k.what);
+    resume_record made;
+    made.n = 2;
+    made.avg_fn = k.made;
+    state_dict sd = make_sd("avg.pt", kModel);
+    sd.metadata[kResumeKey] = to_json(made);
+    fold_config c;
+    c.avg_fn = k.now;
+    if (k.message)
+      CHECK_THROWS_WITH(open_resumed(std::move(sd), c), Catch::Contains(k.message));
+    else
+      CHECK_NOTHROW(open_resumed(std::move(sd), c));
+  }
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"("avg_fn": 1)", "field 'avg_fn': expected an object"},
+      {R"("avg_fn": {"kind": "avg_fn", "path": "f.ts"})", "field 'avg_fn': expected an object"},
+      {R"("avg_fn": {"kind": "lerp", "path": "f.ts", "sha256": ")" + digest + R"("})", "field 'avg_fn.kind'"},
+      {R"("avg_fn": {"kind": "avg_fn", "path": 3, "sha256": ")" + digest + R"("})", "field 'avg_fn.path'"},
+      {R"("avg_fn": {"kind": "avg_fn", "path": "f.ts", "sha256": ")" + digest.substr(1) + R"("})",
+       "field 'avg_fn.sha256': expected 64 lower-case hex digits"},
+      {R"("avg_fn": {"kind": "avg_fn", "path": "f.ts", "sha256": ")" + digest + R"(a"})", "field 'avg_fn.sha256'"},
+      {R"("avg_fn": {"kind": "avg_fn", "path": "f.ts", "sha256": ")" + std::string(64, 'A') + R"("})",
+       "field 'avg_fn.sha256'"},
+  };
+  for (const auto& [field, message] : bad) {
+    INFO(field);
+    CHECK_THROWS_WITH(resume_record_from_json(R"({"version": 1, "mode": "swa", "n": 2, )" + field + "}", "avg.pt"),
+                      Catch::Contains(message));
+  }
+}
+
 TEST_CASE("resume record: every field is type- and range-checked, at its edges", "[resume]") {
   // Each record is the minimal valid one with one field changed. An empty error: valid.
   const std::string base = R"("version": 1, "mode": "swa", "n": 4)";

@@ -74,7 +74,9 @@ void add_fold_options(CLI::App* app, fold_options& o) {
                    {"native", accumulate_policy::native},
                    {"float32", accumulate_policy::float32},
                    {"float64", accumulate_policy::float64}},
-                  "Accumulator precision: auto (float32 for float16/bfloat16, else native), native, float32, float64");
+                  "Accumulator precision: auto (float32 for float16/bfloat16, else native; with --avg-fn or "
+                  "--multi-avg-fn always native: the function runs in the tensors' own dtype), native, float32, "
+                  "float64");
   add_dtype_option(app, "--output-dtype", c.output_dtype, /*floating_only=*/true,
                    "Write floating tensors in this dtype (default: each input's)");
   app->add_option("--resume", o.job.resume, "Continue from an earlier output of the same mode");

@@ -236,6 +236,7 @@ fold_report run_fold_job(const fold_job& job) {
   check_device(c.device);
   std::vector<std::string> guarded = job.inputs;
   if (!job.model.empty()) guarded.push_back(job.model);
+  if (c.avg_fn) guarded.push_back(c.avg_fn->path);
   check_paths(job, guarded);
   const output_format format = choose_output_format(job.output, job.format);
 
@@ -249,6 +250,7 @@ fold_report run_fold_job(const fold_job& job) {
   report.mode = c.mode;
   report.decay = c.decay;
   report.n = result.n;
+  report.avg_fn = c.avg_fn;
   report.tensors = result.tensors;
   for (const auto& e : result.carried) report.carried.push_back({e.entry.name, e.entry.type, e.from});
   report.objects_dropped = result.objects_dropped;
@@ -279,6 +281,7 @@ pipeline_report run_fold_pipeline(const fold_job& job, const std::optional<bn_st
   std::vector<std::string> inputs = job.inputs;
   inputs.push_back(job.model);
   inputs.push_back(bn->data.path);
+  if (job.config.avg_fn) inputs.push_back(job.config.avg_fn->path);
   check_paths(job, inputs);
   const output_format format = choose_output_format(job.output, job.format);
   const dataset data = open_dataset(bn->data);

@@ -18,6 +18,8 @@ std::string fold_report_json(const fold_report& r) {
   j["mode"] = mode_name(r.mode);
   if (r.mode == fold_mode::ema) j["decay"] = r.decay;
   j["n"] = r.n;
+  if (r.avg_fn)
+    j["avg_fn"] = {{"option", avg_fn_option(r.avg_fn->kind)}, {"path", r.avg_fn->path}, {"sha256", r.avg_fn->sha256}};
   j["inputs"] = r.inputs;
   if (!r.resume.empty()) j["resume"] = r.resume;
   size_t processed = 0;

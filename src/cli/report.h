@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@ struct fold_report {
   fold_mode mode = fold_mode::swa;
   double decay = 0.0;
   int64_t n = 0;  // checkpoints in the average, resumed ones included
+  std::optional<avg_fn_spec> avg_fn;  // the function that averaged (--avg-fn, --multi-avg-fn)
   std::vector<tensor_outcome> tensors;
   struct carried_object {
     std::string name, type, from;

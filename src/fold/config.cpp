@@ -41,6 +41,8 @@ const char* buffer_policy_name(buffer_policy b) {
   return "?";
 }
 
+const char* avg_fn_option(avg_fn_kind k) { return k == avg_fn_kind::multi_avg_fn ? "--multi-avg-fn" : "--avg-fn"; }
+
 std::string decimal(double v) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.17g", v);
@@ -79,6 +81,9 @@ void validate_weights(const std::vector<double>& weights, size_t inputs, bool re
 }  // namespace
 
 void validate_config(const fold_config& c, size_t inputs, bool resuming) {
+  if (c.avg_fn && c.mode != fold_mode::swa)
+    throw usage_error(fmt::format("{} replaces the equal-weight average: it cannot be combined with {}",
+                                  avg_fn_option(c.avg_fn->kind), c.mode == fold_mode::ema ? "ema" : "--weights"));
   if (c.mode == fold_mode::ema) validate_ema(c);
   if (c.mode == fold_mode::weighted) validate_weights(c.weights, inputs, resuming);
   for (const auto& r : c.rules) {

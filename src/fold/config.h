@@ -24,12 +24,22 @@ enum class int_policy { latest, first, error };
 enum class warmup_kind { none, torch_ema, power };
 enum class accumulate_policy { automatic, native, float32, float64 };
 enum class output_layout { state_dict, averaged_model };
+// A TorchScript averaging function replacing SWA's arithmetic (fold/avg_fn.h): --avg-fn (avg_fn,
+// tensor by tensor) or --multi-avg-fn (PyTorch 2.x's multi_avg_fn, every tensor at once).
+enum class avg_fn_kind { avg_fn, multi_avg_fn };
 
 // The names the command line and swavg's metadata use: "swa"; "torch_ema"; "averaged-model".
 const char* mode_name(fold_mode m);
 const char* warmup_name(warmup_kind w);
 const char* layout_name(output_layout l);
 const char* buffer_policy_name(buffer_policy b);
+const char* avg_fn_option(avg_fn_kind k);  // "--avg-fn", "--multi-avg-fn"
+
+struct avg_fn_spec {
+  avg_fn_kind kind = avg_fn_kind::avg_fn;
+  std::string path;
+  std::string sha256;  // of the file: the resume record names the function by it
+};
 
 struct fold_config {
   fold_mode mode = fold_mode::swa;
@@ -43,19 +53,22 @@ struct fold_config {
   int_policy ints = int_policy::latest;
   std::vector<tensor_rule> rules;
   std::vector<std::string> buffer_patterns;  // extra buffer names (regex, searched)
+  // With an avg_fn the command line sets native unless --accumulate names a type: the function
+  // runs in the tensors' own dtype, as in PyTorch.
   accumulate_policy accumulate = accumulate_policy::automatic;
   std::optional<dtype> output_dtype;  // for floating tensors
   bool allow_missing = false;
   bool allow_nonfinite = false;
   device_spec device;
   output_layout layout = output_layout::state_dict;
+  std::optional<avg_fn_spec> avg_fn;  // swa mode only
 };
 
 // Throws usage_error, naming the option and the accepted range, for a configuration no fold of
 // `inputs` checkpoints (continuing an earlier average when `resuming`) can run: for ema a decay
 // outside [0, 1], inv_gamma or power not finite and > 0, min_decay outside [0, decay]; weights not
 // finite and >= 0, or not one per input, or summing to 0 or to more than the largest double; a
-// rule's decay outside [0, 1] or outside ema.
+// rule's decay outside [0, 1] or outside ema; an avg_fn outside swa mode.
 void validate_config(const fold_config& c, size_t inputs, bool resuming);
 
 // "0.99900000000000011": doubles in messages, exactly.

@@ -8,8 +8,10 @@
 #include <map>
 #include <memory>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "fold/aten.h"
+#include "fold/avg_fn.h"
 #include "fold/int_average.h"
 #include "fold/layout.h"
 #include "fold/native_fold.h"
@@ -37,8 +39,9 @@ bool same_values(dtype t, const uint8_t* a, const uint8_t* b, int64_t n) {
 // Folds planned tensors one after the other into the sink.
 class folder {
  public:
-  folder(const fold_config& c, const fold_inputs& in, chunk_writer sink, progress& bar)
-      : c_(c), in_(in), sink_(std::move(sink)), bar_(bar) {}
+  folder(const fold_config& c, const fold_inputs& in, chunk_writer sink, progress& bar, avg_function* fn,
+         std::unordered_map<const tensor_plan*, tensor_view> fn_results)
+      : c_(c), in_(in), sink_(std::move(sink)), bar_(bar), fn_(fn), fn_results_(std::move(fn_results)) {}
 
   void run(const tensor_plan& p) {
     switch (p.outcome.action) {
@@ -50,7 +53,9 @@ class folder {
           check_finite(p, data, bytes);
           sink_(data, bytes);
         };
-        if (is_integer_average(p))
+        if (fn_)
+          custom_average(p, write);
+        else if (is_integer_average(p))
           integer_average(c_, p, write);
         else if (native_average_covers(c_, p))
           native_average(c_, p, write);
@@ -131,10 +136,19 @@ class folder {
     bar_.advance(bytes);
   }
 
+  // --avg-fn computes each tensor here; --multi-avg-fn's results were computed before, in this order.
+  void custom_average(const tensor_plan& p, const chunk_writer& write) {
+    if (c_.avg_fn->kind == avg_fn_kind::avg_fn) return fn_->average(c_, p, write);
+    const tensor_view& v = fn_results_.at(&p);
+    write(v.data(), v.nbytes());
+  }
+
   const fold_config& c_;
   const fold_inputs& in_;
   chunk_writer sink_;
   progress& bar_;
+  avg_function* fn_;
+  std::unordered_map<const tensor_plan*, tensor_view> fn_results_;  // --multi-avg-fn's, by tensor
   uint64_t bytes_read_ = 0;
 };
 
@@ -166,6 +180,15 @@ std::vector<tensor_spec> output_specs(const fold_config& c, const fold_plan& pla
   return specs;
 }
 
+// The tensors the fold averages (not tied to an earlier one), in plan order.
+std::vector<const tensor_plan*> averaged_tensors(const fold_plan& plan,
+                                                 const std::vector<std::optional<size_t>>& ties) {
+  std::vector<const tensor_plan*> out;
+  for (size_t k = 0; k < plan.tensors.size(); ++k)
+    if (plan.tensors[k].outcome.action == tensor_action::average && !ties[k]) out.push_back(&plan.tensors[k]);
+  return out;
+}
+
 }  // namespace
 
 resume_record make_resume_record(const fold_config& c, const fold_plan& plan, const fold_inputs& in) {
@@ -182,6 +205,7 @@ resume_record make_resume_record(const fold_config& c, const fold_plan& plan, co
     r.accumulate_differs |= p.outcome.accumulate_type != p.outcome.output_type;
   }
   r.layout = c.layout;
+  r.avg_fn = c.avg_fn;
   if (in.resume) r.inputs.push_back(in.resume->sd.path);
   for (const auto& sd : in.checkpoints) r.inputs.push_back(sd.path);
   return r;
@@ -217,7 +241,8 @@ std::vector<bool> owned_tensors(const fold_plan& plan, const shard_layout& layou
 
 fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_target& target) {
   const fold_plan plan = plan_fold(c, in.checkpoints, in.resume ? &*in.resume : nullptr, in.model_kinds);
-  require_kernels(c, plan);
+  const std::unique_ptr<avg_function> fn = c.avg_fn ? load_avg_fn(*c.avg_fn) : nullptr;
+  if (!fn) require_kernels(c, plan);
   // safetensors has no shared storages, nor have shards: tied tensors are written out each.
   const std::vector<std::optional<size_t>> ties = target.format == output_format::torch && !target.shards
                                                       ? find_ties(plan)
@@ -239,6 +264,12 @@ fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_tar
     metadata = inherited_metadata(sources);
   }
   metadata[kResumeKey] = to_json(make_resume_record(c, plan, in));
+  std::unordered_map<const tensor_plan*, tensor_view> fn_results;
+  if (fn && c.avg_fn->kind == avg_fn_kind::multi_avg_fn) {
+    const std::vector<const tensor_plan*> averaged = averaged_tensors(plan, ties);
+    std::vector<tensor_view> views = fn->average_all(c, averaged);
+    for (size_t i = 0; i < averaged.size(); ++i) fn_results.emplace(averaged[i], std::move(views.at(i)));
+  }
 
   std::vector<bool> owned(plan.tensors.size() + 1, true);
   std::unique_ptr<tensor_sink> file_sink;
@@ -261,7 +292,7 @@ fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_tar
       for (const auto& s : plan.tensors[k].sources) total_bytes += s.view->nbytes();
 
   progress bar(total_bytes, "folding");
-  folder f(c, in, write, bar);
+  folder f(c, in, write, bar, fn.get(), std::move(fn_results));
   for (size_t k = 0; k < plan.tensors.size(); ++k) {
     if (ties[k])
       result.tied.push_back(tied_tensor{plan.tensors[k].name, plan.tensors[*ties[k]].name});

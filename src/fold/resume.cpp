@@ -13,6 +13,26 @@
 
 namespace swavg {
 
+namespace {
+
+const char* avg_fn_kind_name(avg_fn_kind k) { return k == avg_fn_kind::multi_avg_fn ? "multi_avg_fn" : "avg_fn"; }
+
+std::string describe(const std::optional<avg_fn_spec>& f) {
+  return f ? fmt::format("{} {} (sha256 {})", avg_fn_option(f->kind), f->path, f->sha256) : "swavg's own average";
+}
+
+// A resumed average continues only with the function it was made with: same kind, same file bytes.
+void check_same_function(const std::string& source, const std::optional<avg_fn_spec>& made,
+                         const std::optional<avg_fn_spec>& now) {
+  const bool same =
+      made.has_value() == now.has_value() && (!made || (made->kind == now->kind && made->sha256 == now->sha256));
+  if (!same)
+    throw usage_error(
+        fmt::format("{}: was made with {}, cannot resume it with {}", source, describe(made), describe(now)));
+}
+
+}  // namespace
+
 std::string to_json(const resume_record& r) {
   nlohmann::ordered_json j;
   j["version"] = r.version;
@@ -28,6 +48,8 @@ std::string to_json(const resume_record& r) {
   if (r.accumulate_differs) j["accumulate_differs"] = true;
   j["layout"] = layout_name(r.layout);
   j["inputs"] = r.inputs;
+  if (r.avg_fn)
+    j["avg_fn"] = {{"kind", avg_fn_kind_name(r.avg_fn->kind)}, {"path", r.avg_fn->path}, {"sha256", r.avg_fn->sha256}};
   return j.dump();
 }
 
@@ -102,6 +124,22 @@ class record_reader {
     return out;
   }
 
+  avg_fn_spec function(const std::string& field, const json& v) const {
+    if (!v.is_object() || !v.contains("kind") || !v.contains("path") || !v.contains("sha256"))
+      fail(field, "an object {\"kind\", \"path\", \"sha256\"}", v);
+    avg_fn_spec s;
+    s.kind = name(field + ".kind", v["kind"], {avg_fn_kind::avg_fn, avg_fn_kind::multi_avg_fn}, avg_fn_kind_name);
+    const std::string hex = "0123456789abcdef";
+    if (!v["path"].is_string()) fail(field + ".path", "a string", v["path"]);
+    const json& digest = v["sha256"];
+    if (!digest.is_string() || digest.get<std::string>().size() != 64 ||
+        digest.get<std::string>().find_first_not_of(hex) != std::string::npos)
+      fail(field + ".sha256", "64 lower-case hex digits", digest);
+    s.path = v["path"].get<std::string>();
+    s.sha256 = digest.get<std::string>();
+    return s;
+  }
+
  private:
   const json& j_;
   const std::string& source_;
@@ -136,6 +174,7 @@ resume_record resume_record_from_json(const std::string& text, const std::string
   if (f.has("layout"))
     r.layout = f.name("layout", j["layout"], {output_layout::state_dict, output_layout::averaged_model}, layout_name);
   if (f.has("inputs")) r.inputs = f.strings("inputs", j["inputs"]);
+  if (f.has("avg_fn")) r.avg_fn = f.function("avg_fn", j["avg_fn"]);
   return r;
 }
 
@@ -160,6 +199,7 @@ resumed_average open_resumed(state_dict sd, const fold_config& c) {
   if (rec.mode != c.mode)
     throw usage_error(fmt::format("{}: was made in {} mode, cannot resume it in {} mode", sd.path, mode_name(rec.mode),
                                   mode_name(c.mode)));
+  check_same_function(sd.path, rec.avg_fn, c.avg_fn);
   if (c.mode == fold_mode::ema && rec.decay && *rec.decay != c.decay)
     spdlog::warn("{}: was made with decay {}, resuming with decay {}", sd.path, decimal(*rec.decay), decimal(c.decay));
   if (rec.accumulate_differs)

@@ -6,7 +6,8 @@
  *   {"version": 1, "mode": "swa"|"ema"|"weighted", "n": N, "decay": D, "warmup": W (ema only),
  *    "counts": {name: n} (tensors averaged over fewer checkpoints, --allow-missing),
  *    "accumulate_differs": true (rounded from a wider accumulator), "layout": "state-dict"|
- *    "averaged-model", "inputs": [paths]}
+ *    "averaged-model", "inputs": [paths],
+ *    "avg_fn": {"kind": "avg_fn"|"multi_avg_fn", "path": P, "sha256": HEX} (--avg-fn, --multi-avg-fn)}
  * A record is read strictly: every field has its JSON type and range (n in [1, 2^53], a count in
  * [1, n], decay in [0, 1], names from their sets), else it is an input_error naming the file and
  * the field, so a damaged or hand-edited record never continues into wrong numbers.
@@ -41,6 +42,7 @@ struct resume_record {
   bool accumulate_differs = false;
   output_layout layout = output_layout::state_dict;
   std::vector<std::string> inputs;  // the resumed file (if any), then the inputs, in fold order
+  std::optional<avg_fn_spec> avg_fn;  // the function the average was made with, if not swavg's own
 };
 
 std::string to_json(const resume_record& r);
@@ -68,7 +70,8 @@ struct resumed_average {
 };
 
 // Reads the record of `sd` (an output of swavg average/ema) and checks that a fold with `c` can
-// continue it. Throws usage_error (no record, another mode) or input_error (a malformed record).
+// continue it. Throws usage_error (no record, another mode, another averaging function: a different
+// kind or file contents) or input_error (a malformed record).
 resumed_average open_resumed(state_dict sd, const fold_config& c);
 
 }  // namespace swavg

@@ -4,7 +4,7 @@
  * registry is built by static initialisers), more than reading a large checkpoint, so `swavg` does
  * not load it: inspect, convert, average and ema run there (TorchScript files included: they are
  * read by formats/torchscript.cpp) whenever swavg's own kernels cover the job. Everything else
- * (update-bn, GPUs, complex averages) throws
+ * (update-bn, GPUs, complex averages, --avg-fn) throws
  * needs_libtorch before any output is written, and main() hands the same command line to
  * swavg-torch, the same program linked with LibTorch. The fuzz drivers link this file too.
  *
@@ -16,6 +16,7 @@
 #include <cstdlib>
 
 #include "fold/aten.h"
+#include "fold/avg_fn.h"
 #include "fold/native_kernels.h"
 #include "libtorch/update_bn.h"
 #include "util/error.h"
@@ -38,6 +39,11 @@ void check_device(const device_spec& device) {
 
 void aten_average(const fold_config&, const tensor_plan& p, const chunk_writer&) {
   require_libtorch(fmt::format("averaging tensor '{}' with ATen", p.name));
+}
+
+std::unique_ptr<avg_function> load_avg_fn(const avg_fn_spec& spec) {
+  require_libtorch(fmt::format("{} {} (a TorchScript function)", avg_fn_option(spec.kind), spec.path));
+  return nullptr;
 }
 
 update_bn_result update_batchnorm(const std::string&, const std::vector<named_tensor>&, const std::string&,

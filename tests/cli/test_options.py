@@ -9,6 +9,7 @@ import json
 import os
 import re
 import unittest
+from typing import List
 
 import numpy as np
 import torch
@@ -32,6 +33,17 @@ def options_of(command):
         longs = [f for f in flags if f.startswith("--")]
         names.append(longs[0] if longs else flags[0])
     return [n for n in names if n not in SKIPPED]
+
+
+class SwaFunction(torch.nn.Module):
+    def forward(self, averaged: torch.Tensor, current: torch.Tensor, num_averaged: torch.Tensor) -> torch.Tensor:
+        return averaged + (current - averaged) / (num_averaged + 1)
+
+
+class SwaListFunction(torch.nn.Module):
+    def forward(self, averaged: List[torch.Tensor], current: List[torch.Tensor], num_averaged: torch.Tensor) -> None:
+        for a, c in zip(averaged, current):
+            a.copy_(a + (c - a) / (num_averaged + 1))
 
 
 def bn(name):
@@ -62,6 +74,12 @@ class OptionOrderTest(TempDirTest):
         self.raw_shape = ",".join(str(d) for d in data.shape[1:])
         self.data_pt = self.path("data.pt")
         torch.save({"x": torch.from_numpy(data)}, self.data_pt)
+
+    def function_file(self, kind):
+        path = self.path(kind + ".ts")
+        if not os.path.exists(path):
+            torch.jit.script(SwaFunction() if kind == "avg_fn" else SwaListFunction()).save(path)
+        return path
 
     # Per option: (its arguments, arguments the run needs besides, inputs, expected input list).
     # "inputs" None: the cnn run's first three; a function of self gives the others.
@@ -116,6 +134,8 @@ class OptionOrderTest(TempDirTest):
         }
         if command == "average":
             cases["--weights"] = (["--weights", "1,2,3"], [], ins, ins)
+            cases["--avg-fn"] = (["--avg-fn", self.function_file("avg_fn")], [], ins, ins)
+            cases["--multi-avg-fn"] = (["--multi-avg-fn", self.function_file("multi_avg_fn")], [], ins, ins)
             cases.update(bn_cases)
         else:
             cases["--decay"] = (["--decay", "0.9"], [], ins, ins)
