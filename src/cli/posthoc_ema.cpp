@@ -81,7 +81,7 @@ std::vector<ema_profile> snapshot_profiles(const posthoc_options& o) {
     p.t = o.times.empty() ? named->t : o.times[i];
     p.sigma_rel = o.sigmas.empty() ? named->sigma_rel : o.sigmas[o.sigmas.size() == 1 ? 0 : i];
     if (!std::isfinite(p.t) || p.t <= 0)
-      throw usage_error(fmt::format("{}: training time t must be finite and > 0, found {}", path, decimal(p.t)));
+      throw usage_error(fmt::format("{}: training time t must be finite and > 0, found {}", path, p.t));
     p.gamma = sigma_rel_to_gamma(p.sigma_rel, fmt::format("{}: snapshot", path));
   }
   return profiles;
@@ -124,7 +124,7 @@ nlohmann::ordered_json output_json(const planned_output& out, const std::vector<
       excluded.push_back({{"path", inputs[i]},
                           {"t", profiles[i].t},
                           {"sigma_rel", profiles[i].sigma_rel},
-                          {"why", fmt::format("t = {} is after T = {}", decimal(profiles[i].t), decimal(out.solution.at))}});
+                          {"why", fmt::format("t = {} is after T = {}", profiles[i].t, out.solution.at)}});
   j["excluded"] = excluded;
   return j;
 }
@@ -188,7 +188,7 @@ void run_posthoc_ema(const posthoc_options& o) {
   report["wall_time_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (const auto& out : outs)
     spdlog::info("{}: post-hoc EMA sigma_rel {} (gamma {:.6g}) at T = {} from {} snapshots", out.path, out.sigma_text,
-                 out.solution.gamma, decimal(at), out.solution.used.size());
+                 out.solution.gamma, at, out.solution.used.size());
   emit_report(report.dump(1), o.report_file, o.json);
 }
 

@@ -51,7 +51,7 @@ bool is_decimal(const std::string& s) {
 
 double sigma_rel_to_gamma(double sigma_rel, const std::string& what) {
   if (!std::isfinite(sigma_rel) || sigma_rel <= 0.0 || sigma_rel >= kMaxSigmaRel)
-    throw usage_error(fmt::format("{}: sigma_rel must be in (0, {}), found {}", what, kMaxSigmaRel, decimal(sigma_rel)));
+    throw usage_error(fmt::format("{}: sigma_rel must be in (0, {}), found {}", what, kMaxSigmaRel, sigma_rel));
   const double inv_s2 = 1.0 / (sigma_rel * sigma_rel);
   double lo = 0.0;  // cubic(lo) < 0
   double hi = std::max(1.0, 2.0 / sigma_rel);
@@ -119,7 +119,7 @@ std::vector<double> solve_linear(std::vector<double> a, std::vector<double> b, s
 phema_solution solve_phema(const std::vector<ema_profile>& snapshots, double target_sigma_rel, double at) {
   phema_solution s;
   s.gamma = sigma_rel_to_gamma(target_sigma_rel);
-  if (!std::isfinite(at) || at <= 0) throw usage_error(fmt::format("--at: T must be finite and > 0, found {}", decimal(at)));
+  if (!std::isfinite(at) || at <= 0) throw usage_error(fmt::format("--at: T must be finite and > 0, found {}", at));
   s.at = at;
   double first = INFINITY;
   for (size_t i = 0; i < snapshots.size(); ++i) {
@@ -127,7 +127,7 @@ phema_solution solve_phema(const std::vector<ema_profile>& snapshots, double tar
     if (snapshots[i].t <= at) s.used.push_back(i);
   }
   if (s.used.empty())
-    throw usage_error(fmt::format("--at {} is before every snapshot (the first is at t = {})", decimal(at), decimal(first)));
+    throw usage_error(fmt::format("--at {} is before every snapshot (the first is at t = {})", at, first));
   for (size_t i = 0; i < s.used.size(); ++i)
     for (size_t j = i + 1; j < s.used.size(); ++j) {
       const ema_profile& a = snapshots[s.used[i]];
@@ -135,12 +135,12 @@ phema_solution solve_phema(const std::vector<ema_profile>& snapshots, double tar
       if (a.t == b.t && a.sigma_rel == b.sigma_rel)
         throw usage_error(fmt::format("snapshots {} and {} have the same profile (t = {}, sigma_rel = {}): the system "
                                       "would be singular; pass each profile once",
-                                      s.used[i] + 1, s.used[j] + 1, decimal(a.t), decimal(a.sigma_rel)));
+                                      s.used[i] + 1, s.used[j] + 1, a.t, a.sigma_rel));
     }
   const size_t n = s.used.size();
   if (n < 2)
     throw usage_error(fmt::format("post-hoc EMA needs at least two distinct snapshot profiles with t <= {}, found {}",
-                                  decimal(at), n));
+                                  at, n));
   std::vector<double> a(n * n), b(n);
   for (size_t i = 0; i < n; ++i) {
     const ema_profile& p = snapshots[s.used[i]];
