@@ -103,6 +103,7 @@ void add_fold_options(CLI::App* app, fold_options& o) {
 void run_fold_command(fold_options o) {
   o.job.inputs = select_inputs(o.selection);
   if (!o.rules_file.empty()) o.job.config.rules = load_rules(o.rules_file);
+  if (o.complete) o.complete(o.job);
   o.job.report_file = o.report_file;
   std::optional<bn_step> bn;
   if (o.update_bn) {

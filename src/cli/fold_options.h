@@ -4,6 +4,7 @@
  */
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "cli/input_list.h"
@@ -23,6 +24,7 @@ struct fold_options {
   bool json = false;
   bool update_bn = false;
   bn_step bn;
+  std::function<void(fold_job&)> complete;  // a subcommand's last step once the inputs are known
 };
 
 void add_fold_options(CLI::App* app, fold_options& o);

@@ -67,7 +67,13 @@ fold_report run_fold_job(const fold_job& job) {
   check_paths(job, guarded);
   const output_format format = choose_output_format(job.output, job.format);
 
-  const fold_result result = run_fold(c, load_fold_inputs(job), fold_target{job.output, format, job.drop_objects});
+  fold_inputs in = load_fold_inputs(job);
+  fold_config folded = c;
+  if (folded.power_ema && in.resume) {
+    folded.power_ema->start_time = *in.resume->record.last_t;
+    validate_config(folded, job.inputs.size(), true);
+  }
+  const fold_result result = run_fold(folded, in, fold_target{job.output, format, job.drop_objects});
 
   fold_report report;
   report.inputs = job.inputs;
@@ -76,6 +82,7 @@ fold_report run_fold_job(const fold_job& job) {
   report.format = format;
   report.mode = c.mode;
   report.decay = c.decay;
+  report.power_ema = folded.power_ema;
   report.n = result.n;
   report.tensors = result.tensors;
   for (const auto& e : result.carried) report.carried.push_back({e.entry.name, e.entry.type, e.from});

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ struct fold_report {
   output_format format = output_format::torch;
   fold_mode mode = fold_mode::swa;
   double decay = 0.0;
+  std::optional<power_function_ema> power_ema;  // ema --power-sigma-rel (decay unused)
   int64_t n = 0;  // checkpoints in the average, resumed ones included
   std::vector<tensor_outcome> tensors;
   struct carried_object {
