@@ -5,6 +5,7 @@ noise, two power-function EMAs (sigma_rel 0.05 and 0.10) are updated every step 
 PyTorch, and snapshots of both are saved every K steps under EDM2's names.
 
 Every expected value is computed here by numpy and PyTorch, never taken from swavg."""
+import copy
 import json
 import os
 import pickle
@@ -343,6 +344,137 @@ class PosthocEmaTest(TempDirTest):
             # object is read as data, never reconstructed, and is no state dict (a usage error).
             self.assert_refused(2, "--sigma-rel", "0.07", "--key", "ema", zipped, self.snapshots[-1], outputs=["pkl"])
         self.assertFalse(os.path.exists(marker))
+
+
+class PowerSigmaRelTest(TempDirTest):
+    """swavg ema --power-sigma-rel: EDM2's power-function EMA folded over checkpoints."""
+
+    def checkpoints(self, times, dtype=torch.float32, name="ckpt-%07d.pt"):
+        torch.manual_seed(7)
+        net = Net().to(dtype)
+        paths = []
+        with torch.no_grad():
+            for t in times:
+                for p in net.parameters():
+                    p.add_(0.01 + 0.1 * torch.randn_like(p))
+                net.bn.num_batches_tracked += 1
+                path = self.path(name % t)
+                torch.save({k: v.clone() for k, v in net.state_dict().items()}, path)
+                paths.append(path)
+        return paths
+
+    def ema(self, *args, out="ema.pt"):
+        p = swavg("ema", *args, "-o", self.path(out), "--json", "--force")
+        report = json.loads(p.stdout)
+        return load_output(self.path(out)), report
+
+    def lerp_reference(self, paths, times, gamma, start=0.0, ema=None):
+        """The fold in PyTorch: p_ema.lerp_(p, 1 - beta), beta as EDM2's power_function_beta."""
+        prev = start
+        for path, t in zip(paths, times):
+            sd = torch.load(path)
+            if ema is None:
+                ema = {k: v.clone() for k, v in sd.items()}
+            else:
+                beta = (1 - (t - prev) / t) ** (gamma + 1)
+                for k, v in sd.items():
+                    if v.is_floating_point() and not is_buffer_name(k):
+                        ema[k].lerp_(v, 1 - beta)
+                    else:
+                        ema[k] = v.clone()
+            prev = t
+        return ema
+
+    def assert_same(self, got, want):
+        self.assertEqual(list(got), list(want))
+        for k in want:
+            self.assertEqual(got[k].dtype, want[k].dtype, k)
+            self.assertTrue(torch.equal(got[k].view(-1).view(torch.uint8) if got[k].is_floating_point() else got[k],
+                                        want[k].view(-1).view(torch.uint8) if want[k].is_floating_point() else want[k]),
+                            k)
+
+    def test_sparse_checkpoints_bit_exact_with_lerp(self):
+        times = [4096, 8192, 12288, 20480, 40960]
+        for dtype in (torch.float32, torch.bfloat16):
+            paths = self.checkpoints(times, dtype, name="ckpt-%07d-" + str(dtype)[6:] + ".pt")
+            got, report = self.ema("--power-sigma-rel", "0.10", *paths)
+            gamma = report["power_ema"]["gamma"]
+            self.assertAlmostEqual(gamma, std_to_exp(0.10).item(), delta=1e-12)
+            self.assertEqual(report["power_ema"]["times"], [float(t) for t in times])
+            self.assert_same(got, self.lerp_reference(paths, times, gamma))
+
+    def test_every_step_equals_edm2_update(self):
+        """Checkpoints of the raw model after every step: the fold equals EDM2's PowerFunctionEMA
+        updated each step with t_next = cur_nimg, t_delta = batch_size (1 here)."""
+        torch.manual_seed(3)
+        net = Net()
+        steps = 60
+        paths = []
+        with torch.no_grad():
+            for t in range(1, steps + 1):
+                for p in net.parameters():
+                    p.add_(0.01 + 0.1 * torch.randn_like(p))
+                path = self.path("step_%d.pt" % t)
+                torch.save({k: v.clone() for k, v in net.state_dict().items()}, path)
+                paths.append(path)
+        got, report = self.ema("--power-sigma-rel", "0.05", *paths)
+        gamma = report["power_ema"]["gamma"]  # checked against numpy's root below
+        self.assertAlmostEqual(gamma, std_to_exp(0.05).item(), delta=1e-12)
+        torch.manual_seed(3)
+        net = Net()
+        ema = copy.deepcopy(net)  # PowerFunctionEMA.__init__
+        with torch.no_grad():
+            for t in range(1, steps + 1):
+                for p in net.parameters():
+                    p.add_(0.01 + 0.1 * torch.randn_like(p))
+                beta = (1 - 1 / t) ** (gamma + 1)  # phema.py's power_function_beta(std, t, 1)
+                for p_net, p_ema in zip(net.parameters(), ema.parameters()):
+                    p_ema.lerp_(p_net, 1 - beta)
+        for name, p in ema.named_parameters():
+            self.assertTrue(torch.equal(got[name].view(torch.int32), p.detach().view(torch.int32)), name)
+
+    def test_resume_continues(self):
+        times = [100, 200, 300, 400]
+        paths = self.checkpoints(times)
+        whole, report = self.ema("--power-sigma-rel", "0.10", *paths, out="whole.pt")
+        self.ema("--power-sigma-rel", "0.10", *paths[:2], out="part.pt")
+        resumed, r2 = self.ema("--power-sigma-rel", "0.10", "--resume", self.path("part.pt"), *paths[2:], out="rest.pt")
+        self.assertEqual(r2["power_ema"]["start_t"], 200.0)
+        self.assert_same(resumed, whole)
+        # another sigma, or none, cannot continue it; nor can an earlier time
+        for args in (["--power-sigma-rel", "0.05"], ["--decay", "0.9"]):
+            p = swavg("ema", *args, "--resume", self.path("part.pt"), *paths[2:], "-o", self.path("x.pt"), check=False)
+            self.assertEqual(p.returncode, 2, p.stderr)
+        p = swavg("ema", "--power-sigma-rel", "0.10", "--resume", self.path("part.pt"), paths[1], paths[3],
+                  "-o", self.path("x.pt"), check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertFalse(os.path.exists(self.path("x.pt")))
+
+    def test_times_from_list_and_errors(self):
+        paths = self.checkpoints([1, 2, 3], name="weights%d.pt")
+        got, _ = self.ema("--power-sigma-rel", "0.2", "--snapshot-times", "10,20,35", *paths)
+        gamma = std_to_exp(0.2).item()
+        _, report = self.ema("--power-sigma-rel", "0.2", "--snapshot-times", "10,20,35", *paths, out="again.pt")
+        self.assert_same(got, self.lerp_reference(paths, [10, 20, 35], report["power_ema"]["gamma"]))
+        self.assertAlmostEqual(report["power_ema"]["gamma"], gamma, delta=1e-12)
+        bad = [
+            ["--power-sigma-rel", "0.2", *paths],  # no time in the names
+            ["--power-sigma-rel", "0.2", "--snapshot-times", "10,20", *paths],
+            ["--power-sigma-rel", "0.2", "--snapshot-times", "10,20,20", *paths],
+            ["--power-sigma-rel", "0.2", "--snapshot-times", "30,20,40", *paths],
+            ["--power-sigma-rel", "0.2", "--snapshot-times", "0,20,40", *paths],
+            ["--power-sigma-rel", "0.28", "--snapshot-times", "10,20,35", *paths],
+            ["--power-sigma-rel", "0", "--snapshot-times", "10,20,35", *paths],
+            ["--power-sigma-rel", "0.2", "--decay", "0.9", "--snapshot-times", "10,20,35", *paths],
+            ["--snapshot-times", "10,20,35", "--decay", "0.9", *paths],
+            ["--power-sigma-rel", "0.2", "--warmup", "power", "--snapshot-times", "10,20,35", *paths],
+        ]
+        for args in bad:
+            p = swavg("ema", *args, "-o", self.path("bad.pt"), check=False)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+            self.assertFalse(os.path.exists(self.path("bad.pt")), args)
+        # the last valid sigma_rel below the bound
+        self.ema("--power-sigma-rel", repr(np.nextafter(0.28, 0)), "--snapshot-times", "10,20,35", *paths, out="ok.pt")
 
 
 if __name__ == "__main__":
