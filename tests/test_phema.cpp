@@ -96,6 +96,29 @@ TEST_CASE("solve_phema: reproduces a snapshot's own profile, normalised", "[phem
   // The target is snapshot 7's own profile: x = e_7.
   for (size_t i = 0; i < sol.coefficients.size(); ++i) CHECK(sol.coefficients[i] == Approx(i == 7 ? 1.0 : 0.0).margin(1e-6));
 
+  // A profile outside the snapshots' span: least squares leaves a sum off 1, normalised back to it.
+  const auto other = solve_phema(snaps, 0.2, 40.0);
+  double sum = 0;
+  for (double x : other.coefficients) sum += x;
+  CHECK(sum == Approx(1.0).epsilon(1e-14));
+  const auto raw = solve_linear(
+      [&] {
+        std::vector<double> a;
+        for (const auto& p : snaps)
+          for (const auto& q : snaps) a.push_back(profile_inner(p.t, p.gamma, q.t, q.gamma));
+        return a;
+      }(),
+      [&] {
+        std::vector<double> b;
+        for (const auto& p : snaps) b.push_back(profile_inner(p.t, p.gamma, 40.0, sigma_rel_to_gamma(0.2)));
+        return b;
+      }(),
+      snaps.size());
+  double raw_sum = 0;
+  for (double x : raw) raw_sum += x;
+  CHECK(std::fabs(raw_sum - 1.0) > 1e-6);
+  for (size_t i = 0; i < raw.size(); ++i) CHECK(other.coefficients[i] == Approx(raw[i] / raw_sum).epsilon(1e-13));
+
   const auto early = solve_phema(snaps, 0.07, 25.0);
   CHECK(early.used == std::vector<size_t>{0, 1, 2, 3});
   CHECK(early.at == 25.0);
