@@ -94,7 +94,8 @@ TEST_CASE("solve_phema: reproduces a snapshot's own profile, normalised", "[phem
   for (double x : sol.coefficients) total += x;
   CHECK(total == Approx(1.0).epsilon(1e-14));
   // The target is snapshot 7's own profile: x = e_7.
-  for (size_t i = 0; i < sol.coefficients.size(); ++i) CHECK(sol.coefficients[i] == Approx(i == 7 ? 1.0 : 0.0).margin(1e-6));
+  for (size_t i = 0; i < sol.coefficients.size(); ++i)
+    CHECK(sol.coefficients[i] == Approx(i == 7 ? 1.0 : 0.0).margin(1e-6));
 
   // A profile outside the snapshots' span: least squares leaves a sum off 1, normalised back to it.
   const auto other = solve_phema(snaps, 0.2, 40.0);
@@ -132,7 +133,7 @@ TEST_CASE("solve_phema refuses what it cannot solve", "[phema]") {
   CHECK_THROWS_AS(solve_phema(two, 0.0, 10), usage_error);
   CHECK_THROWS_AS(solve_phema(two, 0.1, std::nextafter(10.0, 0.0)), usage_error);  // before every snapshot
   CHECK_NOTHROW(solve_phema(two, 0.1, 10.0));
-  CHECK_THROWS_AS(solve_phema({{10, 0.05, g5}}, 0.1, 10), usage_error);            // one profile
+  CHECK_THROWS_AS(solve_phema({{10, 0.05, g5}}, 0.1, 10), usage_error);                  // one profile
   CHECK_THROWS_AS(solve_phema({{10, 0.05, g5}, {10, 0.05, g5}}, 0.1, 10), usage_error);  // a duplicate
   CHECK_THROWS_AS(solve_phema({{10, 0.05, g5}, {20, 0.05, g5}, {10, 0.05, g5}}, 0.1, 20), usage_error);
   CHECK_THROWS_AS(solve_phema(two, 0.1, NAN), usage_error);

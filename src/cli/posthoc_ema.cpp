@@ -72,10 +72,10 @@ std::vector<ema_profile> snapshot_profiles(const posthoc_options& o) {
     if (o.times.empty() || o.sigmas.empty()) {
       named = parse_snapshot_name(path);
       if (!named)
-        throw usage_error(fmt::format(
-            "{}: the name does not end in EDM2's -<t>-<sigma_rel> (as in snap-0004096-0.050.pt); give "
-            "--snapshot-times and --snapshot-sigmas",
-            path));
+        throw usage_error(
+            fmt::format("{}: the name does not end in EDM2's -<t>-<sigma_rel> (as in snap-0004096-0.050.pt); give "
+                        "--snapshot-times and --snapshot-sigmas",
+                        path));
     }
     ema_profile& p = profiles[i];
     p.t = o.times.empty() ? named->t : o.times[i];
@@ -158,6 +158,12 @@ void run_posthoc_ema(const posthoc_options& o) {
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return profiles[a].t < profiles[b].t; });
   std::vector<state_dict> snapshots;
   for (size_t i : order) snapshots.push_back(load_state_dict(o.inputs[i], o.load));
+  for (const auto& sd : snapshots)
+    if (sd.key != snapshots.front().key)
+      throw mismatch_error(
+          fmt::format("the snapshots' state dicts were found at different places: '{}' in {}, '{}' in "
+                      "{}; choose one with --key PATH",
+                      snapshots.front().key, snapshots.front().path, sd.key, sd.path));
 
   std::vector<posthoc_output> targets;
   nlohmann::ordered_json report;
@@ -202,8 +208,7 @@ command setup_posthoc_ema(CLI::App& parent) {
   app->add_option("--sigma-rel", o->sigma_rels, "Target sigma_rel in (0, 0.28); repeat for several outputs")
       ->required();
   app->add_option("--at", o->at, "Target training time T (default: the latest snapshot's); later snapshots are unused");
-  app->add_option("--snapshot-times", o->times, "Each snapshot's training time t, instead of its name")
-      ->delimiter(',');
+  app->add_option("--snapshot-times", o->times, "Each snapshot's training time t, instead of its name")->delimiter(',');
   app->add_option("--snapshot-sigmas", o->sigmas, "Each snapshot's sigma_rel (or one for all), instead of its name")
       ->delimiter(',');
   app->add_option("-o,--output", o->output, "File to write; with several --sigma-rel a pattern with {sigma_rel}")

@@ -70,9 +70,7 @@ double sigma_rel_to_gamma(double sigma_rel, const std::string& what) {
   return g;
 }
 
-double gamma_to_sigma_rel(double gamma) {
-  return std::sqrt((gamma + 1) / ((gamma + 2) * (gamma + 2) * (gamma + 3)));
-}
+double gamma_to_sigma_rel(double gamma) { return std::sqrt((gamma + 1) / ((gamma + 2) * (gamma + 2) * (gamma + 3))); }
 
 double profile_inner(double ta, double ga, double tb, double gb) {
   const double ratio = ta / tb;
@@ -92,10 +90,10 @@ std::vector<double> solve_linear(std::vector<double> a, std::vector<double> b, s
       if (std::fabs(a[i * n + k]) > std::fabs(a[p * n + k])) p = i;
     const double pivot = a[p * n + k];
     if (!std::isfinite(pivot) || std::fabs(pivot) <= static_cast<double>(n) * DBL_EPSILON * scale[k])
-      throw usage_error(fmt::format(
-          "the post-hoc EMA system is singular: pivot {} of {} is {} (column scale {}); two snapshots have "
-          "(nearly) the same profile",
-          k + 1, n, pivot, scale[k]));
+      throw usage_error(
+          fmt::format("the post-hoc EMA system is singular: pivot {} of {} is {} (column scale {}); two snapshots have "
+                      "(nearly) the same profile",
+                      k + 1, n, pivot, scale[k]));
     if (p != k) {
       for (size_t j = 0; j < n; ++j) std::swap(a[k * n + j], a[p * n + j]);
       std::swap(b[k], b[p]);
@@ -133,14 +131,15 @@ phema_solution solve_phema(const std::vector<ema_profile>& snapshots, double tar
       const ema_profile& a = snapshots[s.used[i]];
       const ema_profile& b = snapshots[s.used[j]];
       if (a.t == b.t && a.sigma_rel == b.sigma_rel)
-        throw usage_error(fmt::format("snapshots {} and {} have the same profile (t = {}, sigma_rel = {}): the system "
-                                      "would be singular; pass each profile once",
-                                      s.used[i] + 1, s.used[j] + 1, a.t, a.sigma_rel));
+        throw usage_error(
+            fmt::format("snapshots {} and {} have the same profile (t = {}, sigma_rel = {}): the system "
+                        "would be singular; pass each profile once",
+                        s.used[i] + 1, s.used[j] + 1, a.t, a.sigma_rel));
     }
   const size_t n = s.used.size();
   if (n < 2)
-    throw usage_error(fmt::format("post-hoc EMA needs at least two distinct snapshot profiles with t <= {}, found {}",
-                                  at, n));
+    throw usage_error(
+        fmt::format("post-hoc EMA needs at least two distinct snapshot profiles with t <= {}, found {}", at, n));
   std::vector<double> a(n * n), b(n);
   for (size_t i = 0; i < n; ++i) {
     const ema_profile& p = snapshots[s.used[i]];

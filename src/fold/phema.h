@@ -49,10 +49,10 @@ struct ema_profile {
 std::vector<double> solve_linear(std::vector<double> a, std::vector<double> b, size_t n);
 
 struct phema_solution {
-  double gamma = 0.0;                 // of the target
-  double at = 0.0;                    // T
-  std::vector<size_t> used;           // indices into the snapshots, t_i <= T, in their order
-  std::vector<double> coefficients;   // one per used snapshot, summing to 1
+  double gamma = 0.0;                // of the target
+  double at = 0.0;                   // T
+  std::vector<size_t> used;          // indices into the snapshots, t_i <= T, in their order
+  std::vector<double> coefficients;  // one per used snapshot, summing to 1
 };
 
 // The coefficients reconstructing the profile (at, target_sigma_rel) from `snapshots` (gamma

@@ -26,8 +26,7 @@ void convert_or_fail(dtype from, const void* src, dtype to, void* dst, int64_t n
 // The planned tensors' sinks, one per output, written in step.
 class posthoc_writer {
  public:
-  posthoc_writer(const std::vector<posthoc_output>& outputs,
-                 std::vector<std::unique_ptr<tensor_sink>>& sinks)
+  posthoc_writer(const std::vector<posthoc_output>& outputs, std::vector<std::unique_ptr<tensor_sink>>& sinks)
       : outputs_(outputs), sinks_(sinks) {}
 
   void run(const tensor_plan& p) {
@@ -129,8 +128,8 @@ posthoc_result run_posthoc(const std::vector<state_dict>& snapshots, const std::
   const fold_plan plan = plan_fold(c, snapshots, nullptr);
   for (const auto& o : outputs)
     if (o.coefficients.size() != snapshots.size())
-      throw std::logic_error(fmt::format("{}: {} coefficients for {} snapshots", o.path, o.coefficients.size(),
-                                         snapshots.size()));
+      throw std::logic_error(
+          fmt::format("{}: {} coefficients for {} snapshots", o.path, o.coefficients.size(), snapshots.size()));
   const std::vector<tensor_spec> specs = specs_of(plan);
   posthoc_result result;
   std::vector<object_entry> objects;

@@ -305,6 +305,9 @@ class PosthocEmaTest(TempDirTest):
         torch.save({"w": torch.ones(3)}, os.path.join(folder, "s-0000040-0.100.pt"))
         files = sorted(os.path.join(folder, f) for f in os.listdir(folder))
         self.assert_refused(4, "--sigma-rel", "0.07", *files, out="x-{sigma_rel}.pt", outputs=["d"])
+        # the state dict at the top level of one and under "ema" in the other
+        torch.save({"ema": {"w": torch.ones(3)}, "step": 40}, files[0])
+        self.assert_refused(4, "--sigma-rel", "0.07", *files, outputs=["d"])
 
     def test_code_carrying_pickles_are_refused(self):
         """EDM2's own snapshots are pickles whose objects carry source code
