@@ -80,8 +80,24 @@ TEST_CASE("LU with partial pivoting solves a hand case", "[phema]") {
   CHECK(x[1] == Approx(2).epsilon(1e-15));
   CHECK(x[2] == Approx(3).epsilon(1e-15));
   CHECK_THROWS_AS(solve_linear({1, 2, 2, 4}, {1, 2}, 2), usage_error);
-  CHECK_THROWS_AS(solve_linear({1, 2, 1, 2 + 1e-17}, {1, 2}, 2), usage_error);
-  CHECK_NOTHROW(solve_linear({1, 2, 1, 2 + 1e-12}, {1, 2}, 2));
+  // The threshold, n * DBL_EPSILON * column scale = 2 * 2^-52 * 2 = 2^-50: the last pivot is 2^-51
+  // (refused), 2^-50 (refused: at the bound), 2^-49 (solved).
+  CHECK_THROWS_AS(solve_linear({1, 2, 1, 2 + std::ldexp(1.0, -51)}, {1, 2}, 2), usage_error);
+  CHECK_THROWS_AS(solve_linear({1, 2, 1, 2 + std::ldexp(1.0, -50)}, {1, 2}, 2), usage_error);
+  CHECK_NOTHROW(solve_linear({1, 2, 1, 2 + std::ldexp(1.0, -49)}, {1, 2}, 2));
+  CHECK_THROWS_AS(solve_linear({1, NAN, 1, 2}, {1, 2}, 2), usage_error);
+}
+
+TEST_CASE("an ill-conditioned real schedule is solved (EDM2-XS: 268 snapshots x 2 sigmas)", "[phema]") {
+  // EDM2's img512-xs run: 2147 Mimg, snapshots every 8 Mimg, sigma_rel 0.05 and 0.10 (cond ~5.6e8
+  // in numpy; its smallest pivot is 4.7e-6 of its column, far above the refusal threshold).
+  std::vector<ema_profile> snaps;
+  for (double s : {0.05, 0.10})
+    for (int k = 1; k <= 268; ++k) snaps.push_back({8.0 * k, s, sigma_rel_to_gamma(s)});
+  const auto sol = solve_phema(snaps, 0.07, 8.0 * 268);
+  double total = 0;
+  for (double x : sol.coefficients) total += x;
+  CHECK(total == Approx(1.0).epsilon(1e-12));
 }
 
 TEST_CASE("solve_phema: reproduces a snapshot's own profile, normalised", "[phema]") {

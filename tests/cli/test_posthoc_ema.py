@@ -238,6 +238,25 @@ class PosthocEmaTest(TempDirTest):
             tol = torch.finfo(torch.float32).eps * w.abs() + 1e-9 * scale[name] + 1e-30
             self.assertTrue(bool(((got[name].double() - w).abs() <= tol).all()), name)
 
+    def test_ill_conditioned_schedule_like_numpy(self):
+        """An EDM2-like schedule (2 x 150 snapshots, cond ~1e8): solved, and numpy's coefficients
+        reproduced to what the conditioning allows."""
+        times = [8 * k for k in range(1, 151)] * 2
+        sigmas = [0.05] * 150 + [0.10] * 150
+        files = []
+        for i in range(len(times)):
+            path = self.path("s%d.pt" % i)
+            torch.save({"w": torch.full((2,), float(i))}, path)
+            files.append(path)
+        p, report = self.posthoc("--sigma-rel", "0.07", "--snapshot-times", ",".join(map(str, times)),
+                                 "--snapshot-sigmas", ",".join(map(str, sigmas)), *files)
+        x = solve_posthoc_coefficients(times, sigmas, max(times), 0.07)[:, 0]
+        got = {s["path"]: s["coefficient"] for s in report["outputs"][0]["snapshots"]}
+        diff = max(abs(got[f] - xi) for f, xi in zip(files, x))
+        A = power_function_correlation(np.float64(times).reshape(-1, 1), np.float64(sigmas).reshape(-1, 1),
+                                       np.float64(times).reshape(1, -1), np.float64(sigmas).reshape(1, -1))
+        self.assertLess(diff, np.linalg.cond(A) * 1e-14 * np.abs(x).max())
+
     def test_output_dtype(self):
         self.posthoc("--sigma-rel", "0.07", "--output-dtype", "float64", *self.snapshots)
         got = load_output(self.path("ema.pt"))
