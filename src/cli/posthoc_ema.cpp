@@ -12,8 +12,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <algorithm>
 #include <cstdlib>
-#include <numeric>
 #include <optional>
 
 #include "cli/commands.h"

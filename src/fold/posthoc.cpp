@@ -132,10 +132,11 @@ posthoc_result run_posthoc(const std::vector<state_dict>& snapshots, const std::
           fmt::format("{}: {} coefficients for {} snapshots", o.path, o.coefficients.size(), snapshots.size()));
   const std::vector<tensor_spec> specs = specs_of(plan);
   posthoc_result result;
+  const std::vector<carried_entry> carried = plan_carried(snapshots, nullptr);
   std::vector<object_entry> objects;
-  for (const auto& e : plan_carried(snapshots, nullptr))
-    if (!drop_objects) objects.push_back(e.entry);
-  result.objects_dropped = drop_objects && !plan_carried(snapshots, nullptr).empty();
+  if (!drop_objects)
+    for (const auto& e : carried) objects.push_back(e.entry);
+  result.objects_dropped = drop_objects && !carried.empty();
   check_objects_fit(outputs.front().path, format, objects);
 
   std::vector<std::unique_ptr<tensor_sink>> sinks;

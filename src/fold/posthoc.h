@@ -3,7 +3,7 @@
  * the snapshots' floating tensors, with coefficients x_si that may be negative (so this is not a
  * lerp fold). Each element is accumulated in float64 (x_s0 theta_0 + x_s1 theta_1 + ..., in the
  * snapshots' order) and rounded once to the output dtype (the snapshots' own, or --output-dtype).
- * Buffers and integer tensors are copied from the last snapshot (the one with the largest t).
+ * Buffers, integer tensors and non-tensor entries are copied from the last snapshot given.
  *
  * All outputs come from ONE pass over the inputs, tensor by tensor and slice by slice as the fold
  * does (native_fold.h): each slice of each snapshot is read once, widened, added into every

@@ -257,6 +257,20 @@ class PosthocEmaTest(TempDirTest):
                                        np.float64(times).reshape(1, -1), np.float64(sigmas).reshape(1, -1))
         self.assertLess(diff, np.linalg.cond(A) * 1e-14 * np.abs(x).max())
 
+    def test_non_tensor_entries(self):
+        folder = self.path("obj")
+        os.mkdir(folder)
+        files = []
+        for t, s, epoch in ((40, "0.050", 1), (80, "0.100", 2), (80, "0.050", 3)):
+            files.append(os.path.join(folder, "s-%07d-%s.pt" % (t, s)))
+            torch.save({"w": torch.full((2,), float(epoch)), "epoch": epoch}, files[-1])
+        self.posthoc("--sigma-rel", "0.07", *files, out="obj.pt")
+        got = torch.load(self.path("obj.pt"))
+        self.assertEqual(got["epoch"], 3)  # the last snapshot used: the largest t, the last given of those
+        self.assert_refused(2, "--sigma-rel", "0.07", *files, out="obj.safetensors", outputs=["obj", "obj.pt"])
+        self.posthoc("--sigma-rel", "0.07", "--drop-objects", *files, out="obj.safetensors")
+        self.assertEqual(list(read(self.path("obj.safetensors"))), ["w"])
+
     def test_output_dtype(self):
         self.posthoc("--sigma-rel", "0.07", "--output-dtype", "float64", *self.snapshots)
         got = load_output(self.path("ema.pt"))
