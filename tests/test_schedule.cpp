@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "fold/schedule.h"
+#include "util/error.h"
 
 using namespace swavg;
 
@@ -35,4 +36,34 @@ TEST_CASE("weighted folds normalise the running sum", "[schedule]") {
   c.decay = 0.9;
   CHECK(fold_weight(c, std::nullopt, 1, 1, total) == 1.0 - 0.9);
   CHECK(fold_weight(c, 0.5, 1, 1, total) == 0.5);
+}
+
+TEST_CASE("power-function EMA decays from training times", "[schedule]") {
+  fold_config c;
+  c.mode = fold_mode::ema;
+  c.power_ema = power_function_ema{0.1, 6.9, {1, 2, 5}, 0.0};
+  double total = 0;
+  CHECK(ema_decay_for(c, std::nullopt, 0, 0) == 0.0);  // t_0 = 0: the first is copied
+  CHECK(ema_decay_for(c, std::nullopt, 1, 1) == std::pow(1.0 - 1.0 / 2.0, 7.9));
+  CHECK(ema_decay_for(c, std::nullopt, 2, 2) == Approx(std::pow(2.0 / 5.0, 7.9)).epsilon(1e-15));
+  CHECK(fold_weight(c, std::nullopt, 2, 2, total) == 1.0 - std::pow(1.0 - 3.0 / 5.0, 7.9));
+  c.power_ema->start_time = 0.5;
+  CHECK(ema_decay_for(c, std::nullopt, 0, 1) == std::pow(1.0 - 0.5 / 1.0, 7.9));
+}
+
+TEST_CASE("power-function EMA times are validated", "[schedule]") {
+  fold_config c;
+  c.mode = fold_mode::ema;
+  c.power_ema = power_function_ema{0.1, 6.9, {1, 2, 5}, 0.0};
+  CHECK_NOTHROW(validate_config(c, 3, false));
+  CHECK_THROWS_AS(validate_config(c, 2, false), usage_error);
+  for (std::vector<double> bad : std::vector<std::vector<double>>{{1, 1, 5}, {2, 1, 5}, {0, 1, 5}, {1, NAN, 5}}) {
+    c.power_ema->times = bad;
+    CHECK_THROWS_AS(validate_config(c, 3, false), usage_error);
+  }
+  c.power_ema->times = {1, 2, 5};
+  c.power_ema->start_time = 1;  // resumed at t = 1: the next must come after it
+  CHECK_THROWS_AS(validate_config(c, 3, true), usage_error);
+  c.power_ema->start_time = std::nextafter(1.0, 0.0);
+  CHECK_NOTHROW(validate_config(c, 3, true));
 }

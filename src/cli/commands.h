@@ -23,5 +23,6 @@ command setup_average(CLI::App& parent);
 command setup_ema(CLI::App& parent);
 command setup_update_bn(CLI::App& parent);
 command setup_finalize(CLI::App& parent);
+command setup_posthoc_ema(CLI::App& parent);
 
 }  // namespace swavg

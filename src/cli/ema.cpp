@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/fold_options.h"
 #include "cli/options.h"
+#include "fold/phema.h"
 #include "util/error.h"
 
 namespace swavg {
@@ -13,10 +14,43 @@ namespace {
 
 struct ema_options {
   fold_options fold;
+  std::optional<double> power_sigma_rel;
+  std::vector<double> times;
 };
+
+// EDM2's power-function EMA: gamma from sigma_rel, each input's training time from --snapshot-times
+// or its name (the last -<int> or _<int> group).
+power_function_ema power_ema_for(double sigma_rel, const std::vector<double>& times,
+                                 const std::vector<std::string>& inputs) {
+  power_function_ema p;
+  p.sigma_rel = sigma_rel;
+  p.gamma = sigma_rel_to_gamma(sigma_rel, "--power-sigma-rel");
+  if (!times.empty()) {
+    p.times = times;
+    return p;
+  }
+  for (const auto& path : inputs) {
+    const auto t = parse_checkpoint_time(path);
+    if (!t)
+      throw usage_error(fmt::format("{}: no training time in the name (as in ckpt-0004096.pt or step_100.safetensors); "
+                                    "give --snapshot-times",
+                                    path));
+    p.times.push_back(*t);
+  }
+  return p;
+}
 
 void run_ema(ema_options o) {
   o.fold.job.config.mode = fold_mode::ema;
+  if (o.power_sigma_rel) {
+    const double sigma = *o.power_sigma_rel;
+    const std::vector<double> times = o.times;
+    o.fold.complete = [sigma, times](fold_job& job) {
+      job.config.power_ema = power_ema_for(sigma, times, job.inputs);
+    };
+  } else if (!o.times.empty()) {
+    throw usage_error("--snapshot-times gives the times of --power-sigma-rel: add --power-sigma-rel");
+  }
   run_fold_command(std::move(o.fold));
 }
 
@@ -26,7 +60,13 @@ command setup_ema(CLI::App& parent) {
   auto o = std::make_shared<ema_options>();
   CLI::App* app = parent.add_subcommand("ema", "Exponential moving average of checkpoints: avg.lerp(x, 1 - decay)");
   add_fold_options(app, o->fold);
-  app->add_option("--decay", o->fold.job.config.decay, "Decay in [0, 1], e.g. 0.999")->required();
+  CLI::Option* decay = app->add_option("--decay", o->fold.job.config.decay, "Decay in [0, 1], e.g. 0.999");
+  CLI::Option* power_sigma = app->add_option(
+      "--power-sigma-rel", o->power_sigma_rel,
+      "EDM2's power-function EMA of this sigma_rel in (0, 0.28) instead of --decay: beta_k = (t_{k-1}/t_k)^(gamma+1) "
+      "with each checkpoint's training time t_k from its name (ckpt-0004096.pt) or --snapshot-times");
+  app->add_option("--snapshot-times", o->times, "With --power-sigma-rel: each input's training time, in fold order")
+      ->delimiter(',');
   add_enum_option(app, "--warmup", o->fold.job.config.warmup,
                   names_of({warmup_kind::none, warmup_kind::torch_ema, warmup_kind::power}, warmup_name),
                   "none; torch_ema: min(decay, (1+n)/(10+n)); power: 1-(1+n/G)^-P clamped to [min_decay, decay]");
@@ -39,8 +79,13 @@ command setup_ema(CLI::App& parent) {
       "Examples:\n"
       "  swavg ema --decay 0.999 ckpt_*.pt -o ema.pt\n"
       "  ls ckpt_* | swavg ema --decay 0.999 --sort natural --inputs-from - -o ema.pt\n"
-      "  swavg ema --decay 0.999 --resume ema.pt ckpt_12.pt -o ema.pt --force");
-  return {app, [o, power_options] {
+      "  swavg ema --decay 0.999 --resume ema.pt ckpt_12.pt -o ema.pt --force\n"
+      "  swavg ema --power-sigma-rel 0.10 ckpt-*.pt --sort natural -o ema-0.100.pt");
+  return {app, [o, power_options, decay, power_sigma] {
+            if ((decay->count() > 0) == (power_sigma->count() > 0))
+              throw usage_error("ema needs --decay D or --power-sigma-rel S (one of them)");
+            if (power_sigma->count() > 0 && o->fold.job.config.warmup != warmup_kind::none)
+              throw usage_error("--warmup sets a decay schedule, which --power-sigma-rel replaces");
             for (const CLI::Option* opt : power_options)
               if (opt->count() > 0 && o->fold.job.config.warmup != warmup_kind::power)
                 throw usage_error(fmt::format("{} sets the power warmup: add --warmup power", opt->get_name()));

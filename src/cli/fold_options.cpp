@@ -128,6 +128,7 @@ void run_fold_command(fold_options o) {
   o.job.worker = resolve_worker(o.shard, o.shard_count, o.job.directory, [](const char* n) { return std::getenv(n); });
   o.job.inputs = select_inputs(o.selection);
   if (!o.rules_file.empty()) o.job.config.rules = load_rules(o.rules_file);
+  if (o.complete) o.complete(o.job);
   o.job.report_file = o.report_file;
   std::optional<bn_step> bn;
   if (o.update_bn) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -28,6 +29,7 @@ struct fold_options {
   std::string max_shard_size;  // as given; parsed once the output is known to be a folder
   std::string shard;           // --shard I/N
   std::optional<int64_t> shard_count;
+  std::function<void(fold_job&)> complete;  // a subcommand's last step once the inputs are known
 };
 
 void add_fold_options(CLI::App* app, fold_options& o);

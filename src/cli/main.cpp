@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   app.add_flag("-q,--quiet", quiet, "Only errors on stderr");
 
   std::vector<command> commands = {setup_average(app), setup_ema(app), setup_inspect(app), setup_convert(app),
-                                   setup_update_bn(app), setup_finalize(app)};
+                                   setup_update_bn(app), setup_finalize(app), setup_posthoc_ema(app)};
   one_value_per_use(app);
 
   try {

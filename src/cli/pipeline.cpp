@@ -136,6 +136,45 @@ fold_inputs load_fold_inputs(const fold_job& job) {
   return in;
 }
 
+// The configuration as run: a power-function EMA that is resumed continues from the record's last time.
+fold_config config_for(const fold_job& job, const fold_inputs& in) {
+  fold_config c = job.config;
+  if (c.power_ema && in.resume) {
+    c.power_ema->start_time = *in.resume->record.last_t;
+    validate_config(c, job.inputs.size(), true);
+  }
+  return c;
+}
+
+// Every file a fold job reads besides --resume: no output may be one of them.
+std::vector<std::string> files_read(const fold_job& job) {
+  std::vector<std::string> files = job.inputs;
+  if (!job.model.empty()) files.push_back(job.model);
+  if (job.config.avg_fn) files.push_back(job.config.avg_fn->path);
+  return files;
+}
+
+// What every fold report says, file or folder output.
+fold_report report_of(const fold_job& job, const fold_config& c, output_format format, const fold_result& result) {
+  fold_report report;
+  report.inputs = job.inputs;
+  report.resume = job.resume;
+  report.output = job.output;
+  report.format = format;
+  report.mode = c.mode;
+  report.decay = c.decay;
+  report.power_ema = c.power_ema;
+  report.n = result.n;
+  report.avg_fn = c.avg_fn;
+  report.tensors = result.tensors;
+  for (const auto& e : result.carried) report.carried.push_back({e.entry.name, e.entry.type, e.from});
+  report.objects_dropped = result.objects_dropped;
+  report.tied = result.tied;
+  report.bytes_read = result.bytes_read;
+  report.bytes_written = result.bytes_written;
+  return report;
+}
+
 // -o DIR/: the shards (this worker's), the files copied from the last input's folder, and the index,
 // staged and published (plain run) or left in OUT.partial/ with a manifest (worker of several).
 fold_report run_directory_job(const fold_job& job) {
@@ -145,12 +184,11 @@ fold_report run_directory_job(const fold_job& job) {
   const worker_id& w = job.worker;
   validate_config(c, job.inputs.size(), !job.resume.empty());
   check_device(c.device);
-  std::vector<std::string> guarded = job.inputs;
-  if (!job.model.empty()) guarded.push_back(job.model);
-  check_directory_paths(job, out, guarded);
+  check_directory_paths(job, out, files_read(job));
   const output_format format = job.format.value_or(output_format::safetensors);
 
   const fold_inputs in = load_fold_inputs(job);
+  const fold_config folded = config_for(job, in);
   folder_files extra;
   const std::string source_folder = checkpoint_folder(job.inputs.back());
   if (!source_folder.empty()) extra = classify_folder(source_folder);
@@ -172,7 +210,7 @@ fold_report run_directory_job(const fold_job& job) {
     ensure_dir(partial);
     plan_hash = write_plan_once(partial, plan);
   };
-  const fold_result result = run_fold(c, in, fold_target{folder, format, job.drop_objects, shards});
+  const fold_result result = run_fold(folded, in, fold_target{folder, format, job.drop_objects, shards});
 
   std::vector<written_file> files = result.files;
   if (w.index == 0)
@@ -195,18 +233,7 @@ fold_report run_directory_job(const fold_job& job) {
                  w.index, w.count, files.size(), out);
   }
 
-  fold_report report;
-  report.inputs = job.inputs;
-  report.resume = job.resume;
-  report.output = job.output;
-  report.format = format;
-  report.mode = c.mode;
-  report.decay = c.decay;
-  report.n = result.n;
-  report.tensors = result.tensors;
-  report.objects_dropped = result.objects_dropped;
-  report.bytes_read = result.bytes_read;
-  report.bytes_written = result.bytes_written;
+  fold_report report = report_of(job, folded, format, result);
   report.worker = w;
   report.directory = true;
   report.plan_hash = plan_hash;
@@ -234,29 +261,14 @@ fold_report run_fold_job(const fold_job& job) {
   const fold_config& c = job.config;
   validate_config(c, job.inputs.size(), !job.resume.empty());
   check_device(c.device);
-  std::vector<std::string> guarded = job.inputs;
-  if (!job.model.empty()) guarded.push_back(job.model);
-  if (c.avg_fn) guarded.push_back(c.avg_fn->path);
-  check_paths(job, guarded);
+  check_paths(job, files_read(job));
   const output_format format = choose_output_format(job.output, job.format);
 
-  const fold_result result = run_fold(c, load_fold_inputs(job), fold_target{job.output, format, job.drop_objects, std::nullopt});
+  const fold_inputs in = load_fold_inputs(job);
+  const fold_config folded = config_for(job, in);
+  const fold_result result = run_fold(folded, in, fold_target{job.output, format, job.drop_objects, std::nullopt});
 
-  fold_report report;
-  report.inputs = job.inputs;
-  report.resume = job.resume;
-  report.output = job.output;
-  report.format = format;
-  report.mode = c.mode;
-  report.decay = c.decay;
-  report.n = result.n;
-  report.avg_fn = c.avg_fn;
-  report.tensors = result.tensors;
-  for (const auto& e : result.carried) report.carried.push_back({e.entry.name, e.entry.type, e.from});
-  report.objects_dropped = result.objects_dropped;
-  report.tied = result.tied;
-  report.bytes_read = result.bytes_read;
-  report.bytes_written = result.bytes_written;
+  fold_report report = report_of(job, folded, format, result);
   report.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }

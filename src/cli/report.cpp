@@ -16,7 +16,12 @@ std::string fold_report_json(const fold_report& r) {
   j["output"] = r.output;
   j["format"] = output_format_name(r.format);
   j["mode"] = mode_name(r.mode);
-  if (r.mode == fold_mode::ema) j["decay"] = r.decay;
+  if (r.mode == fold_mode::ema && !r.power_ema) j["decay"] = r.decay;
+  if (r.power_ema)
+    j["power_ema"] = {{"sigma_rel", r.power_ema->sigma_rel},
+                      {"gamma", r.power_ema->gamma},
+                      {"start_t", r.power_ema->start_time},
+                      {"times", r.power_ema->times}};
   j["n"] = r.n;
   if (r.avg_fn)
     j["avg_fn"] = {{"option", avg_fn_option(r.avg_fn->kind)}, {"path", r.avg_fn->path}, {"sha256", r.avg_fn->sha256}};

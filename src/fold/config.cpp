@@ -63,6 +63,25 @@ void validate_ema(const fold_config& c) {
              fmt::format("a value in [0, --decay] = [0, {}]", decimal(c.decay)).c_str());
 }
 
+void validate_power_ema(const fold_config& c, size_t inputs) {
+  const power_function_ema& p = *c.power_ema;
+  if (p.times.size() != inputs)
+    throw usage_error(fmt::format("--power-sigma-rel: {} training times for {} inputs; give one per input",
+                                  p.times.size(), inputs));
+  double previous = p.start_time;
+  for (size_t i = 0; i < p.times.size(); ++i) {
+    if (!std::isfinite(p.times[i]) || !(p.times[i] > previous))
+      throw usage_error(fmt::format(
+          "--power-sigma-rel: training times must be finite and strictly increasing in fold order{}: input {} has "
+          "t = {} after t = {}",
+          p.start_time > 0 ? " (after the resumed average's)" : " and > 0", i + 1, p.times[i], previous));
+    previous = p.times[i];
+  }
+  for (const auto& r : c.rules)
+    if (r.decay)
+      throw usage_error(fmt::format("--rules: the rule for '{}' sets a decay, which --power-sigma-rel replaces", r.pattern));
+}
+
 void validate_weights(const std::vector<double>& weights, size_t inputs, bool resuming) {
   if (weights.size() != inputs)
     throw usage_error(fmt::format("--weights: {} weights for {} inputs; give one per input", weights.size(), inputs));
@@ -85,6 +104,7 @@ void validate_config(const fold_config& c, size_t inputs, bool resuming) {
     throw usage_error(fmt::format("{} replaces the equal-weight average: it cannot be combined with {}",
                                   avg_fn_option(c.avg_fn->kind), c.mode == fold_mode::ema ? "ema" : "--weights"));
   if (c.mode == fold_mode::ema) validate_ema(c);
+  if (c.mode == fold_mode::ema && c.power_ema) validate_power_ema(c, inputs);
   if (c.mode == fold_mode::weighted) validate_weights(c.weights, inputs, resuming);
   for (const auto& r : c.rules) {
     if (!r.decay) continue;

@@ -41,6 +41,17 @@ struct avg_fn_spec {
   std::string sha256;  // of the file: the resume record names the function by it
 };
 
+// EDM2's power-function EMA (ema --power-sigma-rel), folded over checkpoints at training times
+// t_1 < t_2 < ...: beta_k = (t_{k-1} / t_k)^(gamma + 1), the first copied (t_0 = 0, or the last time
+// of a resumed average). With t_k = k this is EDM2's per-step beta (1 - 1/t)^(gamma + 1); for sparse
+// checkpoints it is the profile posthoc-ema assumes of a snapshot (phema.h).
+struct power_function_ema {
+  double sigma_rel = 0.0;
+  double gamma = 0.0;
+  std::vector<double> times;  // one per input, in fold order
+  double start_time = 0.0;    // t_0
+};
+
 struct fold_config {
   fold_mode mode = fold_mode::swa;
   double decay = 0.999;
@@ -48,6 +59,7 @@ struct fold_config {
   double inv_gamma = 1.0;
   double power = 2.0 / 3.0;
   double min_decay = 0.0;
+  std::optional<power_function_ema> power_ema;  // replaces decay and warmup when set
   std::vector<double> weights;  // weighted mode: one per input, in fold order
   buffer_policy buffers = buffer_policy::latest;
   int_policy ints = int_policy::latest;
@@ -68,7 +80,8 @@ struct fold_config {
 // `inputs` checkpoints (continuing an earlier average when `resuming`) can run: for ema a decay
 // outside [0, 1], inv_gamma or power not finite and > 0, min_decay outside [0, decay]; weights not
 // finite and >= 0, or not one per input, or summing to 0 or to more than the largest double; a
-// rule's decay outside [0, 1] or outside ema; an avg_fn outside swa mode.
+// rule's decay outside [0, 1] or outside ema; an avg_fn outside swa mode; for a power-function EMA, times
+// not finite, > 0 and strictly increasing from start_time, not one per input, or a rule with a decay.
 void validate_config(const fold_config& c, size_t inputs, bool resuming);
 
 // "0.99900000000000011": doubles in messages, exactly.

@@ -198,6 +198,10 @@ resume_record make_resume_record(const fold_config& c, const fold_plan& plan, co
   if (c.mode == fold_mode::ema) {
     r.decay = c.decay;
     r.warmup = c.warmup;
+    if (c.power_ema) {
+      r.power_sigma_rel = c.power_ema->sigma_rel;
+      r.last_t = c.power_ema->times.empty() ? c.power_ema->start_time : c.power_ema->times.back();
+    }
   }
   for (const auto& p : plan.tensors) {
     if (p.outcome.action == tensor_action::drop) continue;

@@ -106,13 +106,14 @@ void integer_average(const fold_config& c, const tensor_plan& p, const chunk_wri
       std::copy_n(resumed + offset, bytes, acc.data());
       k = p.resumed_count;
     }
-    for (const uint8_t* x : data) {
+    for (size_t j = 0; j < data.size(); ++j) {
+      const uint8_t* x = data[j];
       if (k == 0)
         std::copy_n(x + offset, bytes, acc.data());
       else if (c.mode == fold_mode::swa)
         integer_swa_step(t, acc.data(), x + offset, length, k);
       else if (c.mode == fold_mode::ema)
-        integer_ema_step(t, acc.data(), x + offset, length, ema_decay_at(c, k, p.rule_decay));
+        integer_ema_step(t, acc.data(), x + offset, length, ema_decay_for(c, p.rule_decay, p.sources[j].input, k));
       else
         throw std::logic_error(fmt::format("tensor '{}': integer averages are for SWA and EMA", p.name));
       ++k;

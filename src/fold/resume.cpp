@@ -6,9 +6,11 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <cfloat>
 #include <initializer_list>
 
 #include "fold/layout.h"
+#include "fold/phema.h"
 #include "util/error.h"
 
 namespace swavg {
@@ -40,6 +42,8 @@ std::string to_json(const resume_record& r) {
   j["n"] = r.n;
   if (r.decay) j["decay"] = *r.decay;
   if (r.warmup) j["warmup"] = warmup_name(*r.warmup);
+  if (r.power_sigma_rel) j["power_sigma_rel"] = *r.power_sigma_rel;
+  if (r.last_t) j["last_t"] = *r.last_t;
   if (!r.counts.empty()) {
     nlohmann::ordered_json counts = nlohmann::ordered_json::object();
     for (const auto& [name, n] : r.counts) counts[name] = n;
@@ -164,6 +168,10 @@ resume_record resume_record_from_json(const std::string& text, const std::string
   if (f.has("warmup"))
     r.warmup =
         f.name("warmup", j["warmup"], {warmup_kind::none, warmup_kind::torch_ema, warmup_kind::power}, warmup_name);
+  if (f.has("power_sigma_rel") || f.has("last_t")) {
+    r.power_sigma_rel = f.real("power_sigma_rel", f.required("power_sigma_rel"), DBL_MIN, kMaxSigmaRel);
+    r.last_t = f.real("last_t", f.required("last_t"), DBL_MIN, DBL_MAX);
+  }
   if (f.has("counts")) {
     const json& counts = j["counts"];
     if (!counts.is_object()) f.fail("counts", "an object {name: count}", counts);
@@ -200,7 +208,17 @@ resumed_average open_resumed(state_dict sd, const fold_config& c) {
     throw usage_error(fmt::format("{}: was made in {} mode, cannot resume it in {} mode", sd.path, mode_name(rec.mode),
                                   mode_name(c.mode)));
   check_same_function(sd.path, rec.avg_fn, c.avg_fn);
-  if (c.mode == fold_mode::ema && rec.decay && *rec.decay != c.decay)
+  const auto power_text = [](const char* what, bool set, double sigma) {
+    return set ? fmt::format("{} --power-sigma-rel {}", what, sigma) : fmt::format("{} --power-sigma-rel", "without");
+  };
+  const bool power_now = c.power_ema.has_value();
+  const bool power_then = rec.power_sigma_rel.has_value();
+  if (c.mode == fold_mode::ema &&
+      (power_now != power_then || (power_now && *rec.power_sigma_rel != c.power_ema->sigma_rel)))
+    throw usage_error(fmt::format("{}: was made {}, cannot resume it {}", sd.path,
+                                  power_text("with", power_then, power_then ? *rec.power_sigma_rel : 0.0),
+                                  power_text("with", power_now, power_now ? c.power_ema->sigma_rel : 0.0)));
+  if (c.mode == fold_mode::ema && !c.power_ema && rec.decay && *rec.decay != c.decay)
     spdlog::warn("{}: was made with decay {}, resuming with decay {}", sd.path, decimal(*rec.decay), decimal(c.decay));
   if (rec.accumulate_differs)
     spdlog::warn(

@@ -5,6 +5,7 @@
  * resume_record_from_json; the two are the only code that knows the fields:
  *   {"version": 1, "mode": "swa"|"ema"|"weighted", "n": N, "decay": D, "warmup": W (ema only),
  *    "counts": {name: n} (tensors averaged over fewer checkpoints, --allow-missing),
+ *    "power_sigma_rel": S, "last_t": T (ema --power-sigma-rel: its sigma_rel and the last input's time),
  *    "accumulate_differs": true (rounded from a wider accumulator), "layout": "state-dict"|
  *    "averaged-model", "inputs": [paths],
  *    "avg_fn": {"kind": "avg_fn"|"multi_avg_fn", "path": P, "sha256": HEX} (--avg-fn, --multi-avg-fn)}
@@ -38,6 +39,8 @@ struct resume_record {
   int64_t n = 0;                                        // checkpoints in the average
   std::optional<double> decay;                          // ema
   std::optional<warmup_kind> warmup;                    // ema
+  std::optional<double> power_sigma_rel;                // ema --power-sigma-rel
+  std::optional<double> last_t;                         // ema --power-sigma-rel: the last input's time
   std::vector<std::pair<std::string, int64_t>> counts;  // only where a tensor's count differs from n
   bool accumulate_differs = false;
   output_layout layout = output_layout::state_dict;
@@ -71,7 +74,7 @@ struct resumed_average {
 
 // Reads the record of `sd` (an output of swavg average/ema) and checks that a fold with `c` can
 // continue it. Throws usage_error (no record, another mode, another averaging function: a different
-// kind or file contents) or input_error (a malformed record).
+// kind or file contents, another --power-sigma-rel or none) or input_error (a malformed record).
 resumed_average open_resumed(state_dict sd, const fold_config& c);
 
 }  // namespace swavg

@@ -19,9 +19,17 @@ double ema_decay_at(const fold_config& c, int64_t n, std::optional<double> rule_
   return decay;
 }
 
+double ema_decay_for(const fold_config& c, std::optional<double> rule_decay, size_t input, int64_t n) {
+  if (!c.power_ema) return ema_decay_at(c, n, rule_decay);
+  const power_function_ema& p = *c.power_ema;
+  const double previous = input == 0 ? p.start_time : p.times[input - 1];
+  const double t = p.times[input];
+  return std::pow(1.0 - (t - previous) / t, p.gamma + 1.0);
+}
+
 double fold_weight(const fold_config& c, std::optional<double> rule_decay, size_t input, int64_t k,
                    double& weight_total) {
-  if (c.mode == fold_mode::ema) return 1.0 - ema_decay_at(c, k, rule_decay);
+  if (c.mode == fold_mode::ema) return 1.0 - ema_decay_for(c, rule_decay, input, k);
   weight_total += c.weights[input];
   return weight_total > 0 ? c.weights[input] / weight_total : 1.0;
 }

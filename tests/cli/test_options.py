@@ -142,6 +142,8 @@ class OptionOrderTest(TempDirTest):
             cases["--warmup"] = (["--warmup", "torch_ema"], [], ins, ins)
             for name, value in (("--inv-gamma", "2"), ("--power", "0.75"), ("--min-decay", "0.1")):
                 cases[name] = ([name, value], ["--warmup", "power"], ins, ins)
+            cases["--power-sigma-rel"] = (["--power-sigma-rel", "0.1"], ["--snapshot-times", "1,2,3"], ins, ins)
+            cases["--snapshot-times"] = (["--snapshot-times", "1,2,3"], ["--power-sigma-rel", "0.1"], ins, ins)
             # Shared with average (add_fold_options): run once here, without the slow replay.
             cases.update({k: None for k in bn_cases})
         return cases
@@ -151,7 +153,7 @@ class OptionOrderTest(TempDirTest):
         base = list(extra)
         if option not in ("--output",) and "-o" not in extra:
             base += ["-o", out]
-        if command == "ema" and option != "--decay":
+        if command == "ema" and option not in ("--decay", "--power-sigma-rel", "--snapshot-times"):
             base += ["--decay", "0.9"]
         report = self.path("base_report.json") if option != "--report" else self.path("r.json")
         if option != "--report":

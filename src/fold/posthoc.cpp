@@ -1,0 +1,171 @@
+#include "fold/posthoc.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+
+#include "fold/config.h"
+#include "fold/entries.h"
+#include "fold/native_fold.h"
+#include "fold/native_kernels.h"
+#include "util/error.h"
+#include "util/progress.h"
+
+namespace swavg {
+namespace {
+
+void convert_or_fail(dtype from, const void* src, dtype to, void* dst, int64_t n, const std::string& name) {
+  if (!native_convert(from, src, to, dst, n))
+    throw usage_error(fmt::format("tensor '{}': no conversion from {} to {} for post-hoc EMA", name, dtype_name(from),
+                                  dtype_name(to)));
+}
+
+// The planned tensors' sinks, one per output, written in step.
+class posthoc_writer {
+ public:
+  posthoc_writer(const std::vector<posthoc_output>& outputs, std::vector<std::unique_ptr<tensor_sink>>& sinks)
+      : outputs_(outputs), sinks_(sinks) {}
+
+  void run(const tensor_plan& p) {
+    if (p.outcome.action == tensor_action::average)
+      combine(p);
+    else
+      copy_last(p);
+    for (const auto& s : p.sources) {
+      bytes_read_ += s.view->nbytes();
+      release_pages(*s.view);
+    }
+  }
+
+  uint64_t bytes_read() const { return bytes_read_; }
+
+ private:
+  void copy_last(const tensor_plan& p) {
+    const tensor_view& v = *p.sources.back().view;
+    std::vector<uint8_t> copy;
+    const uint8_t* data = contiguous_data(v, copy);
+    const dtype out = p.outcome.output_type;
+    std::vector<uint8_t> converted;
+    if (out != v.type) {
+      converted.resize(static_cast<size_t>(v.numel()) * itemsize(out));
+      convert_or_fail(v.type, data, out, converted.data(), v.numel(), p.name);
+      data = converted.data();
+    }
+    for (auto& sink : sinks_) sink->write(data, static_cast<uint64_t>(v.numel()) * itemsize(out));
+  }
+
+  void combine(const tensor_plan& p) {
+    const int64_t numel = p.sources.front().view->numel();
+    const int64_t chunk = std::min<int64_t>(kFoldChunkElements, std::max<int64_t>(numel, 1));
+    const size_t outs = outputs_.size();
+    const dtype out_type = p.outcome.output_type;
+    std::vector<double> acc(outs * static_cast<size_t>(chunk));
+    std::vector<double> widened(static_cast<size_t>(chunk));
+    std::vector<uint8_t> rounded(static_cast<size_t>(chunk) * itemsize(out_type));
+    std::vector<std::vector<uint8_t>> copies(p.sources.size());
+    std::vector<const uint8_t*> data;
+    for (size_t j = 0; j < p.sources.size(); ++j) data.push_back(contiguous_data(*p.sources[j].view, copies[j]));
+
+    for (int64_t begin = 0; begin < numel; begin += chunk) {
+      const int64_t length = std::min(chunk, numel - begin);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (size_t j = 0; j < p.sources.size(); ++j) {
+        const tensor_view& v = *p.sources[j].view;
+        const uint64_t item = itemsize(v.type);
+        convert_or_fail(v.type, data[j] + begin * static_cast<int64_t>(item), dtype::float64, widened.data(), length,
+                        p.name);
+        const size_t input = p.sources[j].input;
+        for (size_t s = 0; s < outs; ++s) {
+          const double x = outputs_[s].coefficients[input];
+          double* a = acc.data() + s * static_cast<size_t>(chunk);
+          for (int64_t e = 0; e < length; ++e) a[e] += x * widened[static_cast<size_t>(e)];
+        }
+        if (copies[j].empty())
+          release_pages(v, (static_cast<uint64_t>(v.offset) + static_cast<uint64_t>(begin)) * item,
+                        static_cast<uint64_t>(length) * item);
+      }
+      for (size_t s = 0; s < outs; ++s) {
+        convert_or_fail(dtype::float64, acc.data() + s * static_cast<size_t>(chunk), out_type, rounded.data(), length,
+                        p.name);
+        sinks_[s]->write(rounded.data(), static_cast<uint64_t>(length) * itemsize(out_type));
+      }
+    }
+  }
+
+  const std::vector<posthoc_output>& outputs_;
+  std::vector<std::unique_ptr<tensor_sink>>& sinks_;
+  uint64_t bytes_read_ = 0;
+};
+
+std::vector<tensor_spec> specs_of(const fold_plan& plan) {
+  std::vector<tensor_spec> specs;
+  for (const auto& p : plan.tensors)
+    specs.push_back(tensor_spec{p.name, p.outcome.output_type, p.sources.front().view->shape, std::nullopt});
+  if (specs.empty()) throw usage_error("the snapshots hold no tensors: nothing to write");
+  return specs;
+}
+
+// Renames every output into place, or none: one that fails removes those renamed before it.
+void commit_all(std::vector<std::unique_ptr<tensor_sink>>& sinks, const std::vector<posthoc_output>& outputs) {
+  size_t done = 0;
+  try {
+    for (; done < sinks.size(); ++done) sinks[done]->commit();
+  } catch (...) {
+    for (size_t s = 0; s < done; ++s) std::remove(outputs[s].path.c_str());
+    throw;
+  }
+}
+
+}  // namespace
+
+posthoc_result run_posthoc(const std::vector<state_dict>& snapshots, const std::vector<posthoc_output>& outputs,
+                           output_format format, std::optional<dtype> output_dtype, bool drop_objects) {
+  fold_config c;  // the planner's defaults: floating tensors averaged, buffers and integers the latest
+  c.output_dtype = output_dtype;
+  const fold_plan plan = plan_fold(c, snapshots, nullptr);
+  for (const auto& o : outputs)
+    if (o.coefficients.size() != snapshots.size())
+      throw std::logic_error(
+          fmt::format("{}: {} coefficients for {} snapshots", o.path, o.coefficients.size(), snapshots.size()));
+  const std::vector<tensor_spec> specs = specs_of(plan);
+  posthoc_result result;
+  const std::vector<carried_entry> carried = plan_carried(snapshots, nullptr);
+  std::vector<object_entry> objects;
+  if (!drop_objects)
+    for (const auto& e : carried) objects.push_back(e.entry);
+  result.objects_dropped = drop_objects && !carried.empty();
+  check_objects_fit(outputs.front().path, format, objects);
+
+  std::vector<std::unique_ptr<tensor_sink>> sinks;
+  for (const auto& o : outputs) {
+    std::map<std::string, std::string> metadata;
+    if (format == output_format::safetensors) {
+      std::vector<const state_dict*> sources;
+      for (const auto& sd : snapshots) sources.push_back(&sd);
+      metadata = inherited_metadata(sources);
+    }
+    for (const auto& [k, v] : o.metadata) metadata[k] = v;
+    sinks.push_back(std::make_unique<tensor_sink>(o.path, format, specs, metadata, objects));
+  }
+  uint64_t total = 0;
+  for (const auto& p : plan.tensors)
+    for (const auto& s : p.sources) total += s.view->nbytes();
+  progress bar(total, "post-hoc EMA");
+  posthoc_writer writer(outputs, sinks);
+  for (const auto& p : plan.tensors) {
+    writer.run(p);
+    uint64_t bytes = 0;
+    for (const auto& s : p.sources) bytes += s.view->nbytes();
+    bar.advance(bytes);
+  }
+  commit_all(sinks, outputs);
+  for (const auto& p : plan.tensors) result.tensors.push_back(p.outcome);
+  result.bytes_read = writer.bytes_read();
+  for (const auto& s : sinks) result.bytes_written += s->bytes_written();
+  return result;
+}
+
+}  // namespace swavg
