@@ -20,7 +20,7 @@ struct convert_options {
 };
 
 void run_convert(const convert_options& o) {
-  check_output_path(o.output, {o.input}, o.force);
+  check_output_path(o.output, checkpoint_files(o.input), o.force);
   const output_format format = choose_output_format(o.output, o.format);
   state_dict sd = load_state_dict(o.input, o.load);
   const std::vector<object_entry> objects = o.drop_objects ? std::vector<object_entry>{} : sd.objects;
@@ -38,7 +38,7 @@ void run_convert(const convert_options& o) {
 command setup_convert(CLI::App& parent) {
   auto o = std::make_shared<convert_options>();
   CLI::App* app = parent.add_subcommand("convert", "Write a checkpoint's state dict as torch.save or safetensors");
-  app->add_option("input", o->input, "Checkpoint to read (torch.save, TorchScript or safetensors)")->required();
+  app->add_option("input", o->input, "Checkpoint to read (torch.save, TorchScript or safetensors; a sharded folder or index)")->required();
   app->add_option("-o,--output", o->output, "File to write")->required();
   add_enum_option(app, "--format", o->format,
                   names_of({output_format::torch, output_format::safetensors}, output_format_name),

@@ -26,6 +26,14 @@ void check_paths(const fold_job& job, const std::vector<std::string>& inputs) {
   check_output_path(job.report_file, read, true);
 }
 
+// Every file the inputs read: a sharded checkpoint's index and shards, so no output can be one.
+std::vector<std::string> input_files(const fold_job& job) {
+  std::vector<std::string> files;
+  for (const auto& in : job.inputs)
+    for (auto& f : checkpoint_files(in)) files.push_back(std::move(f));
+  return files;
+}
+
 std::vector<state_dict> load_checkpoints(const fold_job& job) {
   std::vector<state_dict> inputs;
   inputs.reserve(job.inputs.size());
@@ -62,7 +70,7 @@ fold_report run_fold_job(const fold_job& job) {
   const fold_config& c = job.config;
   validate_config(c, job.inputs.size(), !job.resume.empty());
   check_device(c.device);
-  std::vector<std::string> guarded = job.inputs;
+  std::vector<std::string> guarded = input_files(job);
   if (!job.model.empty()) guarded.push_back(job.model);
   check_paths(job, guarded);
   const output_format format = choose_output_format(job.output, job.format);
@@ -102,7 +110,7 @@ pipeline_report run_fold_pipeline(const fold_job& job, const std::optional<bn_st
   if (job.model.empty())
     throw usage_error("--update-bn needs --model NET.ts, the TorchScript model to replay data through");
   require_libtorch("--update-bn");
-  std::vector<std::string> inputs = job.inputs;
+  std::vector<std::string> inputs = input_files(job);
   inputs.push_back(job.model);
   inputs.push_back(bn->data.path);
   check_paths(job, inputs);
