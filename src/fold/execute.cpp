@@ -13,6 +13,7 @@
 #include "fold/layout.h"
 #include "fold/native_fold.h"
 #include "fold/native_kernels.h"
+#include "fold/prefetch.h"
 #include "util/error.h"
 #include "util/progress.h"
 
@@ -35,10 +36,11 @@ bool same_values(dtype t, const uint8_t* a, const uint8_t* b, int64_t n) {
 // Folds planned tensors one after the other into the sink.
 class folder {
  public:
-  folder(const fold_config& c, const fold_inputs& in, tensor_sink& sink, progress& bar)
-      : c_(c), in_(in), sink_(sink), bar_(bar) {}
+  folder(const fold_config& c, const fold_inputs& in, tensor_sink& sink, progress& bar, prefetcher* ahead)
+      : c_(c), in_(in), sink_(sink), bar_(bar), ahead_(ahead) {}
 
   void run(const tensor_plan& p) {
+    if (ahead_) ahead_->start(p);
     switch (p.outcome.action) {
       case tensor_action::drop: return;
       case tensor_action::latest:
@@ -51,7 +53,7 @@ class folder {
         if (is_integer_average(p))
           integer_average(c_, p, write);
         else if (native_average_covers(c_, p))
-          native_average(c_, p, write);
+          native_average(c_, p, write, ahead_);
         else
           aten_average(c_, p, write);
         break;
@@ -133,6 +135,7 @@ class folder {
   const fold_inputs& in_;
   tensor_sink& sink_;
   progress& bar_;
+  prefetcher* ahead_;
   uint64_t bytes_read_ = 0;
 };
 
@@ -215,7 +218,11 @@ fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_tar
 
   tensor_sink sink(target.path, target.format, specs, metadata, objects);
   progress bar(total_bytes, "folding");
-  folder f(c, in, sink, bar);
+  std::vector<const tensor_plan*> order;  // the tensors folded, in order: what to read ahead
+  for (size_t k = 0; k < plan.tensors.size(); ++k)
+    if (!ties[k] && plan.tensors[k].outcome.action != tensor_action::drop) order.push_back(&plan.tensors[k]);
+  prefetcher ahead(order);
+  folder f(c, in, sink, bar, &ahead);
   for (size_t k = 0; k < plan.tensors.size(); ++k) {
     if (ties[k])
       result.tied.push_back(tied_tensor{plan.tensors[k].name, plan.tensors[*ties[k]].name});
