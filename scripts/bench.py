@@ -862,8 +862,8 @@ def disk_jobs(b, s, peer=True):
     out, rep = b.out(f"{s.key}_swavg.safetensors"), b.out(f"{s.key}_swavg.json")
     avg = [b.args.swavg, "-q", "average", *s.paths, "-o", out, "--force", "--report", rep]
     jobs = [Job(f"{s.key}/swavg", avg, out, rep)]
-    if b.args.without_readahead:
-        jobs.append(Job(f"{s.key}/swavg-no-readahead", ["env", "SWAVG_PREFETCH_BYTES=0", *avg], out, rep))
+    for v in b.args.prefetch_bytes:
+        jobs.append(Job(f"{s.key}/swavg-readahead-{v}", ["env", f"SWAVG_PREFETCH_BYTES={v}", *avg], out, rep))
     if peer:
         out = b.out(f"{s.key}_peer.pt")
         jobs.append(Job(f"{s.key}/peer", py + ["average", *s.paths, "--out", out], out))
@@ -895,7 +895,8 @@ def disk_rows(s, cache, jobs):
         ratio = job.median() / floor
         row = {"set": s.key, "label": s.label, "cache": cache, "tool": tool, "median_s": job.median(),
                "floor_s": floor, "ratio_to_floor": ratio, "peak_rss_bytes": job.peak_rss(),
-               "throughput_mib_s": s.total_bytes / MiB / job.median(), "runs": [r.wall_s for r in job.runs]}
+               "throughput_mib_s": s.total_bytes / MiB / job.median(), "runs": [r.wall_s for r in job.runs],
+               "median_user_s": job.median("user_s"), "median_sys_s": job.median("sys_s")}
         if tool == "swavg":
             row["target"] = f"within {DISK_TARGET}x of the I/O floor"
             row["ok"] = ratio <= DISK_TARGET
@@ -913,7 +914,9 @@ def run_cold(b):
                            shard_mib=2 if q else 60)]
     rows = []
     for s in cases:
-        for cache in ("cold", "warm"):
+        if a.disk_cases and s.key not in a.disk_cases.split(","):
+            continue
+        for cache in a.caches.split(","):
             rows += disk_rows(s, cache, time_disk(b, s, cache, a.repeats, peer=not a.no_peer))
     return rows
 
@@ -940,9 +943,9 @@ def run_larger_than_ram(b):
         size = os.path.getsize(paths[0])
         s = CkptSet(key="larger_than_ram", paths=paths, file_bytes=size, label=f"4 x {size / GiB:.1f} GiB bf16",
                     largest_tensor_bytes=tensor * 2, n_tensors=count)
-        saved, a.without_readahead = a.without_readahead, False
+        saved, a.prefetch_bytes = a.prefetch_bytes, []
         jobs = time_disk(b, s, "cold", 1, peer=False)
-        a.without_readahead = saved
+        a.prefetch_bytes = saved
         rows = disk_rows(s, "cold", jobs)
         for r in rows:
             r["inputs_bytes"] = s.total_bytes
@@ -1011,9 +1014,10 @@ def print_disk_report(res):
         print("\nAverage from a cold and a warm page cache, against the I/O floor "
               f"(target {DISK_TARGET}x; medians of {res['args']['repeats']}):")
         rows = [[r["label"], r["cache"], r["tool"], _s(r["median_s"]), _s(r["floor_s"]),
-                 f"{r['ratio_to_floor']:.2f}x", _mib(r["peak_rss_bytes"]),
+                 f"{r['ratio_to_floor']:.2f}x", _s(r["median_user_s"] + r["median_sys_s"]), _mib(r["peak_rss_bytes"]),
                  "" if "ok" not in r else ("PASS" if r["ok"] else "MISS")] for r in res["cold"]]
-        print(table(["inputs", "cache", "tool", "median s", "floor s", "/floor", "peak RSS MiB", "target"], rows))
+        print(table(["inputs", "cache", "tool", "median s", "floor s", "/floor", "CPU s", "peak RSS MiB", "target"],
+                    rows))
     if res.get("larger_than_ram"):
         print("\nLarger than RAM (cold, one run):")
         rows = [[r["label"], r["tool"], _s(r["median_s"]), f"{r['throughput_mib_s']:.0f}",
@@ -1074,9 +1078,12 @@ def parse_args(argv):
     p.add_argument("--ltr-gib", type=float, help="--larger-than-ram: total input size in GiB instead")
     p.add_argument("--workers", help="e.g. 1,2,4: N concurrent --shard i/N processes + finalize "
                                      "(cold with --cold)")
-    p.add_argument("--without-readahead", action="store_true",
-                   help="--cold: also time swavg with SWAVG_PREFETCH_BYTES=0 (no read-ahead)")
+    p.add_argument("--prefetch-bytes", default="",
+                   help="--cold: also time swavg with SWAVG_PREFETCH_BYTES set to each of these (0: no "
+                        "read-ahead), e.g. 0,134217728")
     p.add_argument("--no-peer", action="store_true", help="--cold: leave the Python peer out")
+    p.add_argument("--disk-cases", help="--cold: only these of disk8,disk32,disk8_sharded")
+    p.add_argument("--caches", default="cold,warm", help="--cold: cold, warm or both [cold,warm]")
     args = p.parse_args(argv)
     q = args.quick
     if (args.cold or args.larger_than_ram or args.workers) and args.repeats is None:
@@ -1090,6 +1097,7 @@ def parse_args(argv):
             setattr(args, k, v)
     args.scale_ns = [int(x) for x in args.scale_ns.split(",")]
     args.workers = [int(x) for x in args.workers.split(",")] if args.workers else []
+    args.prefetch_bytes = [int(x) for x in args.prefetch_bytes.split(",")] if args.prefetch_bytes else []
     args.scale_mb = [int(x) for x in args.scale_mb.split(",")]
     args.swavg = os.path.abspath(args.swavg)
     return args
