@@ -191,7 +191,8 @@ std::optional<std::string> bad_shard_name(const std::string& name) {
     return fmt::format("a shard name of {} bytes (at most {})", name.size(), kMaxShardNameBytes);
   if (name.find_first_of("/\\") != std::string::npos) return "a shard name with a path separator";
   if (name.find('\0') != std::string::npos) return "a shard name with a NUL byte";
-  if (name == "." || name == ".." || name.find("..") != std::string::npos) return "a shard name with '..'";
+  if (name == ".") return "the shard name '.'";
+  if (name.find("..") != std::string::npos) return "a shard name with '..'";
   return std::nullopt;
 }
 
