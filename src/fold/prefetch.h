@@ -5,7 +5,8 @@
  * The prefetcher knows the order the tensors will be folded in (a worker's share, not necessarily
  * the whole plan) and keeps a window of the bytes each input file will be read for next under
  * madvise(MADV_WILLNEED): the kernel reads them asynchronously into the page cache, without mapping
- * them into this process, so peak RSS stays flat.
+ * them into this process, so peak RSS stays flat. It is off unless SWAVG_PREFETCH_BYTES asks for it
+ * (kPrefetchTotalBytes below says why).
  */
 #pragma once
 
@@ -21,8 +22,11 @@ namespace swavg {
 class mapped_file;
 
 // Bytes read ahead on all input files together, split evenly between them, within these bounds
-// per file. SWAVG_PREFETCH_BYTES in the environment overrides the total (0: no read-ahead).
-constexpr uint64_t kPrefetchTotalBytes = uint64_t{512} << 20;
+// per file; SWAVG_PREFETCH_BYTES in the environment sets the total. Off by default: on this
+// project's machine (virtio disk, read_ahead_kb 8192) the kernel's own readahead kept a cold
+// average at the I/O floor, and every window measured (32 MiB to 512 MiB) cost CPU time in the
+// fold thread and made it slower (README, Performance).
+constexpr uint64_t kPrefetchTotalBytes = 0;
 constexpr uint64_t kPrefetchMinPerFile = uint64_t{4} << 20;
 constexpr uint64_t kPrefetchMaxPerFile = uint64_t{64} << 20;
 // Read-ahead is asked for in pieces of at most this many bytes.
