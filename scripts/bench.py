@@ -49,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -738,6 +739,318 @@ def print_report(res, jobs, sets, args):
 # Main
 
 
+# ---------------------------------------------------------------------------------------------
+# Disk-bound modes: --cold, --larger-than-ram, --workers
+#
+# Inputs are written as safetensors with numpy (fixed seeds, finite values), which is fast at any
+# size: a per-file block of random normals tiled over the tensors. The peer reads them whole, as
+# safetensors.torch.load_file does (bench_peer.load_checkpoint), and merges sharded folders.
+
+DISK_TARGET = 1.2  # issue 12: average within 1.2x of the I/O floor, cold and warm
+DISK_BLOCK = 4 << 20  # float32 values per generated block (16 MiB)
+
+
+def drop_caches():
+    """Write back dirty pages and drop the page cache (root only): the next reads come from disk."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    except OSError as e:
+        raise SystemExit(f"--cold needs root to drop the page cache (/proc/sys/vm/drop_caches): {e}")
+
+
+def _st_header(entries, dtype_name, itemsize, metadata=None):
+    header, offset = {}, 0
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, shape in entries:
+        n = math.prod(shape) * itemsize
+        header[name] = {"dtype": dtype_name, "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    return len(text).to_bytes(8, "little") + text
+
+
+def write_random_safetensors(path, entries, dtype, seed):
+    """`entries` [(name, shape)] of float32 or bfloat16 random normals * 0.02 (finite)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    block = (rng.standard_normal(DISK_BLOCK, dtype=np.float32) * 0.02)
+    if dtype == "bfloat16":
+        block = (block.view(np.uint32) >> 16).astype(np.uint16)
+    raw = block.tobytes()
+    itemsize = 4 if dtype == "float32" else 2
+    with open(path, "wb") as f:
+        f.write(_st_header(entries, "F32" if dtype == "float32" else "BF16", itemsize, {"format": "pt"}))
+        pos = int(rng.integers(len(raw) // itemsize)) * itemsize
+        for _, shape in entries:
+            left = math.prod(shape) * itemsize
+            while left:
+                piece = raw[pos:pos + left]
+                f.write(piece)
+                left -= len(piece)
+                pos = (pos + len(piece)) % len(raw)
+
+
+def write_sharded_folder(folder, entries, dtype, seed, max_shard_bytes):
+    """A Hugging Face folder: greedy shards of at most max_shard_bytes, an index, a config."""
+    itemsize = 4 if dtype == "float32" else 2
+    groups, size = [[]], 0
+    for name, shape in entries:
+        n = math.prod(shape) * itemsize
+        if groups[-1] and size + n > max_shard_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append((name, shape))
+        size += n
+    os.makedirs(folder, exist_ok=True)
+    weight_map = {}
+    for k, group in enumerate(groups, 1):
+        file = f"model-{k:05d}-of-{len(groups):05d}.safetensors"
+        write_random_safetensors(os.path.join(folder, file), group, dtype, seed * 100 + k)
+        weight_map.update({name: file for name, _ in group})
+    total = sum(math.prod(s) * itemsize for _, s in entries)
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2, sort_keys=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        f.write('{"model_type": "bench"}\n')
+    return len(groups)
+
+
+def files_of(path):
+    """The files a checkpoint argument reads (a folder: its index and shards)."""
+    if not os.path.isdir(path):
+        return [path]
+    return [os.path.join(path, n) for n in sorted(os.listdir(path)) if n != "config.json"]
+
+
+def make_disk_set(root, key, mib, n, dtype, seed, shard_mib=None):
+    """n distinct checkpoints of a transformer of `mib` MiB (float32 sizes), single files or folders."""
+    folder = os.path.join(root, key)
+    config = {"kind": "disk", "mib": mib, "n": n, "dtype": dtype, "seed": seed, "shard_mib": shard_mib,
+              "version": 1}
+    man = _cached(folder, config)
+    if man:
+        return CkptSet(**man["sets"][0])
+    entries = transformer_shapes(mib)
+    itemsize = 4 if dtype == "float32" else 2
+    os.makedirs(folder, exist_ok=True)
+    paths, shards = [], 0
+    for i in range(n):
+        if shard_mib:
+            p = os.path.join(folder, f"ckpt_{i:03d}")
+            shards = write_sharded_folder(p, entries, dtype, seed * 1000 + i, shard_mib * MiB)
+        else:
+            p = os.path.join(folder, f"ckpt_{i:03d}.safetensors")
+            write_random_safetensors(p, entries, dtype, seed * 1000 + i)
+        paths.append(p)
+    size = sum(os.path.getsize(f) for f in files_of(paths[0]))
+    shape_of = {name: shape for name, shape in entries}
+    largest = max(math.prod(s) for s in shape_of.values()) * itemsize
+    label = f"{n} x {size / MiB:.0f} MiB {dtype}" + (f", {shards} shards each" if shard_mib else "")
+    s = CkptSet(key=key, paths=paths, file_bytes=size, label=label, largest_tensor_bytes=largest,
+                n_tensors=len(entries))
+    _save_manifest(folder, config, [s])
+    return s
+
+
+def disk_jobs(b, s, peer=True):
+    """swavg average, (swavg without read-ahead), the peer and the floor on one set."""
+    py = [sys.executable, PEER]
+    out, rep = b.out(f"{s.key}_swavg.safetensors"), b.out(f"{s.key}_swavg.json")
+    avg = [b.args.swavg, "-q", "average", *s.paths, "-o", out, "--force", "--report", rep]
+    jobs = [Job(f"{s.key}/swavg", avg, out, rep)]
+    for v in b.args.prefetch_bytes:
+        jobs.append(Job(f"{s.key}/swavg-readahead-{v}", ["env", f"SWAVG_PREFETCH_BYTES={v}", *avg], out, rep))
+    if peer:
+        out = b.out(f"{s.key}_peer.pt")
+        jobs.append(Job(f"{s.key}/peer", py + ["average", *s.paths, "--out", out], out))
+    out = b.out(f"{s.key}_floor.bin")
+    files = [f for p in s.paths for f in files_of(p)]
+    jobs.append(Job(f"{s.key}/floor", py + ["floor", *files, "--out", out, "--out-bytes", str(s.file_bytes)], out))
+    return jobs
+
+
+def time_disk(b, s, cache, repeats, peer=True):
+    """Rounds of the set's jobs, each run after dropping the page cache (cold) or reading every
+    input once (warm). Returns {key: Job}."""
+    jobs = disk_jobs(b, s, peer)
+    files = [f for p in s.paths for f in files_of(p)]
+    for r in range(repeats):
+        shift = r % len(jobs)
+        for job in jobs[shift:] + jobs[:shift]:
+            drop_caches() if cache == "cold" else warm(files)
+            run_job(b.runner, job)
+        log(f"  {s.key} {cache}: round {r + 1}/{repeats} done")
+    return {j.key: j for j in jobs}
+
+
+def disk_rows(s, cache, jobs):
+    floor = jobs[f"{s.key}/floor"].median()
+    rows = []
+    for key, job in jobs.items():
+        tool = key.split("/", 1)[1]
+        ratio = job.median() / floor
+        row = {"set": s.key, "label": s.label, "cache": cache, "tool": tool, "median_s": job.median(),
+               "floor_s": floor, "ratio_to_floor": ratio, "peak_rss_bytes": job.peak_rss(),
+               "throughput_mib_s": s.total_bytes / MiB / job.median(), "runs": [r.wall_s for r in job.runs],
+               "median_user_s": job.median("user_s"), "median_sys_s": job.median("sys_s")}
+        if tool == "swavg":
+            row["target"] = f"within {DISK_TARGET}x of the I/O floor"
+            row["ok"] = ratio <= DISK_TARGET
+        rows.append(row)
+    return rows
+
+
+def run_cold(b):
+    """--cold: average of 8 and of 32 checkpoints and of 8 sharded ones, cold and warm."""
+    a = b.args
+    q = a.quick
+    cases = [make_disk_set(b.workdir, "disk8", 4 if q else 159, 8, "float32", a.seed),
+             make_disk_set(b.workdir, "disk32", 1 if q else 40, 32, "float32", a.seed + 1),
+             make_disk_set(b.workdir, "disk8_sharded", 4 if q else 159, 8, "float32", a.seed + 2,
+                           shard_mib=2 if q else 60)]
+    rows = []
+    for s in cases:
+        if a.disk_cases and s.key not in a.disk_cases.split(","):
+            continue
+        for cache in a.caches.split(","):
+            rows += disk_rows(s, cache, time_disk(b, s, cache, a.repeats, peer=not a.no_peer))
+    return rows
+
+
+def run_larger_than_ram(b):
+    """--larger-than-ram: 4 bf16 checkpoints adding up to more than the machine's memory, averaged
+    once from a cold cache; throughput and peak RSS; the inputs are removed afterwards."""
+    a = b.args
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    total = int(a.ltr_gib * GiB) if a.ltr_gib else int(mem * 1.25)
+    each = total // 4
+    tensor = 256 * MiB // 2  # bf16 elements per tensor
+    count = max(1, each // (tensor * 2))
+    entries = [(f"layers.{i}.weight", (tensor // 4096, 4096)) for i in range(count)]
+    folder = os.path.join(b.workdir, "larger_than_ram")
+    os.makedirs(folder, exist_ok=True)
+    log(f"larger than RAM: writing 4 x {count * tensor * 2 / GiB:.1f} GiB bf16 ({mem / GiB:.1f} GiB of memory) ...")
+    try:
+        paths = []
+        for i in range(4):
+            p = os.path.join(folder, f"ckpt_{i}.safetensors")
+            write_random_safetensors(p, entries, "bfloat16", a.seed + i)
+            paths.append(p)
+        size = os.path.getsize(paths[0])
+        s = CkptSet(key="larger_than_ram", paths=paths, file_bytes=size, label=f"4 x {size / GiB:.1f} GiB bf16",
+                    largest_tensor_bytes=tensor * 2, n_tensors=count)
+        saved, a.prefetch_bytes = a.prefetch_bytes, []
+        jobs = time_disk(b, s, "cold", 1, peer=False)
+        a.prefetch_bytes = saved
+        rows = disk_rows(s, "cold", jobs)
+        for r in rows:
+            r["inputs_bytes"] = s.total_bytes
+            r["memory_bytes"] = mem
+        return rows
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        for name in os.listdir(b.outdir):
+            if name.startswith("larger_than_ram"):
+                os.unlink(os.path.join(b.outdir, name))
+
+
+def swavg_has_shard(swavg):
+    p = subprocess.run([swavg, "average", "--help"], capture_output=True, text=True)
+    q = subprocess.run([swavg, "finalize", "--help"], capture_output=True, text=True)
+    return "--shard" in p.stdout and q.returncode == 0
+
+
+def run_workers(b, counts):
+    """--workers 1,2,4: N concurrent `swavg average ... -o OUT/ --shard i/N`, then `swavg finalize
+    OUT/`, against one process writing the same folder. Skipped when the binary has no --shard."""
+    a = b.args
+    if not swavg_has_shard(a.swavg):
+        msg = f"{a.swavg} has no --shard / finalize: --workers skipped"
+        log(msg)
+        b.notes.append(msg)
+        return []
+    s = make_disk_set(b.workdir, "disk8", 4 if a.quick else 159, 8, "float32", a.seed)
+    files = [f for p in s.paths for f in files_of(p)]
+    max_shard = "2MB" if a.quick else "40MB"
+    out = b.out("workers_out")
+    rows = []
+    for n in counts:
+        walls, rss = [], []
+        for r in range(a.repeats):
+            for d in (out, out + ".partial"):
+                shutil.rmtree(d, ignore_errors=True)
+            drop_caches() if a.cold else warm(files)
+            argv = [a.swavg, "-q", "average", *s.paths, "-o", out + "/", "--max-shard-size", max_shard]
+            t0 = time.perf_counter()
+            if n == 1:
+                procs = [subprocess.Popen(argv)]
+            else:
+                procs = [subprocess.Popen(argv + ["--shard", f"{i}/{n}"]) for i in range(n)]
+            peak = 0
+            for p in procs:
+                _, status, ru = os.wait4(p.pid, 0)
+                if os.waitstatus_to_exitcode(status) != 0:
+                    raise RuntimeError(f"worker failed: {' '.join(p.args)}")
+                peak = max(peak, ru.ru_maxrss * 1024)
+            if n > 1:
+                subprocess.run([a.swavg, "-q", "finalize", out + "/"], check=True)
+            walls.append(time.perf_counter() - t0)
+            rss.append(peak)
+        rows.append({"set": s.key, "workers": n, "cache": "cold" if a.cold else "warm",
+                     "median_s": statistics.median(walls), "runs": walls, "peak_rss_bytes": max(rss)})
+    one = rows[0]["median_s"] if rows and rows[0]["workers"] == 1 else None
+    for r in rows:
+        r["ratio_to_one_process"] = r["median_s"] / one if one else None
+    shutil.rmtree(out, ignore_errors=True)
+    return rows
+
+
+def print_disk_report(res):
+    if res.get("cold"):
+        print("\nAverage from a cold and a warm page cache, against the I/O floor "
+              f"(target {DISK_TARGET}x; medians of {res['args']['repeats']}):")
+        rows = [[r["label"], r["cache"], r["tool"], _s(r["median_s"]), _s(r["floor_s"]),
+                 f"{r['ratio_to_floor']:.2f}x", _s(r["median_user_s"] + r["median_sys_s"]), _mib(r["peak_rss_bytes"]),
+                 "" if "ok" not in r else ("PASS" if r["ok"] else "MISS")] for r in res["cold"]]
+        print(table(["inputs", "cache", "tool", "median s", "floor s", "/floor", "CPU s", "peak RSS MiB", "target"],
+                    rows))
+    if res.get("larger_than_ram"):
+        print("\nLarger than RAM (cold, one run):")
+        rows = [[r["label"], r["tool"], _s(r["median_s"]), f"{r['throughput_mib_s']:.0f}",
+                 f"{r['ratio_to_floor']:.2f}x", _mib(r["peak_rss_bytes"])] for r in res["larger_than_ram"]]
+        print(table(["inputs", "tool", "s", "MiB/s", "/floor", "peak RSS MiB"], rows))
+    if res.get("workers"):
+        print("\nWorkers on one machine (N x `average --shard i/N` concurrently, then finalize):")
+        rows = [[r["workers"], r["cache"], _s(r["median_s"]),
+                 "" if r["ratio_to_one_process"] is None else f"{r['ratio_to_one_process']:.2f}x",
+                 _mib(r["peak_rss_bytes"])] for r in res["workers"]]
+        print(table(["workers", "cache", "median s", "/1 process", "peak RSS MiB (one worker)"], rows))
+    for n in res.get("notes", []):
+        print("note: " + n)
+
+
+def run_disk_bench(b):
+    a = b.args
+    info = machine_info(a.swavg)
+    print(f"swavg disk bench: {info['swavg_version']} ({info['swavg_commit']}), {info['nproc']} CPUs, "
+          f"{info['date']}, load average {info['loadavg_start'][0]:.1f}")
+    res = {"machine": info, "args": vars(a)}
+    if a.cold:
+        res["cold"] = run_cold(b)
+    if a.larger_than_ram:
+        res["larger_than_ram"] = run_larger_than_ram(b)
+    if a.workers:
+        res["workers"] = run_workers(b, a.workers)
+    info["loadavg_end"] = os.getloadavg()
+    res["notes"] = b.notes
+    print_disk_report(res)
+    return res
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -757,8 +1070,24 @@ def parse_args(argv):
     p.add_argument("--many-tensors", type=int,
                    help="tensors per checkpoint of the many-tensors case, 0 to skip [100000; quick 2000]")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cold", action="store_true",
+                   help="disk cases instead of the full bench: average of 8 x 159 MiB, 32 x 40 MiB and 8 "
+                        "sharded folders, each run after dropping the page cache (root) and after warming it")
+    p.add_argument("--larger-than-ram", action="store_true",
+                   help="average 4 bf16 checkpoints adding up to 1.25 x the machine's memory, cold")
+    p.add_argument("--ltr-gib", type=float, help="--larger-than-ram: total input size in GiB instead")
+    p.add_argument("--workers", help="e.g. 1,2,4: N concurrent --shard i/N processes + finalize "
+                                     "(cold with --cold)")
+    p.add_argument("--prefetch-bytes", default="",
+                   help="--cold: also time swavg with SWAVG_PREFETCH_BYTES set to each of these (0: no "
+                        "read-ahead), e.g. 0,134217728")
+    p.add_argument("--no-peer", action="store_true", help="--cold: leave the Python peer out")
+    p.add_argument("--disk-cases", help="--cold: only these of disk8,disk32,disk8_sharded")
+    p.add_argument("--caches", default="cold,warm", help="--cold: cold, warm or both [cold,warm]")
     args = p.parse_args(argv)
     q = args.quick
+    if (args.cold or args.larger_than_ram or args.workers) and args.repeats is None:
+        args.repeats = 1 if q else 3
     defaults = {"model_mb": 4 if q else 400, "repeats": 1 if q else 5,
                 "scale_mb": "1,4,16" if q else "100,400,1600", "bn_samples": 32 if q else 128,
                 "bn_res": 32 if q else 96, "bn_batch": 8 if q else 32,
@@ -767,6 +1096,8 @@ def parse_args(argv):
         if getattr(args, k) is None:
             setattr(args, k, v)
     args.scale_ns = [int(x) for x in args.scale_ns.split(",")]
+    args.workers = [int(x) for x in args.workers.split(",")] if args.workers else []
+    args.prefetch_bytes = [int(x) for x in args.prefetch_bytes.split(",")] if args.prefetch_bytes else []
     args.scale_mb = [int(x) for x in args.scale_mb.split(",")]
     args.swavg = os.path.abspath(args.swavg)
     return args
@@ -831,7 +1162,9 @@ def main(argv=None):
     args.swavg_source, args.swavg = args.swavg, snapshot_binary(args.swavg, outdir)
     runner = Runner(outdir)  # before torch is imported: see the module docstring
     try:
-        res = run_bench(Bench(args, workdir, outdir, runner))
+        bench = Bench(args, workdir, outdir, runner)
+        disk = args.cold or args.larger_than_ram or args.workers
+        res = run_disk_bench(bench) if disk else run_bench(bench)
     finally:
         runner.close()
         if args.workdir or args.keep:

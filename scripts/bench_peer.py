@@ -15,7 +15,8 @@ Each subcommand runs as its own process, so that bench.py can time it and read i
             --checkpoint and the batches of a .npy array; torch.save of the resulting state_dict.
   floor     the I/O floor: read every input once (16 MiB readinto calls into one reused
             bytearray; from the page cache when warm) and write one output as large as the first
-            input, fsynced, as swavg fsyncs its output. Imports no torch.
+            input (or --out-bytes), fsynced, as swavg fsyncs its output. Imports no torch.
+Inputs may be torch.save files, safetensors files or Hugging Face folders of shards.
   runner    bench.py's process launcher (see cmd_runner).
 
 The model builders (a torchvision-compatible ResNet written by hand) live here too, because the
@@ -123,6 +124,47 @@ def _state_dict(obj):
     return obj.get("state_dict", obj) if isinstance(obj, dict) else obj
 
 
+def _read_safetensors(path):
+    """A safetensors file read whole, as safetensors.torch.load_file does (no package here)."""
+    import json
+    import struct
+    import numpy as np
+    import torch
+    dtypes = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
+              "I64": torch.int64, "I32": torch.int32}
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = bytearray(f.read())
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        raw = torch.from_numpy(np.frombuffer(data, dtype=np.uint8, count=end - b, offset=b).copy())
+        out[name] = raw.view(dtypes[e["dtype"]]).reshape(e["shape"])
+    return out
+
+
+def load_checkpoint(path):
+    """torch.load, a safetensors file, or a Hugging Face folder of shards (merged, as people do)."""
+    import json
+    import torch
+    if os.path.isdir(path):
+        for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+            if os.path.exists(os.path.join(path, index)):
+                with open(os.path.join(path, index)) as f:
+                    shards = dict.fromkeys(json.load(f)["weight_map"].values())
+                sd = {}
+                for shard in shards:
+                    sd.update(load_checkpoint(os.path.join(path, shard)))
+                return sd
+        raise SystemExit(f"{path}: no index")
+    if path.endswith(".safetensors"):
+        return _read_safetensors(path)
+    return _state_dict(torch.load(path, map_location="cpu", weights_only=False))
+
+
 def _is_averaged(name, t):
     return t.is_floating_point() and not name.endswith(BUFFER_SUFFIXES)
 
@@ -132,7 +174,7 @@ def fold(paths, out, update):
     import torch
     avg, n = None, 0
     for path in paths:
-        sd = _state_dict(torch.load(path, map_location="cpu", weights_only=False))
+        sd = load_checkpoint(path)
         if avg is None:
             # First checkpoint: AveragedModel copies it; half types get a float32 accumulator.
             avg = {k: v.float() if _is_averaged(k, v) and v.dtype in (torch.float16, torch.bfloat16)
@@ -191,7 +233,7 @@ def cmd_floor(args):
         with open(path, "rb", buffering=0) as f:
             while f.readinto(view):
                 pass
-    left = os.path.getsize(args.inputs[0])
+    left = args.out_bytes if args.out_bytes is not None else os.path.getsize(args.inputs[0])
     fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         while left > 0:
@@ -268,6 +310,8 @@ def main(argv=None):
         s.set_defaults(fn=fn)
         if name == "ema":
             s.add_argument("--decay", type=float, required=True)
+        if name == "floor":
+            s.add_argument("--out-bytes", type=int, help="output size [the first input's]")
     s = sub.add_parser("inspect")
     s.add_argument("input")
     s.set_defaults(fn=cmd_inspect)

@@ -105,7 +105,7 @@ TEST_CASE("files that are not checkpoints get a clear error", "[load]") {
       {scratch("dangling.pt"), exit_code::io, "dangling symbolic link"},
       {scratch("loop.pt"), exit_code::io, "symbolic links"},
       {scratch("fifo.pt"), exit_code::bad_input, "a FIFO"},
-      {std::string(SWAVG_FIXTURES_DIR), exit_code::bad_input, "a directory"},
+      {std::string(SWAVG_FIXTURES_DIR), exit_code::bad_input, "a folder without a checkpoint"},
       {fixture("legacy.pt"), exit_code::bad_input, "legacy torch.save format"},
   };
   for (const auto& c : cases) {

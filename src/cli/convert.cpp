@@ -35,7 +35,7 @@ void convert_to_folder(const convert_options& o) {
   struct stat st {};
   if (::stat(out.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
     throw usage_error(fmt::format("{}/: exists and is not a folder", out));
-  refuse_inputs_inside({out}, {o.input});
+  refuse_inputs_inside({out}, checkpoint_files(o.input));
   if (!o.force && ::stat(out.c_str(), &st) == 0 && !list_dir(out).empty())
     throw usage_error(fmt::format("{}/: the output folder exists and is not empty; pass --force to replace it", out));
   const output_format format = o.format.value_or(output_format::safetensors);
@@ -79,7 +79,7 @@ void run_convert(const convert_options& o) {
   if (is_directory_output(o.output)) return convert_to_folder(o);
   if (!o.max_shard_size.empty())
     throw usage_error(fmt::format("--max-shard-size needs a folder output (-o DIR/), not '{}'", o.output));
-  check_output_path(o.output, {o.input}, o.force);
+  check_output_path(o.output, checkpoint_files(o.input), o.force);
   const output_format format = choose_output_format(o.output, o.format);
   state_dict sd = load_state_dict(o.input, o.load);
   const std::vector<object_entry> objects = o.drop_objects ? std::vector<object_entry>{} : sd.objects;
@@ -97,7 +97,7 @@ void run_convert(const convert_options& o) {
 command setup_convert(CLI::App& parent) {
   auto o = std::make_shared<convert_options>();
   CLI::App* app = parent.add_subcommand("convert", "Write a checkpoint's state dict as torch.save or safetensors");
-  app->add_option("input", o->input, "Checkpoint to read (torch.save, TorchScript or safetensors)")->required();
+  app->add_option("input", o->input, "Checkpoint to read (torch.save, TorchScript or safetensors; a sharded folder or index)")->required();
   app->add_option("-o,--output", o->output, "File to write, or DIR/: a Hugging Face folder of shards (resharding)")
       ->required();
   add_enum_option(app, "--format", o->format,

@@ -31,6 +31,14 @@ void check_paths(const fold_job& job, const std::vector<std::string>& inputs) {
   check_output_path(job.report_file, read, true);
 }
 
+// Every file the inputs read: a sharded checkpoint's index and shards, so no output can be one.
+std::vector<std::string> input_files(const fold_job& job) {
+  std::vector<std::string> files;
+  for (const auto& in : job.inputs)
+    for (auto& f : checkpoint_files(in)) files.push_back(std::move(f));
+  return files;
+}
+
 std::vector<state_dict> load_checkpoints(const fold_job& job) {
   std::vector<state_dict> inputs;
   inputs.reserve(job.inputs.size());
@@ -148,7 +156,7 @@ fold_config config_for(const fold_job& job, const fold_inputs& in) {
 
 // Every file a fold job reads besides --resume: no output may be one of them.
 std::vector<std::string> files_read(const fold_job& job) {
-  std::vector<std::string> files = job.inputs;
+  std::vector<std::string> files = input_files(job);
   if (!job.model.empty()) files.push_back(job.model);
   if (job.config.avg_fn) files.push_back(job.config.avg_fn->path);
   return files;
@@ -290,10 +298,8 @@ pipeline_report run_fold_pipeline(const fold_job& job, const std::optional<bn_st
   if (job.model.empty())
     throw usage_error("--update-bn needs --model NET.ts, the TorchScript model to replay data through");
   require_libtorch("--update-bn");
-  std::vector<std::string> inputs = job.inputs;
-  inputs.push_back(job.model);
+  std::vector<std::string> inputs = files_read(job);
   inputs.push_back(bn->data.path);
-  if (job.config.avg_fn) inputs.push_back(job.config.avg_fn->path);
   check_paths(job, inputs);
   const output_format format = choose_output_format(job.output, job.format);
   const dataset data = open_dataset(bn->data);

@@ -16,6 +16,7 @@
 #include "fold/layout.h"
 #include "fold/native_fold.h"
 #include "fold/native_kernels.h"
+#include "fold/prefetch.h"
 #include "formats/torch_file.h"
 #include "util/error.h"
 #include "util/progress.h"
@@ -39,11 +40,12 @@ bool same_values(dtype t, const uint8_t* a, const uint8_t* b, int64_t n) {
 // Folds planned tensors one after the other into the sink.
 class folder {
  public:
-  folder(const fold_config& c, const fold_inputs& in, chunk_writer sink, progress& bar, avg_function* fn,
-         std::unordered_map<const tensor_plan*, tensor_view> fn_results)
-      : c_(c), in_(in), sink_(std::move(sink)), bar_(bar), fn_(fn), fn_results_(std::move(fn_results)) {}
+  folder(const fold_config& c, const fold_inputs& in, chunk_writer sink, progress& bar, prefetcher* ahead,
+         avg_function* fn, std::unordered_map<const tensor_plan*, tensor_view> fn_results)
+      : c_(c), in_(in), sink_(std::move(sink)), bar_(bar), ahead_(ahead), fn_(fn), fn_results_(std::move(fn_results)) {}
 
   void run(const tensor_plan& p) {
+    if (ahead_) ahead_->start(p);
     switch (p.outcome.action) {
       case tensor_action::drop: return;
       case tensor_action::latest:
@@ -58,7 +60,7 @@ class folder {
         else if (is_integer_average(p))
           integer_average(c_, p, write);
         else if (native_average_covers(c_, p))
-          native_average(c_, p, write);
+          native_average(c_, p, write, ahead_);
         else
           aten_average(c_, p, write);
         break;
@@ -147,6 +149,7 @@ class folder {
   const fold_inputs& in_;
   chunk_writer sink_;
   progress& bar_;
+  prefetcher* ahead_;
   avg_function* fn_;
   std::unordered_map<const tensor_plan*, tensor_view> fn_results_;  // --multi-avg-fn's, by tensor
   uint64_t bytes_read_ = 0;
@@ -296,7 +299,11 @@ fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_tar
       for (const auto& s : plan.tensors[k].sources) total_bytes += s.view->nbytes();
 
   progress bar(total_bytes, "folding");
-  folder f(c, in, write, bar, fn.get(), std::move(fn_results));
+  std::vector<const tensor_plan*> order;  // the tensors this run folds, in order: what to read ahead
+  for (size_t k = 0; k < plan.tensors.size(); ++k)
+    if (!ties[k] && owned[k] && plan.tensors[k].outcome.action != tensor_action::drop) order.push_back(&plan.tensors[k]);
+  prefetcher ahead(order);
+  folder f(c, in, write, bar, &ahead, fn.get(), std::move(fn_results));
   for (size_t k = 0; k < plan.tensors.size(); ++k) {
     if (ties[k])
       result.tied.push_back(tied_tensor{plan.tensors[k].name, plan.tensors[*ties[k]].name});

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fold/native_kernels.h"
+#include "fold/prefetch.h"
 #include "fold/schedule.h"
 #include "util/error.h"
 
@@ -60,7 +61,7 @@ bool native_average_covers(const fold_config& c, const tensor_plan& p) {
   return true;
 }
 
-void native_average(const fold_config& c, const tensor_plan& p, const chunk_writer& write) {
+void native_average(const fold_config& c, const tensor_plan& p, const chunk_writer& write, prefetcher* ahead) {
   const dtype acc_type = p.outcome.accumulate_type;
   const dtype out_type = p.outcome.output_type;
   std::vector<flat_input> flats;
@@ -100,6 +101,7 @@ void native_average(const fold_config& c, const tensor_plan& p, const chunk_writ
       ++k;
       flats[j].release(begin, length);
     }
+    if (ahead) ahead->advance(p, begin + length);
     if (out_type == acc_type) {
       write(acc.data(), static_cast<uint64_t>(length) * itemsize(acc_type));
     } else {

@@ -22,6 +22,9 @@ using chunk_writer = std::function<void(const void* data, uint64_t bytes)>;
 
 // Whether swavg's own kernels compute this plan's average, and doing it.
 bool native_average_covers(const fold_config& c, const tensor_plan& p);
-void native_average(const fold_config& c, const tensor_plan& p, const chunk_writer& write);
+class prefetcher;
+// `ahead`, when given, is told after each slice how far the inputs have been read.
+void native_average(const fold_config& c, const tensor_plan& p, const chunk_writer& write,
+                    prefetcher* ahead = nullptr);
 
 }  // namespace swavg

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "formats/safetensors.h"
+#include "formats/sharded_input.h"
 #include "formats/torch_file.h"
 #include "formats/torchscript.h"
 #include "formats/zip.h"
@@ -42,11 +43,7 @@ file_format detect(const std::shared_ptr<const mapped_file>& f) {
                                 path, leading_bytes(*f)));
 }
 
-}  // namespace
-
-file_format detect_format(const std::string& path) { return detect(mapped_file::open(path)); }
-
-state_dict load_state_dict(const std::string& path, const load_options& options) {
+state_dict load_single_file(const std::string& path, const load_options& options) {
   auto file = mapped_file::open(path);
   state_dict sd;
   switch (detect(file)) {
@@ -69,14 +66,37 @@ state_dict load_state_dict(const std::string& path, const load_options& options)
     }
   }
   if (file) file->release_pages();
+  return sd;
+}
+
+}  // namespace
+
+file_format detect_format(const std::string& path) { return detect(mapped_file::open(path)); }
+
+state_dict load_state_dict(const std::string& path, const load_options& options) {
+  const checkpoint_location at = locate_checkpoint(path);
+  state_dict sd;
+  if (at.index.empty()) {
+    sd = load_single_file(at.file, options);
+    sd.path = path;
+  } else {
+    sd = load_sharded(path, at.index, read_hf_index(at.index),
+                      [&options](const std::string& shard) { return load_single_file(shard, options); });
+  }
   strip_prefixes(sd, options.strip_prefixes);
   for (const auto& o : sd.opaque)
     spdlog::debug("{}: '{}' is a {} object, kept opaque (never called; an entry of the state dict is carried as pickle data)", path, o.path, o.type);
   return sd;
 }
 
-// Stand-ins until sharded inputs (the "inputs" branch) define these: every argument is one file.
-std::vector<std::string> checkpoint_files(const std::string& path) { return {path}; }
-std::string checkpoint_folder(const std::string&) { return ""; }
+std::vector<std::string> checkpoint_files(const std::string& path) {
+  const checkpoint_location at = locate_checkpoint(path);
+  if (at.index.empty()) return {at.file};
+  std::vector<std::string> files{at.index};
+  for (const auto& shard : shard_names(read_hf_index(at.index))) files.push_back(path_in_folder(at.folder, shard));
+  return files;
+}
+
+std::string checkpoint_folder(const std::string& path) { return locate_checkpoint(path).folder; }
 
 }  // namespace swavg

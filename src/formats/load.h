@@ -4,6 +4,9 @@
  * JSON object is safetensors. The pre-1.6 torch.save format (a bare pickle stream) is recognised
  * and refused with advice. The extension only decides which error a broken file gets: one named
  * .safetensors is reported by the safetensors parser.
+ *
+ * A checkpoint argument may also be a sharded checkpoint (formats/sharded_input.h): a Hugging Face
+ * index file, or a folder holding an index or one model.safetensors / pytorch_model.bin.
  */
 #pragma once
 
@@ -21,6 +24,7 @@ struct load_options {
 
 // Throws io_error (missing, unreadable) or input_error (malformed, unsupported).
 file_format detect_format(const std::string& path);
+// `path`: a file, an index file or a folder; a sharded checkpoint comes back as one state dict.
 state_dict load_state_dict(const std::string& path, const load_options& options = {});
 
 // Every file a checkpoint argument reads: the one file, or the index and its shards (reading the

@@ -1,0 +1,85 @@
+#include "fold/prefetch.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "util/mapped_file.h"
+
+namespace swavg {
+namespace {
+
+uint64_t total_from_environment() {
+  const char* text = std::getenv("SWAVG_PREFETCH_BYTES");
+  if (text == nullptr || *text == '\0') return kPrefetchTotalBytes;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (*end != '\0') {
+    spdlog::warn("SWAVG_PREFETCH_BYTES='{}' is not a number of bytes; using {}", text, kPrefetchTotalBytes);
+    return kPrefetchTotalBytes;
+  }
+  return v;
+}
+
+}  // namespace
+
+prefetcher::prefetcher(const std::vector<const tensor_plan*>& order) : prefetcher(order, total_from_environment()) {}
+
+prefetcher::prefetcher(const std::vector<const tensor_plan*>& order, uint64_t total_bytes) {
+  uses_.resize(order.size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    index_.emplace(order[k], k);
+    if (order[k]->resumed) add_view(k, *order[k]->resumed);
+    for (const auto& s : order[k]->sources) add_view(k, *s.view);
+  }
+  if (total_bytes == 0 || streams_.empty()) return;
+  window_ = std::clamp<uint64_t>(total_bytes / streams_.size(), kPrefetchMinPerFile, kPrefetchMaxPerFile);
+  window_ = std::min(window_, total_bytes);
+  spdlog::debug("read-ahead: {} bytes ahead on each of {} files", window_, streams_.size());
+}
+
+void prefetcher::add_view(size_t k, const tensor_view& v) {
+  if (v.mapping == nullptr || !v.mapping->mapped() || v.numel() == 0) return;
+  const bool whole_storage = !v.is_contiguous();  // read (gathered) whole
+  const uint8_t* begin = whole_storage ? v.storage : v.data();
+  const uint64_t length = whole_storage ? v.storage_bytes : v.nbytes();
+  auto [it, added] = stream_of_.emplace(v.mapping, streams_.size());
+  if (added) streams_.push_back(stream{v.mapping, {}});
+  stream& s = streams_[it->second];
+  s.ranges.push_back(range{static_cast<uint64_t>(begin - v.mapping->data()), length});
+  uses_[k].push_back(use{it->second, s.listed, length, whole_storage ? 0 : itemsize(v.type)});
+  s.listed += length;
+}
+
+void prefetcher::advance(const tensor_plan& p, int64_t elements) {
+  if (window_ == 0) return;
+  const auto it = index_.find(&p);
+  if (it == index_.end()) return;
+  for (const use& u : uses_[it->second]) {
+    stream& s = streams_[u.stream];
+    // A strided view is gathered whole when its tensor starts.
+    const uint64_t done =
+        u.itemsize == 0 ? u.length : std::min<uint64_t>(u.length, static_cast<uint64_t>(elements) * u.itemsize);
+    s.consumed = std::max(s.consumed, u.before + done);
+    top_up(s);
+  }
+}
+
+void prefetcher::top_up(stream& s) {
+  while (s.next < s.ranges.size() && s.requested < s.consumed + window_) {
+    const range& r = s.ranges[s.next];
+    const uint64_t piece = std::min({kPrefetchPiece, r.length - s.next_done, s.consumed + window_ - s.requested});
+    s.file->will_need(r.offset + s.next_done, piece);
+    s.next_done += piece;
+    s.requested += piece;
+    requested_ += piece;
+    if (s.next_done == r.length) {
+      ++s.next;
+      s.next_done = 0;
+    }
+  }
+}
+
+}  // namespace swavg

@@ -1,0 +1,449 @@
+#include "formats/sharded_input.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "util/checked.h"
+#include "util/error.h"
+#include "util/mapped_file.h"
+#include "util/printable.h"
+
+namespace swavg {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int kMaxJsonDepth = 128;
+constexpr size_t kMaxListedProblems = 20;
+constexpr size_t kMaxListedEntries = 10;
+
+std::string in_quotes(const std::string& s) { return fmt::format("'{}'", printable(s)); }
+
+std::string type_with_article(const json& j) {
+  const std::string t = j.type_name();
+  return (t == "object" || t == "array" ? "an " : "a ") + t;
+}
+
+// Problems found in one step, reported together in one message.
+class problems {
+ public:
+  void add(std::string p) { list_.push_back(std::move(p)); }
+  void throw_if_any(const std::string& head) const {
+    if (list_.empty()) return;
+    if (list_.size() == 1) throw input_error(fmt::format("{}: {}", head, list_.front()));
+    std::string text = fmt::format("{}: {} problems:", head, list_.size());
+    for (size_t i = 0; i < std::min(list_.size(), kMaxListedProblems); ++i) text += "\n  " + list_[i];
+    if (list_.size() > kMaxListedProblems) text += fmt::format("\n  ... and {} more", list_.size() - kMaxListedProblems);
+    throw input_error(text);
+  }
+
+ private:
+  std::vector<std::string> list_;
+};
+
+// Builds the index's DOM through nlohmann's SAX interface, except for the entries of the top-level
+// "weight_map", which are kept in the file's order (nlohmann's objects are sorted) with duplicates
+// and non-string shard names noted as problems. A duplicate key elsewhere is refused.
+class index_parser : public nlohmann::json_sax<json> {
+ public:
+  index_parser(std::string path, problems& found) : path_(std::move(path)), found_(found) {}
+
+  json parse(std::string_view text) {
+    json::sax_parse(text.data(), text.data() + text.size(), this);
+    return std::move(root_);
+  }
+  std::vector<std::pair<std::string, std::string>>& entries() { return entries_; }
+  bool saw_map() const { return map_seen_; }
+
+  [[noreturn]] void fail(const std::string& message) const { throw input_error(fmt::format("{}: {}", path_, message)); }
+
+  bool null() override { return add(nullptr); }
+  bool boolean(bool v) override { return add(v); }
+  bool number_integer(number_integer_t v) override { return add(v); }
+  bool number_unsigned(number_unsigned_t v) override { return add(v); }
+  bool number_float(number_float_t v, const string_t&) override { return add(v); }
+  bool string(string_t& v) override {
+    if (in_map_value()) {
+      entries_.emplace_back(std::move(key_), std::move(v));
+      return true;
+    }
+    return add(std::move(v));
+  }
+  bool binary(binary_t& v) override { return add(json::binary(std::move(v))); }
+
+  bool start_object(std::size_t) override {
+    if (stack_.size() == 1 && key_ == "weight_map" && !skip_) {
+      map_seen_ = true;
+      map_depth_ = depth_ + 1;
+      ++depth_;
+      place(json::object());  // a placeholder: the entries go to entries_
+      return true;
+    }
+    return open(json::object());
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(json::array()); }
+  bool end_array() override { return close(); }
+
+  bool key(string_t& k) override {
+    if (skip_) return true;
+    if (depth_ == map_depth_) {
+      if (!map_keys_.insert(k).second) found_.add(fmt::format("weight_map lists tensor {} twice", in_quotes(k)));
+      key_ = std::move(k);
+      return true;
+    }
+    if (stack_.back()->contains(k)) fail(fmt::format("duplicate key {}", in_quotes(k)));
+    key_ = std::move(k);
+    return true;
+  }
+
+  bool parse_error(std::size_t, const std::string&, const json::exception& e) override {
+    const std::string what = e.what();
+    auto close = what.find("] ");
+    fail("not valid JSON: " + (close == std::string::npos ? what : what.substr(close + 2)));
+  }
+
+ private:
+  bool in_map_value() const { return !skip_ && depth_ == map_depth_; }
+
+  void not_a_name(const char* type) {
+    found_.add(fmt::format("weight_map: tensor {} maps to {}, expected a shard file name (a string)", in_quotes(key_),
+                           type));
+  }
+
+  json* place(json&& v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    json& parent = *stack_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(v));
+      return &parent.back();
+    }
+    json& slot = parent[key_];
+    slot = std::move(v);
+    return &slot;
+  }
+
+  bool add(json&& v) {
+    if (skip_) return true;
+    if (in_map_value()) {
+      not_a_name(v.type_name());
+      return true;
+    }
+    place(std::move(v));
+    return true;
+  }
+
+  bool open(json&& container) {
+    if (depth_ >= kMaxJsonDepth) fail(fmt::format("JSON nests deeper than {} levels", kMaxJsonDepth));
+    ++depth_;
+    if (skip_ || (depth_ - 1 == map_depth_)) {
+      if (!skip_) not_a_name(container.is_array() ? "an array" : "an object");
+      ++skip_;
+      return true;
+    }
+    stack_.push_back(place(std::move(container)));
+    return true;
+  }
+
+  bool close() {
+    if (depth_ == map_depth_) {
+      map_depth_ = -1;
+    } else if (skip_) {
+      --skip_;
+    } else {
+      stack_.pop_back();
+    }
+    --depth_;
+    return true;
+  }
+
+  std::string path_;
+  problems& found_;
+  json root_;
+  std::vector<json*> stack_;  // open containers of the DOM
+  std::string key_;
+  int depth_ = 0;             // containers open, the weight map and skipped ones included
+  int map_depth_ = -1;        // depth_ inside the weight map, -1 outside it
+  int skip_ = 0;              // open containers inside a weight-map value
+  bool map_seen_ = false;
+  std::unordered_set<std::string> map_keys_;
+  std::vector<std::pair<std::string, std::string>> entries_;
+};
+
+std::optional<std::string> bad_shard_name(const std::string& name) {
+  if (name.empty()) return "an empty shard name";
+  if (name.size() > kMaxShardNameBytes)
+    return fmt::format("a shard name of {} bytes (at most {})", name.size(), kMaxShardNameBytes);
+  if (name.find_first_of("/\\") != std::string::npos) return "a shard name with a path separator";
+  if (name.find('\0') != std::string::npos) return "a shard name with a NUL byte";
+  if (name == ".") return "the shard name '.'";
+  if (name.find("..") != std::string::npos) return "a shard name with '..'";
+  return std::nullopt;
+}
+
+std::optional<uint64_t> total_size_of(const std::string& path, const json& metadata) {
+  if (metadata.is_null()) return std::nullopt;
+  if (!metadata.is_object())
+    throw input_error(fmt::format("{}: metadata is {}, expected an object", path, type_with_article(metadata)));
+  if (!metadata.contains("total_size")) return std::nullopt;
+  const json& t = metadata["total_size"];
+  const auto bad = [&](const char* why) {
+    return input_error(fmt::format("{}: metadata.total_size is {}: {}, expected a non-negative integer (bytes)", path,
+                                   t.dump(), why));
+  };
+  if (t.is_number_unsigned()) return t.get<uint64_t>();
+  if (t.is_number_integer()) throw bad("negative");
+  if (t.is_number_float()) {
+    // Python's json writes a float total_size (older transformers summed float sizes) as 123.0.
+    const double d = t.get<double>();
+    if (!std::isfinite(d) || d < 0) throw bad("negative or not finite");
+    if (d != std::floor(d)) throw bad("not a whole number");
+    if (d >= 18446744073709551616.0) throw bad("larger than 2^64 - 1");
+    return static_cast<uint64_t>(d);
+  }
+  throw bad(t.is_string() ? "a string" : t.type_name());
+}
+
+std::string folder_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+bool is_regular(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::vector<std::string> folder_entries(const std::string& folder) {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(folder.c_str())) {
+    while (const dirent* e = ::readdir(d))
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+[[noreturn]] void throw_no_checkpoint(const std::string& folder) {
+  const std::vector<std::string> names = folder_entries(folder);
+  std::string holds = "nothing";
+  if (!names.empty()) {
+    std::vector<std::string> shown;
+    for (size_t i = 0; i < std::min(names.size(), kMaxListedEntries); ++i) shown.push_back(in_quotes(names[i]));
+    holds = fmt::format("{}", fmt::join(shown, ", "));
+    if (names.size() > kMaxListedEntries) holds += fmt::format(" and {} more", names.size() - kMaxListedEntries);
+  }
+  throw input_error(fmt::format("{}: a folder without a checkpoint: looked for {}, {}, {} and {}; it holds {}",
+                                folder, kSafetensorsIndexName, kTorchIndexName, kSafetensorsSingleName,
+                                kTorchSingleName, holds));
+}
+
+}  // namespace
+
+bool is_index_name(const std::string& path) {
+  const std::string suffix = kIndexSuffix;
+  return path.size() >= suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string path_in_folder(const std::string& folder, const std::string& name) {
+  if (folder.empty() || folder == ".") return name;
+  return folder.back() == '/' ? folder + name : folder + "/" + name;
+}
+
+checkpoint_location locate_checkpoint(const std::string& path) {
+  checkpoint_location at;
+  if (!is_directory(path)) {
+    if (is_index_name(path)) {
+      at.index = path;
+      at.folder = folder_of(path);
+    } else {
+      at.file = path;
+    }
+    return at;
+  }
+  at.folder = path.size() > 1 && path.back() == '/' ? path.substr(0, path.size() - 1) : path;
+  const bool st_index = is_regular(path_in_folder(path, kSafetensorsIndexName));
+  const bool pt_index = is_regular(path_in_folder(path, kTorchIndexName));
+  const bool st_single = is_regular(path_in_folder(path, kSafetensorsSingleName));
+  const bool pt_single = is_regular(path_in_folder(path, kTorchSingleName));
+  const char* chosen = st_index ? kSafetensorsIndexName
+                       : pt_index ? kTorchIndexName
+                       : st_single ? kSafetensorsSingleName
+                       : pt_single ? kTorchSingleName
+                                   : nullptr;
+  if (!chosen) throw_no_checkpoint(at.folder);
+  if ((st_index || st_single) && (pt_index || pt_single))
+    spdlog::info("{}: holds safetensors and torch.save weights; reading {}", at.folder, chosen);
+  (st_index || pt_index ? at.index : at.file) = path_in_folder(path, chosen);
+  return at;
+}
+
+hf_index parse_hf_index(const std::string& path, std::string_view bytes) {
+  if (bytes.size() > kMaxIndexBytes)
+    throw input_error(fmt::format("{}: index is {} bytes, more than the limit of {} bytes", path, bytes.size(),
+                                  kMaxIndexBytes));
+  if (auto bad = invalid_utf8_at(bytes)) throw input_error(fmt::format("{}: not valid UTF-8 (byte {})", path, *bad));
+  if (bytes.find('\0') != std::string_view::npos) throw input_error(path + ": not valid JSON: it holds a NUL byte");
+  problems found;
+  index_parser parser(path, found);
+  const json doc = parser.parse(bytes);
+  if (!doc.is_object())
+    throw input_error(fmt::format("{}: the index is {}, expected a JSON object with a weight_map", path,
+                                  type_with_article(doc)));
+  if (!doc.contains("weight_map")) throw input_error(path + ": the index has no weight_map");
+  if (!parser.saw_map())
+    throw input_error(fmt::format("{}: weight_map is {}, expected an object of tensor name -> shard file", path,
+                                  type_with_article(doc["weight_map"])));
+  hf_index index;
+  index.total_size = total_size_of(path, doc.contains("metadata") ? doc["metadata"] : json());
+  index.weight_map = std::move(parser.entries());
+  for (const auto& [tensor, shard] : index.weight_map) {
+    if (tensor.empty()) found.add("weight_map holds an empty tensor name");
+    if (tensor.size() > kMaxIndexTensorNameBytes)
+      found.add(fmt::format("weight_map holds a tensor name of {} bytes (at most {})", tensor.size(),
+                            kMaxIndexTensorNameBytes));
+    if (auto why = bad_shard_name(shard))
+      found.add(fmt::format("tensor {} maps to {} {}: a shard must be a file name in the index's folder",
+                            in_quotes(tensor.substr(0, 200)), *why, in_quotes(shard.substr(0, 300))));
+  }
+  found.throw_if_any(path);
+  if (index.weight_map.empty()) throw input_error(path + ": weight_map lists no tensors");
+  return index;
+}
+
+hf_index read_hf_index(const std::string& path) {
+  auto file = mapped_file::open(path);
+  if (file->size() > kMaxIndexBytes)
+    throw input_error(fmt::format("{}: index is {} bytes, more than the limit of {} bytes", path, file->size(),
+                                  kMaxIndexBytes));
+  const hf_index index =
+      parse_hf_index(path, std::string_view(reinterpret_cast<const char*>(file->data()), file->size()));
+  file->throw_if_faulted();
+  return index;
+}
+
+std::vector<std::string> shard_names(const hf_index& index) {
+  std::vector<std::string> names;
+  std::unordered_set<std::string> seen;
+  for (const auto& entry : index.weight_map)
+    if (seen.insert(entry.second).second) names.push_back(entry.second);
+  return names;
+}
+
+state_dict load_sharded(const std::string& path, const std::string& index_path, const hf_index& index,
+                        const shard_loader& load) {
+  const std::string folder = folder_of(index_path);
+  const std::vector<std::string> shards = shard_names(index);
+  std::unordered_map<std::string, size_t> shard_of;  // tensor -> position in shards
+  std::vector<const std::string*> first_tensor;      // the first tensor listed in each shard
+  {
+    std::unordered_map<std::string, size_t> position;
+    for (size_t s = 0; s < shards.size(); ++s) position.emplace(shards[s], s);
+    first_tensor.resize(shards.size());
+    for (const auto& [tensor, shard] : index.weight_map) {
+      const size_t s = position.at(shard);
+      shard_of.emplace(tensor, s);
+      if (!first_tensor[s]) first_tensor[s] = &tensor;
+    }
+  }
+  problems found;
+  for (size_t s = 0; s < shards.size(); ++s)
+    if (!exists(path_in_folder(folder, shards[s])))
+      found.add(fmt::format("shard {} is missing (listed for tensor {})", in_quotes(shards[s]), in_quotes(*first_tensor[s])));
+  found.throw_if_any(index_path);
+
+  state_dict out;
+  out.path = path;
+  std::unordered_map<std::string, size_t> read_from;  // tensor -> the shard it was found in
+  auto documents = std::make_shared<std::vector<std::shared_ptr<const pickle_document>>>();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string file = path_in_folder(folder, shards[s]);
+    state_dict sd = load(file);
+    const std::string where = fmt::format("shard {}", in_quotes(shards[s]));
+    if (s == 0) {
+      out.format = sd.format;
+      out.key = sd.key;
+      out.metadata = sd.metadata;
+    }
+    if (sd.format == file_format::torchscript) {
+      found.add(where + " is a TorchScript archive; shards are safetensors or torch.save files");
+      continue;
+    }
+    if (sd.format != out.format)
+      found.add(fmt::format("{} is {}, the first shard {}: every shard must be one format", where,
+                            format_name(sd.format), format_name(out.format)));
+    if (sd.key != out.key)
+      found.add(fmt::format("{} holds its state dict at '{}', the first shard at '{}'", where, sd.key, out.key));
+    for (auto& t : sd.tensors) {
+      auto [it, added] = read_from.emplace(t.name, s);
+      if (!added) {
+        found.add(fmt::format("tensor {} is in shard {} and in {}", in_quotes(t.name), in_quotes(shards[it->second]),
+                              where));
+        continue;
+      }
+      const auto listed = shard_of.find(t.name);
+      if (listed == shard_of.end()) {
+        found.add(fmt::format("{} holds tensor {}, which the weight map does not list", where, in_quotes(t.name)));
+        continue;
+      }
+      if (listed->second != s) {
+        found.add(fmt::format("{} holds tensor {}, which the weight map lists in shard {}", where, in_quotes(t.name),
+                              in_quotes(shards[listed->second])));
+        continue;
+      }
+      // Storage keys tell shared storages apart within one file: keep them apart across shards.
+      t.view.storage_key = shards[s] + "/" + t.view.storage_key;
+      out.tensors.push_back(std::move(t));
+    }
+    for (auto& e : sd.others) out.others.push_back(std::move(e));
+    for (auto& e : sd.objects) out.objects.push_back(std::move(e));
+    for (auto& e : sd.opaque) out.opaque.push_back(std::move(e));
+    if (sd.document) documents->push_back(sd.document);
+  }
+  for (const auto& [tensor, shard] : index.weight_map)
+    if (!read_from.count(tensor))
+      found.add(fmt::format("tensor {} is listed in shard {} but is not in it", in_quotes(tensor), in_quotes(shard)));
+  found.throw_if_any(index_path);
+  if (!documents->empty()) out.document = std::shared_ptr<const pickle_document>(documents, documents->front().get());
+
+  if (index.total_size) {
+    uint64_t sum = 0;
+    for (const auto& t : out.tensors) sum += t.view.nbytes();
+    if (sum != *index.total_size)
+      spdlog::warn("{}: metadata.total_size is {} but the shards' tensors hold {} bytes (older transformers counted a "
+                   "bool as 1/8 byte); the index is read anyway",
+                   index_path, *index.total_size, sum);
+  }
+  spdlog::debug("{}: {} tensors in {} shards", index_path, out.tensors.size(), shards.size());
+  return out;
+}
+
+}  // namespace swavg

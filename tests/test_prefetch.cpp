@@ -1,0 +1,102 @@
+// The fold's read-ahead (fold/prefetch.h): how much is asked for, and when, on real mapped files.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fold/prefetch.h"
+#include "util/mapped_file.h"
+
+using namespace swavg;
+
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+constexpr int64_t kElements = 1 << 20;  // 4 MiB of float32 per tensor
+
+struct inputs {
+  std::vector<std::shared_ptr<const mapped_file>> files;
+  std::vector<std::vector<tensor_view>> views;  // [input][tensor]
+  std::vector<tensor_plan> plans;
+  std::vector<std::string> paths;
+
+  explicit inputs(int n_inputs, int n_tensors) {
+    for (int i = 0; i < n_inputs; ++i) {
+      char name[] = "/tmp/swavg_prefetch_XXXXXX";
+      const int fd = ::mkstemp(name);
+      ::close(fd);
+      paths.push_back(name);
+      std::ofstream(name, std::ios::binary) << std::string(n_tensors * kElements * 4, '\1');
+      files.push_back(mapped_file::open(name));
+      views.emplace_back();
+      for (int k = 0; k < n_tensors; ++k) {
+        tensor_view v;
+        v.shape = {kElements};
+        v.strides = {1};
+        v.storage = files.back()->data() + k * kElements * 4;
+        v.storage_bytes = kElements * 4;
+        v.mapping = files.back().get();
+        views.back().push_back(v);
+      }
+    }
+    plans.resize(n_tensors);
+    for (int k = 0; k < n_tensors; ++k)
+      for (int i = 0; i < n_inputs; ++i) plans[k].sources.push_back(fold_source{static_cast<size_t>(i), &views[i][k]});
+  }
+  ~inputs() {
+    for (const auto& p : paths) ::unlink(p.c_str());
+  }
+  std::vector<const tensor_plan*> order() const {
+    std::vector<const tensor_plan*> o;
+    for (const auto& p : plans) o.push_back(&p);
+    return o;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("read-ahead keeps a window ahead of the fold on every input", "[prefetch]") {
+  inputs in(2, 3);
+  prefetcher ahead(in.order(), 8 * kMiB);
+  REQUIRE(ahead.window() == 4 * kMiB);
+  CHECK(ahead.bytes_requested() == 0);
+  ahead.start(in.plans[0]);
+  CHECK(ahead.bytes_requested() == 2 * 4 * kMiB);  // the first tensor of each input
+  ahead.advance(in.plans[0], kElements / 2);
+  CHECK(ahead.bytes_requested() == 2 * 6 * kMiB);
+  ahead.advance(in.plans[0], kElements / 2);  // nothing new read: nothing new asked
+  CHECK(ahead.bytes_requested() == 2 * 6 * kMiB);
+  ahead.start(in.plans[1]);
+  CHECK(ahead.bytes_requested() == 2 * 8 * kMiB);
+  ahead.advance(in.plans[2], kElements);
+  CHECK(ahead.bytes_requested() == 2 * 12 * kMiB);  // all of it, never more
+  ahead.start(in.plans[2]);
+  CHECK(ahead.bytes_requested() == 2 * 12 * kMiB);
+}
+
+TEST_CASE("read-ahead: the window per file and its bounds", "[prefetch]") {
+  inputs in(2, 1);
+  CHECK(prefetcher(in.order(), 0).window() == 0);
+  CHECK(prefetcher(in.order(), 1).window() == 1);  // never more than the total
+  CHECK(prefetcher(in.order(), 2 * kPrefetchMinPerFile - 1).window() == kPrefetchMinPerFile);
+  CHECK(prefetcher(in.order(), 2 * kPrefetchMinPerFile).window() == kPrefetchMinPerFile);
+  CHECK(prefetcher(in.order(), 2 * kPrefetchMaxPerFile).window() == kPrefetchMaxPerFile);
+  CHECK(prefetcher(in.order(), 2 * kPrefetchMaxPerFile + 2).window() == kPrefetchMaxPerFile);
+  prefetcher off(in.order(), 0);
+  off.start(in.plans[0]);
+  CHECK(off.bytes_requested() == 0);
+}
+
+TEST_CASE("read-ahead follows a worker's share, not the whole plan", "[prefetch]") {
+  inputs in(2, 3);
+  prefetcher ahead({&in.plans[2]}, 2 * kMiB * 100);
+  ahead.start(in.plans[0]);  // not in the share: nothing
+  CHECK(ahead.bytes_requested() == 0);
+  ahead.start(in.plans[2]);
+  CHECK(ahead.bytes_requested() == 2 * 4 * kMiB);  // the share's bytes only
+}

@@ -1,0 +1,279 @@
+// Sharded inputs (formats/sharded_input.h): index validation as data, folder resolution, the checks
+// of shards against the weight map, and the order and provenance of the merged state dict.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/load.h"
+#include "formats/sharded_input.h"
+#include "util/error.h"
+#include "util/mapped_file.h"
+
+using namespace swavg;
+using json = nlohmann::json;
+
+namespace {
+
+struct temp_dir {
+  std::string path;
+  temp_dir() {
+    char name[] = "/tmp/swavg_sharded_XXXXXX";
+    path = ::mkdtemp(name);
+  }
+  ~temp_dir() { std::system(("rm -rf '" + path + "'").c_str()); }
+  std::string operator/(const std::string& name) const { return path + "/" + name; }
+};
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+}
+
+// A safetensors file of float32 tensors, each {name: n} filled with `fill + i`.
+void write_shard(const std::string& path, const std::vector<std::pair<std::string, int>>& tensors, float fill = 0,
+                 const std::map<std::string, std::string>& metadata = {}) {
+  json header = json::object();
+  std::string data;
+  for (const auto& [name, n] : tensors) {
+    const uint64_t begin = data.size();
+    for (int i = 0; i < n; ++i) {
+      float v = fill + static_cast<float>(i);
+      data.append(reinterpret_cast<const char*>(&v), sizeof v);
+    }
+    header[name] = {{"dtype", "F32"}, {"shape", {n}}, {"data_offsets", {begin, data.size()}}};
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string text = header.dump();
+  while (text.size() % 8) text += ' ';
+  std::string bytes(8, '\0');
+  const uint64_t n = text.size();
+  std::memcpy(&bytes[0], &n, 8);
+  write_file(path, bytes + text + data);
+}
+
+std::string error_of(const std::function<void()>& f, exit_code* code = nullptr) {
+  try {
+    f();
+  } catch (const error& e) {
+    if (code) *code = e.code();
+    return e.what();
+  }
+  return "";
+}
+
+std::string index_with(const std::string& weight_map, const std::string& metadata = "{}") {
+  return R"({"metadata": )" + metadata + R"(, "weight_map": )" + weight_map + "}";
+}
+
+}  // namespace
+
+TEST_CASE("a valid index keeps the weight map in the file's order", "[sharded_input]") {
+  const hf_index i = parse_hf_index("i.json", index_with(R"({"b": "s2", "a": "s1", "c": "s2"})", R"({"total_size": 24})"));
+  REQUIRE(i.total_size == 24u);
+  REQUIRE(i.weight_map.size() == 3);
+  CHECK(i.weight_map[0] == std::make_pair(std::string("b"), std::string("s2")));
+  CHECK(i.weight_map[1].first == "a");
+  CHECK(shard_names(i) == std::vector<std::string>{"s2", "s1"});
+  CHECK_FALSE(parse_hf_index("i.json", R"({"weight_map": {"a": "s"}})").total_size);
+  CHECK_FALSE(parse_hf_index("i.json", R"({"metadata": {"format": "pt"}, "weight_map": {"a": "s"}, "x": [1]})").total_size);
+  CHECK(parse_hf_index("i.json", index_with(R"({"a": "s"})", R"({"total_size": 18446744073709551615})")).total_size ==
+        UINT64_MAX);
+  CHECK(parse_hf_index("i.json", index_with(R"({"a": "s"})", R"({"total_size": 12.0})")).total_size == 12u);
+  CHECK(parse_hf_index("i.json", index_with(R"({"a": "s"})", R"({"total_size": 0})")).total_size == 0u);
+}
+
+TEST_CASE("bad indexes are refused with what is wrong", "[sharded_input]") {
+  struct bad {
+    std::string text;
+    std::string message;
+  };
+  const std::vector<bad> cases = {
+      {"[]", "the index is an array, expected a JSON object"},
+      {"{", "not valid JSON"},
+      {"", "not valid JSON"},
+      {R"({"metadata": {}})", "has no weight_map"},
+      {R"({"weight_map": ["a"]})", "weight_map is an array"},
+      {R"({"weight_map": "s"})", "weight_map is a string"},
+      {R"({"weight_map": {}})", "lists no tensors"},
+      {R"({"weight_map": {"a": 1}})", "tensor 'a' maps to number"},
+      {R"({"weight_map": {"a": null}})", "tensor 'a' maps to null"},
+      {R"({"weight_map": {"a": ["s"]}})", "tensor 'a' maps to an array"},
+      {R"({"weight_map": {"a": {"s": "t"}}})", "tensor 'a' maps to an object"},
+      {R"({"weight_map": {"a": "s", "a": "s"}})", "lists tensor 'a' twice"},
+      {R"({"weight_map": {"a": "s"}, "weight_map": {"b": "s"}})", "duplicate key 'weight_map'"},
+      {R"({"weight_map": {"": "s"}})", "empty tensor name"},
+      {R"({"weight_map": {"a": ""}})", "an empty shard name"},
+      {R"({"weight_map": {"a": "../x.safetensors"}})", "path separator"},
+      {R"({"weight_map": {"a": "/etc/passwd"}})", "path separator"},
+      {R"({"weight_map": {"a": "sub\\x"}})", "path separator"},
+      {R"({"weight_map": {"a": ".."}})", "'..'"},
+      {R"({"weight_map": {"a": "."}})", "the shard name '.'"},
+      {R"({"weight_map": {"a": "model..safetensors"}})", "'..'"},
+      {R"({"weight_map": {"a": "x\u0000y"}})", "NUL byte"},
+      {index_with(R"({"a": "s"})", "[]"), "metadata is an array"},
+      {index_with(R"({"a": "s"})", R"({"total_size": -1})"), "total_size is -1: negative"},
+      {index_with(R"({"a": "s"})", R"({"total_size": 1.5})"), "not a whole number"},
+      {index_with(R"({"a": "s"})", R"({"total_size": "12"})"), "a string"},
+      {index_with(R"({"a": "s"})", R"({"total_size": 18446744073709551616})"), "larger than 2^64 - 1"},
+      {index_with(R"({"a": "s"})", R"({"total_size": 1e400})"), "not valid JSON"},
+      {std::string(R"({"weight_map": {"a": "s"}})") + std::string(1, '\0'), "NUL byte"},
+      {"{\"weight_map\": {\"a\": \"\xff\"}}", "not valid UTF-8"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.text);
+    exit_code code = exit_code::ok;
+    const std::string message = error_of([&] { parse_hf_index("m.index.json", c.text); }, &code);
+    CHECK(code == exit_code::bad_input);
+    CHECK_THAT(message, Catch::Contains("m.index.json") && Catch::Contains(c.message));
+  }
+}
+
+TEST_CASE("every problem of an index is in one message", "[sharded_input]") {
+  const std::string message =
+      error_of([] { parse_hf_index("m.index.json", R"({"weight_map": {"a": "x/y", "b": 3, "c": "..", "a": "s"}})"); });
+  CHECK_THAT(message, Catch::Contains("4 problems") && Catch::Contains("'a'") && Catch::Contains("'b'") &&
+                          Catch::Contains("'c'") && Catch::Contains("twice"));
+}
+
+TEST_CASE("the index's bounds: size, shard names, tensor names, nesting", "[sharded_input]") {
+  const std::string small = R"({"weight_map": {"a": "s"}})";
+  std::string at_limit = small + std::string(kMaxIndexBytes - small.size(), ' ');
+  CHECK_NOTHROW(parse_hf_index("i", at_limit));
+  at_limit += ' ';
+  CHECK_THAT(error_of([&] { parse_hf_index("i", at_limit); }), Catch::Contains("more than the limit"));
+
+  const std::string longest_shard(kMaxShardNameBytes, 's');
+  CHECK_NOTHROW(parse_hf_index("i", R"({"weight_map": {"a": ")" + longest_shard + "\"}}"));
+  CHECK_THAT(error_of([&] { parse_hf_index("i", R"({"weight_map": {"a": ")" + longest_shard + "s\"}}"); }),
+             Catch::Contains("a shard name of 256 bytes"));
+
+  const std::string longest_tensor(kMaxIndexTensorNameBytes, 't');
+  CHECK_NOTHROW(parse_hf_index("i", R"({"weight_map": {")" + longest_tensor + R"(": "s"}})"));
+  CHECK_THAT(error_of([&] { parse_hf_index("i", R"({"weight_map": {")" + longest_tensor + R"(t": "s"}})"); }),
+             Catch::Contains("tensor name of 4097 bytes"));
+
+  auto nested = [](int depth) {
+    return R"({"weight_map": {"a": "s"}, "x": )" + std::string(depth - 1, '[') + std::string(depth - 1, ']') + "}";
+  };
+  CHECK_NOTHROW(parse_hf_index("i", nested(128)));
+  CHECK_THAT(error_of([&] { parse_hf_index("i", nested(129)); }), Catch::Contains("deeper than 128"));
+}
+
+TEST_CASE("shards are merged in the weight map's shard order, each in its own order", "[sharded_input]") {
+  temp_dir d;
+  write_shard(d / "model-00001-of-00002.safetensors", {{"z", 2}, {"y", 3}}, 1, {{"swavg_resume", "r"}});
+  write_shard(d / "model-00002-of-00002.safetensors", {{"b", 1}, {"a", 4}}, 100, {{"other", "o"}});
+  write_file(d / kSafetensorsIndexName,
+             index_with(R"({"b": "model-00002-of-00002.safetensors", "a": "model-00002-of-00002.safetensors",
+                            "y": "model-00001-of-00002.safetensors", "z": "model-00001-of-00002.safetensors"})",
+                        R"({"total_size": 40})"));
+  for (const std::string& arg : {d.path, d.path + "/", d / kSafetensorsIndexName}) {
+    INFO(arg);
+    const state_dict sd = load_state_dict(arg);
+    CHECK(sd.path == arg);
+    CHECK(sd.format == file_format::safetensors);
+    std::vector<std::string> names;
+    for (const auto& t : sd.tensors) names.push_back(t.name);
+    CHECK(names == std::vector<std::string>{"b", "a", "z", "y"});
+    CHECK(sd.metadata == std::map<std::string, std::string>{{"other", "o"}});  // the first shard's
+    CHECK(sd.tensors[0].view.mapping != sd.tensors[2].view.mapping);
+    CHECK(sd.tensors[0].view.mapping->path() == d / "model-00002-of-00002.safetensors");
+    CHECK(sd.tensors[2].view.mapping->path() == d / "model-00001-of-00002.safetensors");
+    CHECK(reinterpret_cast<const float*>(sd.tensors[1].view.data())[3] == 103.0f);
+    CHECK(sd.tensors[0].view.storage_key != sd.tensors[2].view.storage_key);
+    CHECK(checkpoint_folder(arg) == d.path);
+  }
+  CHECK(checkpoint_files(d.path) == std::vector<std::string>{d / kSafetensorsIndexName,
+                                                            d / "model-00002-of-00002.safetensors",
+                                                            d / "model-00001-of-00002.safetensors"});
+  CHECK(checkpoint_folder(d / "model-00001-of-00002.safetensors").empty());
+  CHECK(checkpoint_files(d / "model-00001-of-00002.safetensors") ==
+        std::vector<std::string>{d / "model-00001-of-00002.safetensors"});
+}
+
+TEST_CASE("shards that disagree with the weight map are refused", "[sharded_input]") {
+  struct bad {
+    const char* what;
+    std::string weight_map;
+    std::string message;
+  };
+  const std::vector<bad> cases = {
+      {"missing shard", R"({"a": "one.safetensors", "b": "two.safetensors", "c": "gone.safetensors"})",
+       "shard 'gone.safetensors' is missing (listed for tensor 'c')"},
+      {"tensor not in its shard", R"({"a": "one.safetensors", "b": "two.safetensors", "q": "one.safetensors"})",
+       "tensor 'q' is listed in shard 'one.safetensors' but is not in it"},
+      {"extra tensor", R"({"a": "one.safetensors"})",
+       "shard 'one.safetensors' holds tensor 'x', which the weight map does not list"},
+      {"listed under another shard", R"({"a": "two.safetensors", "x": "one.safetensors", "b": "two.safetensors"})",
+       "shard 'one.safetensors' holds tensor 'a', which the weight map lists in shard 'two.safetensors'"},
+      {"in two shards", R"({"a": "one.safetensors", "x": "one.safetensors", "b": "dup.safetensors"})",
+       "tensor 'a' is in shard 'one.safetensors' and in shard 'dup.safetensors'"},
+      {"a shard that is no checkpoint", R"({"a": "one.safetensors", "x": "one.safetensors", "n": "junk.bin"})",
+       "junk.bin: not a PyTorch checkpoint"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.what);
+    temp_dir d;
+    write_shard(d / "one.safetensors", {{"a", 1}, {"x", 1}});
+    write_shard(d / "two.safetensors", {{"b", 1}});
+    write_shard(d / "dup.safetensors", {{"a", 1}, {"b", 2}});
+    write_file(d / "junk.bin", "not a checkpoint");
+    write_file(d / "m.safetensors.index.json", index_with(c.weight_map));
+    exit_code code = exit_code::ok;
+    const std::string message = error_of([&] { load_state_dict(d / "m.safetensors.index.json"); }, &code);
+    CHECK(code == exit_code::bad_input);
+    CHECK_THAT(message, Catch::Contains(c.message));
+  }
+}
+
+TEST_CASE("a total_size that disagrees is a warning, not an error", "[sharded_input]") {
+  temp_dir d;
+  write_shard(d / "s.safetensors", {{"a", 3}});
+  write_file(d / kSafetensorsIndexName, index_with(R"({"a": "s.safetensors"})", R"({"total_size": 13})"));
+  CHECK(load_state_dict(d.path).tensors.size() == 1);
+}
+
+TEST_CASE("folders: which file is read, and a folder without a checkpoint", "[sharded_input]") {
+  temp_dir d;
+  exit_code code = exit_code::ok;
+  CHECK_THAT(error_of([&] { load_state_dict(d.path); }, &code),
+             Catch::Contains("a folder without a checkpoint") && Catch::Contains(kSafetensorsIndexName) &&
+                 Catch::Contains("it holds nothing"));
+  CHECK(code == exit_code::bad_input);
+  write_file(d / "config.json", "{}");
+  for (int i = 0; i < 12; ++i) write_file(d / ("f" + std::to_string(i + 10)), "");
+  CHECK_THAT(error_of([&] { load_state_dict(d.path); }), Catch::Contains("'config.json', 'f10'") &&
+                                                             Catch::Contains("and 3 more"));
+
+  write_shard(d / kTorchSingleName, {{"single_bin", 1}});  // not a torch file, but never read below
+  write_shard(d / kSafetensorsSingleName, {{"single", 1}});
+  CHECK(load_state_dict(d.path).tensors.front().name == "single");  // safetensors first
+  CHECK(checkpoint_files(d.path) == std::vector<std::string>{d / kSafetensorsSingleName});
+  write_shard(d / "p.safetensors", {{"from_pt_index", 1}});
+  write_file(d / kTorchIndexName, index_with(R"({"from_pt_index": "p.safetensors"})"));
+  CHECK(load_state_dict(d.path).tensors.front().name == "from_pt_index");  // an index before a single file
+  write_shard(d / "s.safetensors", {{"from_st_index", 1}});
+  write_file(d / kSafetensorsIndexName, index_with(R"({"from_st_index": "s.safetensors"})"));
+  CHECK(load_state_dict(d.path).tensors.front().name == "from_st_index");  // safetensors index first
+  CHECK(load_state_dict(d / kTorchIndexName).tensors.front().name == "from_pt_index");
+}
+
+TEST_CASE("an index that cannot be read", "[sharded_input]") {
+  temp_dir d;
+  exit_code code = exit_code::ok;
+  CHECK_THAT(error_of([&] { load_state_dict(d / "model.safetensors.index.json"); }, &code),
+             Catch::Contains("cannot open"));
+  CHECK(code == exit_code::io);
+  ::mkdir((d / "x.index.json").c_str(), 0755);  // a folder named like an index holds no checkpoint
+  CHECK_THAT(error_of([&] { load_state_dict(d / "x.index.json"); }, &code), Catch::Contains("without a checkpoint"));
+}
