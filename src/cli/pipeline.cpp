@@ -120,8 +120,10 @@ void check_directory_paths(const fold_job& job, const std::string& out, const st
       if (is_under(real_path(job.report_file), real_path(folder)))
         throw usage_error(fmt::format("--report {}: inside the output folder {}/, which is written as a whole",
                                       job.report_file, folder));
-  if (job.worker.count == 1 && !job.force && ::stat(out.c_str(), &st) == 0 && !list_dir(out).empty())
-    throw usage_error(fmt::format("{}/: the output folder exists and is not empty; pass --force to replace it", out));
+  // A worker too: one run again after finalize published OUT/ would start a new job beside it.
+  if (!job.force && ::stat(out.c_str(), &st) == 0 && !list_dir(out).empty())
+    throw usage_error(fmt::format("{}/: the output folder exists and is not empty; pass --force to replace it{}", out,
+                                  job.worker.count > 1 ? " (and to swavg finalize)" : ""));
   if (!job.report_file.empty()) {
     std::vector<std::string> read = inputs;
     if (!job.resume.empty()) read.push_back(job.resume);

@@ -265,6 +265,10 @@ class FolderRulesTest(ShardedOutputTest):
         r = swavg("average", *paths, "-o", out + "/", "--max-shard-size", "5KB", check=False)
         self.assert_fails(r, 2, "--force")
         self.assertEqual(os.listdir(out), ["model.safetensors"])
+        # A worker too: run again after its job was published, it would start another job beside OUT/.
+        r = swavg("average", *paths, "-o", out + "/", "--shard", "0/2", check=False)
+        self.assert_fails(r, 2, "--force")
+        self.assertFalse(os.path.exists(out + ".partial"))
         swavg("average", *paths, "-o", out + "/", "--max-shard-size", "5KB", "--force")
         self.assertIn("model.safetensors.index.json", os.listdir(out))
         self.assertNotIn("model.safetensors", os.listdir(out))
@@ -294,29 +298,40 @@ class FolderRulesTest(ShardedOutputTest):
         self.assertFalse(os.path.exists(stale))
 
     def test_config_files_are_copied(self):
-        """Needs folder inputs (sharded inputs); skipped in a build that cannot read them."""
-        src = self.path("ckpt")
-        os.mkdir(src)
-        safetensors_ref.write(os.path.join(src, "model.safetensors"), make_state(1, torch.float32),
-                              metadata={"format": "pt"})
-        if swavg("inspect", src + "/", check=False).returncode != 0:
-            self.skipTest("this build does not read folder inputs")
-        with open(os.path.join(src, "config.json"), "w") as f:
-            f.write('{"model_type": "test"}\n')
+        """The last input folder's non-weight files, by a plain run and by worker 0 of several alike."""
+        srcs = []
+        for i in range(2):
+            src = self.path("ckpt-%d" % i)
+            os.mkdir(src)
+            safetensors_ref.write(os.path.join(src, "model.safetensors"), make_state(i, torch.float32),
+                                  metadata={"format": "pt"})
+            with open(os.path.join(src, "config.json"), "w") as f:
+                f.write('{"model_type": "test", "step": %d}\n' % i)
+            srcs.append(src)
+        src = srcs[-1]
         with open(os.path.join(src, "tokenizer.json"), "w") as f:
             f.write("{}\n")
+        torch.save({"state": {}}, os.path.join(src, "optimizer.pt"))  # not averaged: never copied
         os.symlink("config.json", os.path.join(src, "generation_config.json"))
         os.mkdir(os.path.join(src, "sub"))
         out = self.path("out")
-        p = swavg("average", src + "/", "-o", out + "/", "--json")
+        p = swavg("average", *[s + "/" for s in srcs], "-o", out + "/", "--json")
         self.assertEqual(sorted(os.listdir(out)), ["config.json", "generation_config.json", "model.safetensors",
                                                    "tokenizer.json"])
         with open(os.path.join(out, "generation_config.json")) as f:
-            self.assertEqual(f.read(), '{"model_type": "test"}\n')
+            self.assertEqual(f.read(), '{"model_type": "test", "step": 1}\n')
         report = json.loads(p.stdout)
         self.assertEqual(report["copied"], ["config.json", "generation_config.json", "tokenizer.json"])
-        self.assertIn("sub", report["skipped"])
-        self.assertIn("model.safetensors", report["skipped"])
+        for name in ("sub", "model.safetensors", "optimizer.pt"):
+            self.assertIn(name, report["skipped"])
+        par = self.path("par")
+        for i in (1, 0):
+            swavg("average", *[s + "/" for s in srcs], "-o", par + "/", "--shard", "%d/2" % i)
+        swavg("finalize", par + "/")
+        self.assertEqual(sorted(os.listdir(par)), sorted(os.listdir(out)))
+        for name in os.listdir(out):
+            with open(os.path.join(out, name), "rb") as a, open(os.path.join(par, name), "rb") as b:
+                self.assertEqual(a.read(), b.read(), name)
 
 
 class WorkersTest(ShardedOutputTest):
