@@ -58,4 +58,14 @@ int hand_over(int argc, char** argv, const needs_libtorch& why) {
   return static_cast<int>(exit_code::internal);
 }
 
+void settle_openmp(char** argv) {
+  if (std::getenv("GOMP_SPINCOUNT") != nullptr || std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  char self[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return;
+  self[n] = '\0';
+  setenv("GOMP_SPINCOUNT", kGompSpinCount, 1);
+  execv(self, argv);
+}
+
 }  // namespace swavg

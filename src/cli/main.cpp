@@ -42,6 +42,9 @@ int flush_stdout() {
 
 int main(int argc, char** argv) {
   using namespace swavg;
+#ifndef SWAVG_WITH_LIBTORCH
+  settle_openmp(argv);  // not in swavg-torch: a second start would load LibTorch twice; swavg passes it the setting
+#endif
   // Past a file-size limit (ulimit -f) a write fails with EFBIG, reported as an I/O error (exit 5)
   // and the temp file removed, instead of the process being killed by SIGXFSZ.
   std::signal(SIGXFSZ, SIG_IGN);
