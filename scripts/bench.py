@@ -985,17 +985,21 @@ def run_workers(b, counts):
                 shutil.rmtree(d, ignore_errors=True)
             drop_caches() if a.cold else warm(files)
             argv = [a.swavg, "-q", "average", *s.paths, "-o", out + "/", "--max-shard-size", max_shard]
+            shards = [[]] if n == 1 else [["--shard", f"{i}/{n}"] for i in range(n)]
+            # Each worker's peak RSS through GNU time: a child forked from this process (torch
+            # imported) would report this process's RSS as its own peak.
+            rss_files = [b.out(f"workers_rss_{i}") for i in range(len(shards))]
             t0 = time.perf_counter()
-            if n == 1:
-                procs = [subprocess.Popen(argv)]
-            else:
-                procs = [subprocess.Popen(argv + ["--shard", f"{i}/{n}"]) for i in range(n)]
+            timed = os.path.exists("/usr/bin/time")  # Debian's package `time`
+            procs = [subprocess.Popen((["/usr/bin/time", "-f", "%M", "-o", f] if timed else []) + argv + extra)
+                     for f, extra in zip(rss_files, shards)]
             peak = 0
-            for p in procs:
-                _, status, ru = os.wait4(p.pid, 0)
-                if os.waitstatus_to_exitcode(status) != 0:
+            for p, f in zip(procs, rss_files):
+                if p.wait() != 0:
                     raise RuntimeError(f"worker failed: {' '.join(p.args)}")
-                peak = max(peak, ru.ru_maxrss * 1024)
+                if timed:
+                    with open(f) as fh:
+                        peak = max(peak, int(fh.read().split()[-1]) * 1024)
             if n > 1:
                 subprocess.run([a.swavg, "-q", "finalize", out + "/"], check=True)
             walls.append(time.perf_counter() - t0)

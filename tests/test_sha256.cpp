@@ -38,7 +38,7 @@ std::string hashlib(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("FIPS 180-4 test vectors", "[sha256]") {
+TEST_CASE("FIPS 180-4 test vectors, with the SHA extensions and with the portable code", "[sha256]") {
   struct vector_case {
     std::string input, expected;
   };
@@ -51,10 +51,38 @@ TEST_CASE("FIPS 180-4 test vectors", "[sha256]") {
        "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1"},
       {std::string(1000000, 'a'), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"},
   };
-  for (const auto& c : cases) {
-    CAPTURE(c.input.size());
-    CHECK(digest(c.input) == c.expected);
+  const bool hardware = sha256::hardware();
+  for (bool on : {true, false}) {
+    sha256::set_hardware(on);
+    CAPTURE(on, sha256::hardware());
+    for (const auto& c : cases) {
+      CAPTURE(c.input.size());
+      CHECK(digest(c.input) == c.expected);
+    }
   }
+  sha256::set_hardware(hardware);
+}
+
+TEST_CASE("the SHA extensions and the portable code agree on every length and split", "[sha256]") {
+  const bool hardware = sha256::hardware();
+  if (!hardware) WARN("this CPU has no SHA extensions: only the portable code runs");
+  std::mt19937 rng(11);
+  std::string s(70000, '\0');
+  for (auto& ch : s) ch = static_cast<char>(rng());
+  for (size_t n = 0; n < s.size(); n = n < 300 ? n + 1 : n * 3 + 7) {
+    const size_t cut = n == 0 ? 0 : rng() % n;
+    std::string got[2];
+    for (int k = 0; k < 2; ++k) {
+      sha256::set_hardware(k == 0);
+      sha256 h;
+      h.update(s.data(), cut);
+      h.update(s.data() + cut, n - cut);
+      got[k] = h.hex_digest();
+    }
+    CAPTURE(n, cut);
+    CHECK(got[0] == got[1]);
+  }
+  sha256::set_hardware(hardware);
 }
 
 TEST_CASE("padding edges: 55, 56, 63, 64 and 65 bytes, fed in pieces", "[sha256]") {

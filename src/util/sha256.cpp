@@ -5,9 +5,16 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define SWAVG_SHA_NI 1
+#endif
 
 #include "util/error.h"
 
@@ -26,12 +33,7 @@ constexpr std::array<uint32_t, 64> kRound = {
 
 inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
-}  // namespace
-
-sha256::sha256()
-    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
-
-void sha256::block(const uint8_t* p) {
+void portable_block(std::array<uint32_t, 8>& state, const uint8_t* p) {
   uint32_t w[64];
   for (int i = 0; i < 16; ++i)
     w[i] = uint32_t(p[4 * i]) << 24 | uint32_t(p[4 * i + 1]) << 16 | uint32_t(p[4 * i + 2]) << 8 | p[4 * i + 3];
@@ -40,7 +42,8 @@ void sha256::block(const uint8_t* p) {
     const uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
     w[i] = w[i - 16] + s0 + w[i - 7] + s1;
   }
-  uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
+  uint32_t a = state[0], b = state[1], c = state[2], d = state[3], e = state[4], f = state[5], g = state[6],
+           h = state[7];
   for (int i = 0; i < 64; ++i) {
     const uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRound[i] + w[i];
     const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
@@ -53,14 +56,93 @@ void sha256::block(const uint8_t* p) {
     b = a;
     a = t1 + t2;
   }
-  h_[0] += a;
-  h_[1] += b;
-  h_[2] += c;
-  h_[3] += d;
-  h_[4] += e;
-  h_[5] += f;
-  h_[6] += g;
-  h_[7] += h;
+  state[0] += a;
+  state[1] += b;
+  state[2] += c;
+  state[3] += d;
+  state[4] += e;
+  state[5] += f;
+  state[6] += g;
+  state[7] += h;
+}
+
+#ifdef SWAVG_SHA_NI
+bool cpu_has_sha() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+  const bool ssse3 = c & (1u << 9), sse41 = c & (1u << 19);
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return ssse3 && sse41 && (b & (1u << 29));
+}
+
+// The 64 rounds as 16 groups of 4 (sha256rnds2 does 2), the message schedule kept 4 groups ahead
+// with sha256msg1/msg2, as Intel's SHA extensions reference code lays them out.
+__attribute__((target("sha,sse4.1,ssse3"))) void sha_ni_blocks(std::array<uint32_t, 8>& state, const uint8_t* p,
+                                                             size_t count) {
+  const __m128i kMask = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+  __m128i tmp = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[0]));
+  __m128i state1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[4]));
+  tmp = _mm_shuffle_epi32(tmp, 0xB1);           // CDAB
+  state1 = _mm_shuffle_epi32(state1, 0x1B);     // EFGH
+  __m128i state0 = _mm_alignr_epi8(tmp, state1, 8);  // ABEF
+  state1 = _mm_blend_epi16(state1, tmp, 0xF0);  // CDGH
+  for (; count > 0; --count, p += 64) {
+    const __m128i abef = state0, cdgh = state1;
+    __m128i m[4];
+    for (int g = 0; g < 16; ++g) {
+      __m128i& cur = m[g % 4];
+      if (g < 4) cur = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * g)), kMask);
+      __m128i msg = _mm_add_epi32(cur, _mm_loadu_si128(reinterpret_cast<const __m128i*>(&kRound[4 * g])));
+      state1 = _mm_sha256rnds2_epu32(state1, state0, msg);
+      if (g >= 3 && g <= 14) {
+        __m128i& next = m[(g + 1) % 4];
+        next = _mm_add_epi32(next, _mm_alignr_epi8(cur, m[(g + 3) % 4], 4));
+        next = _mm_sha256msg2_epu32(next, cur);
+      }
+      msg = _mm_shuffle_epi32(msg, 0x0E);
+      state0 = _mm_sha256rnds2_epu32(state0, state1, msg);
+      if (g >= 1 && g <= 12) m[(g + 3) % 4] = _mm_sha256msg1_epu32(m[(g + 3) % 4], cur);
+    }
+    state0 = _mm_add_epi32(state0, abef);
+    state1 = _mm_add_epi32(state1, cdgh);
+  }
+  tmp = _mm_shuffle_epi32(state0, 0x1B);        // FEBA
+  state1 = _mm_shuffle_epi32(state1, 0xB1);     // DCHG
+  state0 = _mm_blend_epi16(tmp, state1, 0xF0);  // DCBA
+  state1 = _mm_alignr_epi8(state1, tmp, 8);     // ABEF
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(&state[0]), state0);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(&state[4]), state1);
+}
+
+std::atomic<bool> use_sha_ni{cpu_has_sha()};
+#endif
+
+}  // namespace
+
+bool sha256::hardware() {
+#ifdef SWAVG_SHA_NI
+  return use_sha_ni.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
+void sha256::set_hardware(bool on) {
+#ifdef SWAVG_SHA_NI
+  use_sha_ni.store(on && cpu_has_sha(), std::memory_order_relaxed);
+#else
+  (void)on;
+#endif
+}
+
+sha256::sha256()
+    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+
+void sha256::blocks(const uint8_t* p, size_t count) {
+#ifdef SWAVG_SHA_NI
+  if (use_sha_ni.load(std::memory_order_relaxed)) return sha_ni_blocks(h_, p, count);
+#endif
+  for (; count > 0; --count, p += 64) portable_block(h_, p);
 }
 
 void sha256::update(const void* data, uint64_t size) {
@@ -73,10 +155,13 @@ void sha256::update(const void* data, uint64_t size) {
     p += n;
     size -= n;
     if (buffered_ < 64) return;
-    block(buffer_.data());
+    blocks(buffer_.data(), 1);
     buffered_ = 0;
   }
-  for (; size >= 64; p += 64, size -= 64) block(p);
+  const uint64_t whole = size / 64;
+  blocks(p, static_cast<size_t>(whole));
+  p += whole * 64;
+  size -= whole * 64;
   std::memcpy(buffer_.data(), p, static_cast<size_t>(size));
   buffered_ = static_cast<size_t>(size);
 }
