@@ -1,7 +1,6 @@
 #include "formats/sharded_output.h"
 
 #include <sys/stat.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -9,7 +8,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <limits>
 #include <numeric>
 #include <nlohmann/json.hpp>
@@ -20,6 +18,7 @@
 #include "util/atomic_file.h"
 #include "util/checked.h"
 #include "util/error.h"
+#include "util/read_file.h"
 #include "util/sha256.h"
 
 namespace swavg {
@@ -209,23 +208,12 @@ folder_files classify_folder(const std::string& folder) {
 }
 
 written_file copy_file_hashed(const std::string& from, const std::string& to, const std::string& name) {
-  const int fd = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw io_error(fmt::format("{}: cannot open: {}", from, errno_text(errno)));
   atomic_file out(to);
   out.hash_contents();
-  std::vector<char> buf(1 << 20);
-  for (;;) {
-    const ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      throw io_error(fmt::format("{}: read failed: {}", from, errno_text(err)));
-    }
-    if (n == 0) break;
-    out.write(buf.data(), static_cast<uint64_t>(n));
-  }
-  ::close(fd);
+  read_chunks(from, 1 << 20, [&out](const char* data, size_t n) {
+    out.write(data, n);
+    return true;
+  });
   out.commit();
   return written_file{name, out.tell(), out.digest()};
 }

@@ -144,30 +144,6 @@ bool create_file_once(const std::string& path, const std::string& contents) {
   return created;
 }
 
-std::string read_text_file(const std::string& path, uint64_t max_size) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw io_error(fmt::format("{}: cannot open: {}", path, errno_text(errno)));
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      throw io_error(fmt::format("{}: read failed: {}", path, errno_text(err)));
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > max_size) {
-      ::close(fd);
-      throw input_error(fmt::format("{}: larger than {} bytes", path, max_size));
-    }
-  }
-  ::close(fd);
-  return out;
-}
-
 bool temp_is_stale(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return true;

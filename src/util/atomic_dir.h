@@ -53,9 +53,6 @@ void remove_tree(const std::string& path);
 // linked into place: readers never see part of it). False when it existed already.
 bool create_file_once(const std::string& path, const std::string& contents);
 
-// A small file's contents (io_error when missing or unreadable, input_error past `max_size`).
-std::string read_text_file(const std::string& path, uint64_t max_size = 64 << 20);
-
 // True when a temp file (atomic_file's) can be locked, i.e. no live process is writing it.
 bool temp_is_stale(const std::string& path);
 

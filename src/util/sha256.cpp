@@ -1,14 +1,10 @@
 #include "util/sha256.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <fmt/format.h>
 
 #include <atomic>
-#include <cerrno>
 #include <cstring>
-#include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -17,6 +13,7 @@
 #endif
 
 #include "util/error.h"
+#include "util/read_file.h"
 
 namespace swavg {
 namespace {
@@ -182,22 +179,11 @@ std::string sha256::hex_digest() {
 }
 
 std::string sha256_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw io_error(fmt::format("{}: cannot open: {}", path, errno_text(errno)));
   sha256 h;
-  std::vector<char> buf(4 << 20);
-  for (;;) {
-    const ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      throw io_error(fmt::format("{}: read failed: {}", path, errno_text(err)));
-    }
-    if (n == 0) break;
-    h.update(buf.data(), static_cast<uint64_t>(n));
-  }
-  ::close(fd);
+  read_chunks(path, 4 << 20, [&h](const char* data, size_t n) {
+    h.update(data, n);
+    return true;
+  });
   return h.hex_digest();
 }
 

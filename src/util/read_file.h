@@ -1,0 +1,21 @@
+/*
+ * Reading a file front to back with read(2), for what is not memory-mapped: small records (plans,
+ * manifests) and files only streamed through (hashed, copied).
+ */
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace swavg {
+
+// Hands `take` the file's bytes in pieces of at most `chunk` bytes, in order, until the end or until
+// `take` returns false. io_error when the file cannot be opened or read.
+void read_chunks(const std::string& path, size_t chunk, const std::function<bool(const char*, size_t)>& take);
+
+// A small file's contents (io_error when missing or unreadable, input_error past `max_size`).
+std::string read_text_file(const std::string& path, uint64_t max_size = 64 << 20);
+
+}  // namespace swavg
