@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "formats/json_dom.h"
 #include "util/atomic_file.h"
 #include "util/checked.h"
 #include "util/error.h"
@@ -104,7 +105,7 @@ class header_parser : public nlohmann::json_sax<json> {
 
   json parse(const char* begin, const char* end) {
     json::sax_parse(begin, end, this);
-    return std::move(root_);
+    return std::move(dom_.root);
   }
 
   [[noreturn]] void fail(const std::string& message) const { throw input_error(fmt::format("{}: {}", path_, message)); }
@@ -123,59 +124,40 @@ class header_parser : public nlohmann::json_sax<json> {
   bool end_array() override { return close(); }
 
   bool key(string_t& k) override {
-    if (stack_.size() == 1) top_key_ = k;
-    if (stack_.back()->contains(k)) {
-      if (stack_.size() > 1)
+    if (dom_.open.size() == 1) top_key_ = k;
+    if (dom_.open.back()->contains(k)) {
+      if (dom_.open.size() > 1)
         fail(fmt::format("duplicate key {} in the entry of {}", quote_name(k), quote_name(top_key_)));
       fail(k == kMetadataKey ? std::string("duplicate key '__metadata__'") : "duplicate tensor name " + quote_name(k));
     }
-    key_ = std::move(k);
+    dom_.key = std::move(k);
     return true;
   }
 
   bool parse_error(std::size_t, const std::string&, const json::exception& e) override {
-    const std::string what = e.what();
-    auto close = what.find("] ");
-    fail("header is not valid JSON: " + (close == std::string::npos ? what : what.substr(close + 2)));
+    fail("header is not valid JSON: " + json_error_text(e));
   }
 
  private:
-  json* place(json&& v) {
-    if (stack_.empty()) {
-      root_ = std::move(v);
-      return &root_;
-    }
-    json& parent = *stack_.back();
-    if (parent.is_array()) {
-      parent.push_back(std::move(v));
-      return &parent.back();
-    }
-    json& slot = parent[key_];
-    slot = std::move(v);
-    return &slot;
-  }
-
   bool add(json&& v) {
-    place(std::move(v));
+    dom_.place(std::move(v));
     return true;
   }
 
   bool open(json&& container) {
-    if (stack_.size() >= static_cast<size_t>(kMaxJsonDepth))
+    if (dom_.open.size() >= static_cast<size_t>(kMaxJsonDepth))
       fail(fmt::format("header nests JSON deeper than {} levels", kMaxJsonDepth));
-    stack_.push_back(place(std::move(container)));
+    dom_.open.push_back(dom_.place(std::move(container)));
     return true;
   }
 
   bool close() {
-    stack_.pop_back();
+    dom_.open.pop_back();
     return true;
   }
 
   std::string path_;
-  json root_;
-  std::vector<json*> stack_;  // open containers; a parent gains no element while its child is open
-  std::string key_;
+  json_dom dom_;
   std::string top_key_;
 };
 

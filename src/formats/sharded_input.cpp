@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "formats/json_dom.h"
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
@@ -62,7 +63,7 @@ class index_parser : public nlohmann::json_sax<json> {
 
   json parse(std::string_view text) {
     json::sax_parse(text.data(), text.data() + text.size(), this);
-    return std::move(root_);
+    return std::move(dom_.root);
   }
   std::vector<std::pair<std::string, std::string>>& entries() { return entries_; }
   bool saw_map() const { return map_seen_; }
@@ -76,7 +77,7 @@ class index_parser : public nlohmann::json_sax<json> {
   bool number_float(number_float_t v, const string_t&) override { return add(v); }
   bool string(string_t& v) override {
     if (in_map_value()) {
-      entries_.emplace_back(std::move(key_), std::move(v));
+      entries_.emplace_back(std::move(dom_.key), std::move(v));
       return true;
     }
     return add(std::move(v));
@@ -84,11 +85,11 @@ class index_parser : public nlohmann::json_sax<json> {
   bool binary(binary_t& v) override { return add(json::binary(std::move(v))); }
 
   bool start_object(std::size_t) override {
-    if (stack_.size() == 1 && key_ == "weight_map" && !skip_) {
+    if (dom_.open.size() == 1 && dom_.key == "weight_map" && !skip_) {
       map_seen_ = true;
       map_depth_ = depth_ + 1;
       ++depth_;
-      place(json::object());  // a placeholder: the entries go to entries_
+      dom_.place(json::object());  // a placeholder: the entries go to entries_
       return true;
     }
     return open(json::object());
@@ -101,41 +102,24 @@ class index_parser : public nlohmann::json_sax<json> {
     if (skip_) return true;
     if (depth_ == map_depth_) {
       if (!map_keys_.insert(k).second) found_.add(fmt::format("weight_map lists tensor {} twice", in_quotes(k)));
-      key_ = std::move(k);
+      dom_.key = std::move(k);
       return true;
     }
-    if (stack_.back()->contains(k)) fail(fmt::format("duplicate key {}", in_quotes(k)));
-    key_ = std::move(k);
+    if (dom_.open.back()->contains(k)) fail(fmt::format("duplicate key {}", in_quotes(k)));
+    dom_.key = std::move(k);
     return true;
   }
 
   bool parse_error(std::size_t, const std::string&, const json::exception& e) override {
-    const std::string what = e.what();
-    auto close = what.find("] ");
-    fail("not valid JSON: " + (close == std::string::npos ? what : what.substr(close + 2)));
+    fail("not valid JSON: " + json_error_text(e));
   }
 
  private:
   bool in_map_value() const { return !skip_ && depth_ == map_depth_; }
 
   void not_a_name(const char* type) {
-    found_.add(fmt::format("weight_map: tensor {} maps to {}, expected a shard file name (a string)", in_quotes(key_),
+    found_.add(fmt::format("weight_map: tensor {} maps to {}, expected a shard file name (a string)", in_quotes(dom_.key),
                            type));
-  }
-
-  json* place(json&& v) {
-    if (stack_.empty()) {
-      root_ = std::move(v);
-      return &root_;
-    }
-    json& parent = *stack_.back();
-    if (parent.is_array()) {
-      parent.push_back(std::move(v));
-      return &parent.back();
-    }
-    json& slot = parent[key_];
-    slot = std::move(v);
-    return &slot;
   }
 
   bool add(json&& v) {
@@ -144,7 +128,7 @@ class index_parser : public nlohmann::json_sax<json> {
       not_a_name(v.type_name());
       return true;
     }
-    place(std::move(v));
+    dom_.place(std::move(v));
     return true;
   }
 
@@ -156,7 +140,7 @@ class index_parser : public nlohmann::json_sax<json> {
       ++skip_;
       return true;
     }
-    stack_.push_back(place(std::move(container)));
+    dom_.open.push_back(dom_.place(std::move(container)));
     return true;
   }
 
@@ -166,7 +150,7 @@ class index_parser : public nlohmann::json_sax<json> {
     } else if (skip_) {
       --skip_;
     } else {
-      stack_.pop_back();
+      dom_.open.pop_back();
     }
     --depth_;
     return true;
@@ -174,9 +158,7 @@ class index_parser : public nlohmann::json_sax<json> {
 
   std::string path_;
   problems& found_;
-  json root_;
-  std::vector<json*> stack_;  // open containers of the DOM
-  std::string key_;
+  json_dom dom_;
   int depth_ = 0;             // containers open, the weight map and skipped ones included
   int map_depth_ = -1;        // depth_ inside the weight map, -1 outside it
   int skip_ = 0;              // open containers inside a weight-map value
