@@ -211,6 +211,14 @@ TEST_CASE("workers from --shard and the environment, in order", "[sharded_output
   CHECK((k.index == 3 && k.count == 4 && k.source == "JOB_COMPLETION_INDEX"));
   CHECK(resolve_worker("0/1", std::nullopt, true, none).count == 1);
   CHECK(resolve_worker("999999/1000000", std::nullopt, true, none).index == 999999);  // the last valid
+  // The last valid counts of the other forms, and SLURM_ARRAY_TASK_MIN at its largest (the task itself).
+  const worker_id k_last = resolve_worker("", 1000000, true, env_of({{"JOB_COMPLETION_INDEX", "999999"}}));
+  CHECK((k_last.index == 999999 && k_last.count == 1000000));
+  CHECK(resolve_worker("", std::nullopt, true, env_of({{"RANK", "999999"}, {"WORLD_SIZE", "1000000"}})).count == 1000000);
+  const worker_id min_is_task = resolve_worker(
+      "", std::nullopt, true,
+      env_of({{"SLURM_ARRAY_TASK_ID", "2"}, {"SLURM_ARRAY_TASK_MIN", "2"}, {"SLURM_ARRAY_TASK_COUNT", "3"}}));
+  CHECK((min_is_task.index == 0 && min_is_task.count == 3));
 
   struct bad_case {
     std::string shard;
@@ -231,6 +239,8 @@ TEST_CASE("workers from --shard and the environment, in order", "[sharded_output
       {"", 2, false, {}, "--shard-count"},
       {"", 2, true, {}, "--shard-count"},
       {"", 0, true, {{"JOB_COMPLETION_INDEX", "0"}}, "--shard-count"},
+      {"", 1000001, true, {{"JOB_COMPLETION_INDEX", "0"}}, "--shard-count"},  // the first invalid count
+      {"", {}, true, {{"RANK", "0"}, {"WORLD_SIZE", "1000001"}}, "WORLD_SIZE"},
       {"", {}, true, {{"JOB_COMPLETION_INDEX", "0"}}, "--shard-count"},
       {"", 4, true, {{"JOB_COMPLETION_INDEX", "4"}}, "JOB_COMPLETION_INDEX"},
       {"", {}, true, {{"RANK", "2"}, {"WORLD_SIZE", "2"}}, "RANK"},
