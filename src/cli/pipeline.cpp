@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 
 #include <chrono>
-#include <cstdlib>
 
 #include "fold/aten.h"
 #include "fold/execute.h"
@@ -14,6 +13,7 @@
 #include "util/atomic_dir.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/paths.h"
 #include "util/sha256.h"
 
 namespace swavg {
@@ -59,31 +59,6 @@ std::vector<state_dict> load_checkpoints(const fold_job& job) {
   return inputs;
 }
 
-// `path` with its folder resolved (symlinks, ".."), the last component as written.
-std::string folder_resolved(const std::string& path) {
-  const auto slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  char* r = ::realpath(dir.c_str(), nullptr);
-  if (!r) return path;
-  std::string out = r;
-  std::free(r);
-  return (out == "/" ? "" : out) + "/" + (slash == std::string::npos ? path : path.substr(slash + 1));
-}
-
-// `path` with every symlink resolved; for a path that does not exist, its folder resolved.
-std::string real_path(const std::string& path) {
-  if (char* r = ::realpath(path.c_str(), nullptr)) {
-    std::string out = r;
-    std::free(r);
-    return out;
-  }
-  return folder_resolved(path);
-}
-
-bool is_under(const std::string& path, const std::string& folder) {
-  return path.compare(0, folder.size(), folder) == 0 && (path.size() == folder.size() || path[folder.size()] == '/');
-}
-
 }  // namespace
 
 void refuse_inputs_inside(const std::vector<std::string>& folders, const std::vector<std::string>& inputs) {
@@ -105,8 +80,7 @@ namespace {
 // with --force, and neither may --report lie in it.
 void check_directory_paths(const fold_job& job, const std::string& out, const std::vector<std::string>& inputs) {
   check_distinct_paths({{"--report", job.report_file}, {"--resume", job.resume}});
-  const auto slash = out.rfind('/');
-  const std::string parent = slash == std::string::npos ? "." : (slash == 0 ? "/" : out.substr(0, slash));
+  const std::string parent = parent_dir(out);
   struct stat st {};
   if (::stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw io_error(fmt::format("{}/: output folder '{}' does not exist", out, parent));

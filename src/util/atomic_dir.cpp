@@ -16,24 +16,13 @@
 
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/paths.h"
 
 namespace swavg {
 namespace {
 
 constexpr const char* kStageMarker = ".swavg-stage-";
 constexpr const char* kOldMarker = ".swavg-old-";
-
-std::string parent_of(const std::string& path) {
-  const auto slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-std::string base_of(const std::string& path) {
-  const auto slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 void fsync_path(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -46,13 +35,13 @@ void fsync_path(const std::string& path) {
 
 std::string sibling(const std::string& target, const char* marker) {
   std::random_device rd;
-  return parent_of(target) + "/." + base_of(target) + marker + std::to_string(::getpid()) + "-" +
+  return parent_dir(target) + "/." + base_name(target) + marker + std::to_string(::getpid()) + "-" +
          std::to_string(rd() % 1000000);
 }
 
 void remove_stale_stages(const std::string& target) {
-  const std::string dir = parent_of(target);
-  const std::string prefix = "." + base_of(target) + kStageMarker;
+  const std::string dir = parent_dir(target);
+  const std::string prefix = "." + base_name(target) + kStageMarker;
   for (const auto& name : list_dir(dir)) {
     if (name.compare(0, prefix.size(), prefix) != 0) continue;
     const std::string path = dir + "/" + name;
@@ -108,7 +97,7 @@ void remove_tree(const std::string& path) {
 
 void ensure_dir(const std::string& path) {
   if (::mkdir(path.c_str(), 0755) == 0) {
-    fsync_path(parent_of(path));
+    fsync_path(parent_dir(path));
     return;
   }
   const int err = errno;
@@ -140,7 +129,7 @@ bool create_file_once(const std::string& path, const std::string& contents) {
   if (!created && errno != EEXIST) throw fail("cannot link into place");
   ::unlink(temp.c_str());
   ::close(fd);
-  if (created) fsync_path(parent_of(path));
+  if (created) fsync_path(parent_dir(path));
   return created;
 }
 
@@ -186,14 +175,14 @@ void publish_dir(const std::string& from, const std::string& target_in, bool rep
   if (::lstat(target.c_str(), &st) != 0 || (S_ISDIR(st.st_mode) && is_empty_dir(target))) {
     if (::rename(from.c_str(), target.c_str()) != 0)
       throw io_error(fmt::format("{}: cannot rename {} into place: {}", target, from, errno_text(errno)));
-    fsync_path(parent_of(target));
+    fsync_path(parent_dir(target));
     return;
   }
   if (!S_ISDIR(st.st_mode))
     throw usage_error(fmt::format("{}: exists and is not a folder; swavg replaces only folders here", target));
   if (!replace) throw usage_error(fmt::format("{}: the output folder exists and is not empty; pass --force to replace it", target));
   if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
-    fsync_path(parent_of(target));
+    fsync_path(parent_dir(target));
     remove_tree(from);  // now the old folder
     return;
   }
@@ -205,7 +194,7 @@ void publish_dir(const std::string& from, const std::string& target_in, bool rep
     ::rename(old.c_str(), target.c_str());
     throw io_error(fmt::format("{}: cannot rename {} into place: {}", target, from, errno_text(err)));
   }
-  fsync_path(parent_of(target));
+  fsync_path(parent_dir(target));
   remove_tree(old);
 }
 

@@ -11,12 +11,12 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 
 #include "util/error.h"
 #include "util/mapped_file.h"
+#include "util/paths.h"
 #include "util/sha256.h"
 
 namespace swavg {
@@ -26,18 +26,6 @@ constexpr size_t kBufferSize = 4 << 20;
 constexpr size_t kDirectWrite = 256 << 10;  // larger writes skip the buffer's copy
 constexpr uint64_t kWritebackStep = 32 << 20;
 constexpr const char* kTempMarker = ".swavg-tmp-";
-
-std::string parent_dir(const std::string& path) {
-  auto slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-std::string base_name(const std::string& path) {
-  auto slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 bool try_lock(int fd) { return ::flock(fd, LOCK_EX | LOCK_NB) == 0; }
 
@@ -213,20 +201,6 @@ std::string file_type(mode_t mode) {
   return "not a regular file";
 }
 
-// `path` with its folder resolved (symlinks, "..", relative to the working folder); the folder as
-// written when it cannot be resolved.
-std::string resolved(const std::string& path) {
-  char* dir = ::realpath(parent_dir(path).c_str(), nullptr);
-  if (dir == nullptr) return path;
-  std::string r = dir;
-  std::free(dir);
-  return (r == "/" ? "" : r) + "/" + base_name(path);
-}
-
-bool under(const std::string& path, const std::string& folder) {
-  return path.compare(0, folder.size(), folder) == 0 && (path.size() == folder.size() || path[folder.size()] == '/');
-}
-
 }  // namespace
 
 void check_output_path(const std::string& output, const std::vector<std::string>& inputs, bool force) {
@@ -234,11 +208,11 @@ void check_output_path(const std::string& output, const std::vector<std::string>
   struct stat d {};
   if (::stat(dir.c_str(), &d) != 0 || !S_ISDIR(d.st_mode))
     throw io_error(fmt::format("{}: output folder '{}' does not exist", output, dir));
-  const std::string folder = parent_dir(resolved(output));
+  const std::string folder = parent_dir(folder_resolved(output));
   for (const char* special : {"/dev", "/proc", "/sys"})
-    if (folder == special || (std::strcmp(special, "/dev") != 0 && under(folder, special)))
+    if (folder == special || (std::strcmp(special, "/dev") != 0 && is_under(folder, special)))
       throw usage_error(fmt::format("{}: swavg writes regular files, not devices or streams ({} is in {})", output,
-                                    resolved(output), folder));
+                                    folder_resolved(output), folder));
   struct stat out {};
   if (::stat(output.c_str(), &out) != 0) return;  // does not exist (yet): fine
   for (const auto& in : inputs) {
@@ -256,7 +230,7 @@ bool same_file(const std::string& a, const std::string& b) {
   struct stat sa {
   }, sb{};
   if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0) return same_inode(sa, sb);
-  return resolved(a) == resolved(b);
+  return folder_resolved(a) == folder_resolved(b);
 }
 
 void check_distinct_paths(const std::vector<std::pair<std::string, std::string>>& outputs) {
