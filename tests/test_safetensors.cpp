@@ -44,13 +44,6 @@ std::string source_dir() {
 #endif
 }
 
-// To compare bytes with the digests the fixture manifests record (util/sha256, tested in test_sha256).
-std::string sha256_hex(const uint8_t* data, size_t size) {
-  sha256 h;
-  h.update(data, size);
-  return h.hex_digest();
-}
-
 std::string le64(uint64_t v) {
   std::string s(8, '\0');
   for (int i = 0; i < 8; ++i) s[i] = static_cast<char>(v >> (8 * i));

@@ -105,12 +105,6 @@ void check_directory_paths(const fold_job& job, const std::string& out, const st
   }
 }
 
-std::string hash_of(const std::string& text) {
-  sha256 h;
-  h.update(text.data(), text.size());
-  return h.hex_digest();
-}
-
 fold_inputs load_fold_inputs(const fold_job& job) {
   fold_inputs in;
   in.checkpoints = load_checkpoints(job);
@@ -188,7 +182,7 @@ fold_report run_directory_job(const fold_job& job) {
   shards.on_layout = [&](const shard_layout& layout, const std::map<std::string, std::string>& metadata) {
     const std::string plan = plan_json(layout, metadata, extra.copied, w.count);
     if (plain) {
-      plan_hash = hash_of(plan);
+      plan_hash = sha256_hex(plan.data(), plan.size());
       return;
     }
     ensure_dir(partial);

@@ -314,9 +314,7 @@ std::string write_plan_once(const std::string& partial, const std::string& plan_
         "{}/ holds another job's plan ({}): other inputs, options or worker count wrote into it; remove it or "
         "write elsewhere",
         partial, path));
-  sha256 h;
-  h.update(plan_text.data(), plan_text.size());
-  return h.hex_digest();
+  return sha256_hex(plan_text.data(), plan_text.size());
 }
 
 namespace {
@@ -405,9 +403,7 @@ finalize_result finalize_partial(const std::string& out_arg, bool verify, bool f
   const std::string plan_text = read_text_file(plan_path);
   finalize_result r;
   r.plan = parse_plan(plan_text, plan_path);
-  sha256 h;
-  h.update(plan_text.data(), plan_text.size());
-  r.plan_hash = h.hex_digest();
+  r.plan_hash = sha256_hex(plan_text.data(), plan_text.size());
   r.files = check_manifests(partial, r.plan, r.plan_hash);
 
   std::set<std::string> known{kPlanName};

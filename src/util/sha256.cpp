@@ -143,6 +143,7 @@ void sha256::blocks(const uint8_t* p, size_t count) {
 }
 
 void sha256::update(const void* data, uint64_t size) {
+  if (size == 0) return;  // data may be null then
   const uint8_t* p = static_cast<const uint8_t*>(data);
   length_ += size;
   if (buffered_ > 0) {
@@ -176,6 +177,12 @@ std::string sha256::hex_digest() {
   out.reserve(64);
   for (uint32_t v : h_) out += fmt::format("{:08x}", v);
   return out;
+}
+
+std::string sha256_hex(const void* data, uint64_t size) {
+  sha256 h;
+  h.update(data, size);
+  return h.hex_digest();
 }
 
 std::string sha256_file(const std::string& path) {

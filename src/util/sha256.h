@@ -31,6 +31,9 @@ class sha256 {
   uint64_t length_ = 0;  // bytes so far
 };
 
+// The digest of `size` bytes at `data`, at once.
+std::string sha256_hex(const void* data, uint64_t size);
+
 // The digest of a whole file, read in chunks (io_error when it cannot be read).
 std::string sha256_file(const std::string& path);
 
