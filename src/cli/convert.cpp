@@ -100,9 +100,7 @@ command setup_convert(CLI::App& parent) {
   app->add_option("input", o->input, "Checkpoint to read (torch.save, TorchScript or safetensors; a sharded folder or index)")->required();
   app->add_option("-o,--output", o->output, "File to write, or DIR/: a Hugging Face folder of shards (resharding)")
       ->required();
-  add_enum_option(app, "--format", o->format,
-                  names_of({output_format::torch, output_format::safetensors}, output_format_name),
-                  "torch or safetensors (default: from the output's extension)");
+  add_format_option(app, o->format);
   app->add_option("--key", o->load.key, "Dotted path of the state dict inside a torch.save object, e.g. model or ema.module");
   app->add_option("--strip-prefix", o->load.strip_prefixes, "Remove this prefix from tensor names, e.g. module.");
   app->add_flag("--force", o->force, "Replace an existing output");

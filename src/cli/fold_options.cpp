@@ -49,9 +49,7 @@ void add_fold_options(CLI::App* app, fold_options& o) {
       ->group(sharded);
   app->add_option("--shard-count", o.shard_count, "The worker count N with JOB_COMPLETION_INDEX (Kubernetes)")
       ->group(sharded);
-  add_enum_option(app, "--format", o.job.format,
-                  names_of({output_format::torch, output_format::safetensors}, output_format_name),
-                  "torch or safetensors (default: from the output's extension)");
+  add_format_option(app, o.job.format);
   app->add_flag("--force", o.job.force, "Replace an existing output");
   app->add_flag("--drop-objects", o.job.drop_objects,
                 "Leave the non-tensor entries (_extra_state, epoch, ...) out of the output instead of carrying them "

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "formats/save.h"
 #include "tensor/device.h"
 #include "tensor/dtype.h"
 
@@ -84,6 +85,9 @@ CLI::Validator integer_in(int64_t lo, int64_t hi);
 
 // --device cpu|cuda|cuda:N.
 CLI::Option* add_device_option(CLI::App* app, const std::string& flags, device_spec& target, const std::string& help);
+
+// --format torch|safetensors: the output's format, as every writing subcommand takes it.
+CLI::Option* add_format_option(CLI::App* app, std::optional<output_format>& target);
 
 // A dtype by PyTorch's name; `floating_only` accepts float32, float64, float16 and bfloat16 only.
 CLI::Option* add_dtype_option(CLI::App* app, const std::string& flags, std::optional<dtype>& target, bool floating_only,

@@ -213,9 +213,7 @@ command setup_posthoc_ema(CLI::App& parent) {
       ->delimiter(',');
   app->add_option("-o,--output", o->output, "File to write; with several --sigma-rel a pattern with {sigma_rel}")
       ->required();
-  add_enum_option(app, "--format", o->format,
-                  names_of({output_format::torch, output_format::safetensors}, output_format_name),
-                  "torch or safetensors (default: from the output's extension)");
+  add_format_option(app, o->format);
   app->add_flag("--force", o->force, "Replace existing outputs");
   app->add_flag("--drop-objects", o->drop_objects, "Leave non-tensor entries out of the outputs");
   app->add_option("--key", o->load.key, "Dotted path of the state dict inside torch.save objects, e.g. ema");
