@@ -28,13 +28,14 @@ uint64_t total_from_environment() {
 prefetcher::prefetcher(const std::vector<const tensor_plan*>& order) : prefetcher(order, total_from_environment()) {}
 
 prefetcher::prefetcher(const std::vector<const tensor_plan*>& order, uint64_t total_bytes) {
+  if (total_bytes == 0) return;  // off (the default): no tables to build for every tensor
   uses_.resize(order.size());
   for (size_t k = 0; k < order.size(); ++k) {
     index_.emplace(order[k], k);
     if (order[k]->resumed) add_view(k, *order[k]->resumed);
     for (const auto& s : order[k]->sources) add_view(k, *s.view);
   }
-  if (total_bytes == 0 || streams_.empty()) return;
+  if (streams_.empty()) return;
   window_ = std::clamp<uint64_t>(total_bytes / streams_.size(), kPrefetchMinPerFile, kPrefetchMaxPerFile);
   window_ = std::min(window_, total_bytes);
   spdlog::debug("read-ahead: {} bytes ahead on each of {} files", window_, streams_.size());
