@@ -20,27 +20,6 @@
 namespace swavg {
 namespace {
 
-// The view's elements, contiguous and aligned: the mapping itself when it already is, else a copy
-// (whose source pages are then dropped).
-class flat_input {
- public:
-  explicit flat_input(const tensor_view& v) : view_(v), data_(contiguous_data(v, copy_)) {
-    if (!copy_.empty()) release_pages(v);
-  }
-  const uint8_t* at(int64_t element) const { return data_ + element * static_cast<int64_t>(itemsize(view_.type)); }
-  // Drops the mapped pages behind elements [begin, begin + length) once they have been used.
-  void release(int64_t begin, int64_t length) const {
-    if (!copy_.empty()) return;
-    const uint64_t item = itemsize(view_.type);
-    release_pages(view_, (static_cast<uint64_t>(view_.offset) + begin) * item, static_cast<uint64_t>(length) * item);
-  }
-
- private:
-  const tensor_view& view_;
-  std::vector<uint8_t> copy_;  // before data_, which may point into it
-  const uint8_t* data_;
-};
-
 void check(bool ok, const tensor_plan& p, const char* step) {
   if (!ok) throw std::logic_error(fmt::format("{} of tensor '{}' is not covered by the native kernels", step, p.name));
 }

@@ -8,9 +8,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "fold/config.h"
 #include "fold/plan.h"
+#include "tensor/tensor_view.h"
 
 namespace swavg {
 
@@ -19,6 +21,27 @@ constexpr int64_t kFoldChunkElements = int64_t{1} << 18;
 
 // Takes one finished slice of a tensor's result (output dtype, contiguous, aligned), in order.
 using chunk_writer = std::function<void(const void* data, uint64_t bytes)>;
+
+// The view's elements, contiguous and aligned: the mapping itself when it already is, else a copy
+// (whose source pages are then dropped).
+class flat_input {
+ public:
+  explicit flat_input(const tensor_view& v) : view_(v), data_(contiguous_data(v, copy_)) {
+    if (!copy_.empty()) release_pages(v);
+  }
+  const uint8_t* at(int64_t element) const { return data_ + element * static_cast<int64_t>(itemsize(view_.type)); }
+  // Drops the mapped pages behind elements [begin, begin + length) once they have been used.
+  void release(int64_t begin, int64_t length) const {
+    if (!copy_.empty()) return;
+    const uint64_t item = itemsize(view_.type);
+    release_pages(view_, (static_cast<uint64_t>(view_.offset) + begin) * item, static_cast<uint64_t>(length) * item);
+  }
+
+ private:
+  const tensor_view& view_;
+  std::vector<uint8_t> copy_;  // before data_, which may point into it
+  const uint8_t* data_;
+};
 
 // Whether swavg's own kernels compute this plan's average, and doing it.
 bool native_average_covers(const fold_config& c, const tensor_plan& p);

@@ -29,15 +29,19 @@ class posthoc_writer {
   posthoc_writer(const std::vector<posthoc_output>& outputs, std::vector<std::unique_ptr<tensor_sink>>& sinks)
       : outputs_(outputs), sinks_(sinks) {}
 
-  void run(const tensor_plan& p) {
+  // Returns the bytes read.
+  uint64_t run(const tensor_plan& p) {
     if (p.outcome.action == tensor_action::average)
       combine(p);
     else
       copy_last(p);
+    uint64_t bytes = 0;
     for (const auto& s : p.sources) {
-      bytes_read_ += s.view->nbytes();
+      bytes += s.view->nbytes();
       release_pages(*s.view);
     }
+    bytes_read_ += bytes;
+    return bytes;
   }
 
   uint64_t bytes_read() const { return bytes_read_; }
@@ -65,27 +69,22 @@ class posthoc_writer {
     std::vector<double> acc(outs * static_cast<size_t>(chunk));
     std::vector<double> widened(static_cast<size_t>(chunk));
     std::vector<uint8_t> rounded(static_cast<size_t>(chunk) * itemsize(out_type));
-    std::vector<std::vector<uint8_t>> copies(p.sources.size());
-    std::vector<const uint8_t*> data;
-    for (size_t j = 0; j < p.sources.size(); ++j) data.push_back(contiguous_data(*p.sources[j].view, copies[j]));
+    std::vector<flat_input> flats;
+    flats.reserve(p.sources.size());
+    for (const auto& s : p.sources) flats.emplace_back(*s.view);
 
     for (int64_t begin = 0; begin < numel; begin += chunk) {
       const int64_t length = std::min(chunk, numel - begin);
       std::fill(acc.begin(), acc.end(), 0.0);
       for (size_t j = 0; j < p.sources.size(); ++j) {
-        const tensor_view& v = *p.sources[j].view;
-        const uint64_t item = itemsize(v.type);
-        convert_or_fail(v.type, data[j] + begin * static_cast<int64_t>(item), dtype::float64, widened.data(), length,
-                        p.name);
+        convert_or_fail(p.sources[j].view->type, flats[j].at(begin), dtype::float64, widened.data(), length, p.name);
         const size_t input = p.sources[j].input;
         for (size_t s = 0; s < outs; ++s) {
           const double x = outputs_[s].coefficients[input];
           double* a = acc.data() + s * static_cast<size_t>(chunk);
           for (int64_t e = 0; e < length; ++e) a[e] += x * widened[static_cast<size_t>(e)];
         }
-        if (copies[j].empty())
-          release_pages(v, (static_cast<uint64_t>(v.offset) + static_cast<uint64_t>(begin)) * item,
-                        static_cast<uint64_t>(length) * item);
+        flats[j].release(begin, length);
       }
       for (size_t s = 0; s < outs; ++s) {
         convert_or_fail(dtype::float64, acc.data() + s * static_cast<size_t>(chunk), out_type, rounded.data(), length,
@@ -139,14 +138,15 @@ posthoc_result run_posthoc(const std::vector<state_dict>& snapshots, const std::
   result.objects_dropped = drop_objects && !carried.empty();
   check_objects_fit(outputs.front().path, format, objects);
 
+  std::map<std::string, std::string> inherited;
+  if (format == output_format::safetensors) {
+    std::vector<const state_dict*> sources;
+    for (const auto& sd : snapshots) sources.push_back(&sd);
+    inherited = inherited_metadata(sources);
+  }
   std::vector<std::unique_ptr<tensor_sink>> sinks;
   for (const auto& o : outputs) {
-    std::map<std::string, std::string> metadata;
-    if (format == output_format::safetensors) {
-      std::vector<const state_dict*> sources;
-      for (const auto& sd : snapshots) sources.push_back(&sd);
-      metadata = inherited_metadata(sources);
-    }
+    std::map<std::string, std::string> metadata = inherited;
     for (const auto& [k, v] : o.metadata) metadata[k] = v;
     sinks.push_back(std::make_unique<tensor_sink>(o.path, format, specs, metadata, objects));
   }
@@ -155,12 +155,7 @@ posthoc_result run_posthoc(const std::vector<state_dict>& snapshots, const std::
     for (const auto& s : p.sources) total += s.view->nbytes();
   progress bar(total, "post-hoc EMA");
   posthoc_writer writer(outputs, sinks);
-  for (const auto& p : plan.tensors) {
-    writer.run(p);
-    uint64_t bytes = 0;
-    for (const auto& s : p.sources) bytes += s.view->nbytes();
-    bar.advance(bytes);
-  }
+  for (const auto& p : plan.tensors) bar.advance(writer.run(p));
   commit_all(sinks, outputs);
   for (const auto& p : plan.tensors) result.tensors.push_back(p.outcome);
   result.bytes_read = writer.bytes_read();
