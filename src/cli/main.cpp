@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
   // instead of killing the process.
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"swavg: average PyTorch checkpoints (SWA, EMA) and recompute BatchNorm statistics"};
-  app.set_version_flag("--version", fmt::format("swavg {} (LibTorch {})", SWAVG_VERSION, SWAVG_LIBTORCH_VERSION));
+  const std::string cuda = *SWAVG_LIBTORCH_CUDA ? fmt::format("CUDA {} compiled in", SWAVG_LIBTORCH_CUDA) : "CPU only";
+  app.set_version_flag("--version", fmt::format("swavg {} (LibTorch {}, {})", SWAVG_VERSION, SWAVG_LIBTORCH_VERSION, cuda));
   app.footer(
       "Examples:\n"
       "  swavg average ckpt_*.pt -o swa.pt\n"

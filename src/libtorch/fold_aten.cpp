@@ -19,6 +19,7 @@
 #include "fold/schedule.h"
 #include "libtorch/tensor_bridge.h"
 #include "util/error.h"
+#include "util/version.h"
 
 namespace swavg {
 
@@ -29,6 +30,17 @@ at::Tensor chunk_of(const at::Tensor& flat, int64_t begin, int64_t length, const
   at::Tensor c = flat.narrow(0, begin, length);
   return device.is_cpu() ? c : c.to(device);
 }
+
+// PyTorch 2.x's AveragedModel folds floating-point (and complex) tensors on the devices with
+// foreach kernels through get_swa_multi_avg_fn; on the CPU, and everywhere in 1.13, it keeps
+// avg + (x - avg) / (n + 1).
+bool foreach_swa(const at::Device& device, const at::Tensor& acc) {
+  return SWAVG_LIBTORCH_VERSION_MAJOR >= 2 && device.is_cuda() && (acc.is_floating_point() || acc.is_complex());
+}
+
+// 1 / (n_averaged + 1) as get_swa_multi_avg_fn computes it: an int64 tensor divided into 1, which
+// true division gives as float32.
+at::Scalar swa_lerp_weight(int64_t k) { return static_cast<double>(1.0f / static_cast<float>(k + 1)); }
 
 at::Tensor flat_tensor(const tensor_view& v) {
   at::Tensor t = to_tensor(v);
@@ -126,6 +138,13 @@ void aten_average(const fold_config& c, const tensor_plan& p, const chunk_writer
       if (k == 0) {
         acc = x.to(acc_type, /*non_blocking=*/false, /*copy=*/true);
         weight_total = c.mode == fold_mode::weighted ? c.weights[input] : 0.0;
+      } else if (c.mode == fold_mode::swa && foreach_swa(device, acc)) {
+        // AveragedModel on a device with foreach kernels (CUDA): get_swa_multi_avg_fn's
+        // _foreach_lerp_ with the float32 weight 1 / (n_averaged + 1).
+#if SWAVG_LIBTORCH_VERSION_MAJOR >= 2
+        const at::Tensor end = x.scalar_type() == acc_type ? x : x.to(acc_type);
+        at::_foreach_lerp_(at::TensorList(&acc, 1), at::TensorList(&end, 1), swa_lerp_weight(k));
+#endif
       } else if (c.mode == fold_mode::swa) {
         if (!diff.defined() || diff.numel() != length || diff.scalar_type() != acc_type)
           diff = at::empty({length}, acc.options());

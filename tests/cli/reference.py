@@ -86,6 +86,42 @@ def averaged_model_reference(run, paths, use_buffers):
     return avg.module.state_dict(), int(avg.n_averaged)
 
 
+# AveragedModel(use_buffers=False) as PyTorch 1.13 runs it (--buffers first), computed by Debian's
+# python3-torch 1.13 when the tests run under another torch.
+TORCH_1_13_PYTHON = os.environ.get("SWAVG_TORCH_1_13_PYTHON", "/usr/bin/python3")
+_FIRST_BUFFERS_SCRIPT = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from reference import model_for, state_dict_of
+run, out, paths = sys.argv[2], sys.argv[3], sys.argv[4:]
+assert torch.__version__.startswith("1.13"), torch.__version__
+model = model_for(run)
+model.load_state_dict(state_dict_of(paths[0]))
+avg = torch.optim.swa_utils.AveragedModel(model, use_buffers=False)
+for p in paths:
+    model.load_state_dict(state_dict_of(p))
+    avg.update_parameters(model)
+torch.save(avg.module.state_dict(), out)
+"""
+
+
+def averaged_model_1_13(run, paths, out):
+    """The state dict of PyTorch 1.13's AveragedModel(model, use_buffers=False), built from the
+    first checkpoint and updated with each: 1.13 keeps the buffers it deep-copied at construction.
+    Runs in this process under torch 1.13, else in TORCH_1_13_PYTHON (writing `out`)."""
+    if torch.__version__.startswith("1.13"):
+        model = model_for(run)
+        model.load_state_dict(state_dict_of(paths[0]))
+        avg = torch.optim.swa_utils.AveragedModel(model, use_buffers=False)
+        for p in paths:
+            model.load_state_dict(state_dict_of(p))
+            avg.update_parameters(model)
+        return avg.module.state_dict()
+    subprocess.run([TORCH_1_13_PYTHON, "-c", _FIRST_BUFFERS_SCRIPT, os.path.dirname(os.path.abspath(__file__)),
+                    run, out, *paths], check=True, timeout=600)
+    return torch.load(out, weights_only=True)
+
+
 # ----- elementwise folds, the expressions torch.optim.swa_utils uses -----
 
 def swa_fold(tensors, acc_dtype=None):

@@ -6,6 +6,7 @@ import argparse
 import io
 import json
 import os
+import re
 import subprocess
 import unittest
 import zipfile
@@ -76,7 +77,11 @@ class InspectTest(unittest.TestCase):
 class CliBasicsTest(unittest.TestCase):
     def test_help_and_version(self):
         self.assertIn("inspect", swavg("--help").stdout)
-        self.assertIn("LibTorch", swavg("--version").stdout)
+        version = swavg("--version").stdout
+        # The tests run with the Python whose torch is the LibTorch swavg was built against: the
+        # wheel's (CUDA compiled in) or Debian's (CPU only).
+        self.assertIn("LibTorch %s," % re.match(r"\d+\.\d+\.\d+", torch.__version__).group(0), version)
+        self.assertIn("CUDA %s" % torch.version.cuda if torch.version.cuda else "CPU only", version)
         for cmd in ["inspect", "convert"]:
             self.assertIn("Examples", swavg(cmd, "--help").stdout)
 
