@@ -2,7 +2,9 @@
 """Checks the layering rules of src/ARCHITECTURE.md by reading the sources; exits 1 on a violation.
 
 1. Includes run only down the layers util <- tensor <- formats <- fold <- libtorch <- cli (a file
-   may include its own folder and any folder below it; tests/ may include anything).
+   may include its own folder and any folder below it; tests/ may include anything). They must also
+   run down as a drawing that pairs each header with the source of its stem shows them: no header
+   has a .cpp of its stem in another folder (whose includes would be drawn as the header's).
 2. Only src/libtorch/ includes <ATen/...>, <torch/...> or <c10/...>; the one exception is the
    header-only c10/util/Half.h and c10/util/BFloat16.h in src/fold/native_kernels.cpp. The
    LibTorch-free code (everything else, tests/fuzz/ too) may include a src/libtorch/ header only
@@ -11,6 +13,11 @@
    once, in one header under src/, and defined once more, in another file of src/libtorch/; no file
    outside src/libtorch/ defines it.
 4. Each folder under src/ has a CMakeLists.txt that adds exactly one library, named swavg_<folder>.
+5. One name, one place (rule 6 of src/ARCHITECTURE.md, as is 6 below): no file stem (the name up
+   to its first dot) is in two folders of src/ (CMakeLists.txt excepted).
+6. Every header has a .cpp of its stem in its folder, or is listed in the table under the heading
+   "Seams and header-only files" of src/ARCHITECTURE.md (its first column, `folder/name.h`); a
+   listed file must be a header of src/ without such a .cpp.
 
 Usage: scripts/check_layers.py [ROOT]   (ROOT: the checkout, default: this script's parent folder)
 """
@@ -23,6 +30,8 @@ TORCH_INCLUDE = re.compile(r'^\s*#\s*include\s*<((?:ATen|torch|c10)/[^>]+)>', re
 LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 HEADER_ONLY_EXCEPTIONS = {("fold/native_kernels.cpp", "c10/util/Half.h"), ("fold/native_kernels.cpp", "c10/util/BFloat16.h")}
 STAND_IN_FILE = "libtorch/without_libtorch.cpp"
+ARCHITECTURE = "ARCHITECTURE.md"
+HEADER_TABLE = "Seams and header-only files"
 # A definition at namespace scope: a line starting (unindented) with a return type and the name,
 # whose parameter list ends in an opening brace.
 DEFINITION = r'^[A-Za-z_][\w:<>,\s\*&]*?[\s\*&:]{name}\([^;{{]*\)\s*(?:const\s*)?\{{'
@@ -33,6 +42,35 @@ FUNCTION_NAME = re.compile(r'^[A-Za-z_][\w:<>,\s\*&]*?[\s\*&]([a-z_][a-z0-9_]*)\
 def strip_comments(text):
     text = re.sub(r'/\*.*?\*/', lambda m: '\n' * m.group(0).count('\n'), text, flags=re.S)
     return re.sub(r'//[^\n]*', '', text)
+
+
+def stem(rel):
+    """"plan" for fold/plan.h, "version" for util/version.h.in."""
+    return rel.rsplit("/", 1)[-1].split(".", 1)[0]
+
+
+def parent(rel):
+    return rel.rsplit("/", 1)[0] if "/" in rel else ""
+
+
+def listed_headers(text):
+    """The files in the first column of the table under the heading HEADER_TABLE (None without it)."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines)
+                  if line.lstrip().startswith("#") and HEADER_TABLE.lower() in line.lower()), None)
+    if start is None:
+        return None
+    rows, in_table = [], False
+    for line in lines[start + 1:]:
+        if line.lstrip().startswith("|"):
+            in_table = True
+            first = line.strip().strip("|").split("|")[0].strip()
+            m = re.fullmatch(r"`([^`]+)`", first)
+            if m:
+                rows.append(m.group(1))
+        elif in_table or line.lstrip().startswith("#"):
+            break
+    return rows if in_table else None
 
 
 def main():
@@ -115,6 +153,41 @@ def main():
         libraries = re.findall(r'add_library\(\s*([\w-]+)', strip_comments(cmake.read_text()).replace('#', '//'))
         if libraries != [f"swavg_{layer}"]:
             problems.append(f"src/{layer}/CMakeLists.txt: expected one library swavg_{layer}, found {libraries or 'none'}")
+
+    files = sorted(p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file())
+    in_folders = [rel for rel in files if "/" in rel and rel.rsplit("/", 1)[-1] != "CMakeLists.txt"]
+    by_stem = {}
+    for rel in in_folders:
+        by_stem.setdefault(stem(rel), []).append(rel)
+    for name, rels in sorted(by_stem.items()):
+        folders = sorted({parent(rel) for rel in rels})
+        if len(folders) > 1:
+            problems.append(f"stem '{name}' in two folders of src/ ({', '.join(f'src/{rel}' for rel in rels)}): "
+                            f"name each file after what it defines")
+        for header in (rel for rel in rels if rel.endswith(".h")):
+            for cpp in (rel for rel in rels if rel.endswith(".cpp") and parent(rel) != parent(header)):
+                problems.append(f"src/{header}: pairs by stem with src/{cpp}, in another folder: a drawing that "
+                                f"pairs headers with sources by stem shows {parent(cpp)}'s includes as "
+                                f"{parent(header)}'s")
+
+    architecture = src / ARCHITECTURE
+    listed = listed_headers(architecture.read_text()) if architecture.is_file() else None
+    if listed is None:
+        problems.append(f"src/{ARCHITECTURE}: no table under a heading \"{HEADER_TABLE}\"")
+        listed = []
+    present = set(files)
+    for rel in (rel for rel in in_folders if rel.endswith(".h")):
+        cpp = f"{parent(rel)}/{stem(rel)}.cpp"
+        if cpp not in present and rel not in listed:
+            problems.append(f"src/{rel}: no {cpp} beside it, and not listed in src/{ARCHITECTURE}'s table "
+                            f"\"{HEADER_TABLE}\"")
+    for rel in listed:
+        cpp = f"{parent(rel)}/{stem(rel)}.cpp"
+        if rel not in present or not rel.endswith(".h"):
+            problems.append(f"src/{ARCHITECTURE}: \"{HEADER_TABLE}\" lists {rel}, which is no header of src/")
+        elif cpp in present:
+            problems.append(f"src/{ARCHITECTURE}: \"{HEADER_TABLE}\" lists {rel}, which has {cpp}: "
+                            f"only headers without a .cpp of their stem are listed")
 
     for p in problems:
         print(p)

@@ -8,8 +8,7 @@
 
 #include "formats/dataset.h"
 #include "libtorch/module.h"
-#include "libtorch/replay.h"
-#include "libtorch/update_bn.h"
+#include "libtorch/bn_replay.h"
 #include "libtorch/tensor_bridge.h"
 #include "formats/load.h"
 #include "formats/zip.h"

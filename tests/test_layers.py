@@ -52,6 +52,18 @@ VIOLATIONS = [
      "seam only_a_stub: expected one definition in src/libtorch/"),
     ("a folder that is no layer", create("src/core/averager.h", "#pragma once\n"), "src/core/averager.h: folder 'core' is not a layer"),
     ("a layer without its library", remove("src/fold/CMakeLists.txt"), "src/fold/: has no CMakeLists.txt"),
+    ("a header paired by stem with a source in another folder", create("src/fold/tensor_bridge.h", "#pragma once\n"),
+     "src/fold/tensor_bridge.h: pairs by stem with src/libtorch/tensor_bridge.cpp, in another folder"),
+    ("a stem in two folders", create("src/util/plan.cpp", "namespace swavg {}\n"),
+     "stem 'plan' in two folders of src/ (src/fold/plan.cpp, src/fold/plan.h, src/util/plan.cpp)"),
+    ("a header without its .cpp, not listed", create("src/fold/lonely.h", "#pragma once\n"),
+     'src/fold/lonely.h: no fold/lonely.cpp beside it, and not listed in src/ARCHITECTURE.md\'s table'),
+    ("a listed header that is gone", remove("src/util/checked.h"),
+     'src/ARCHITECTURE.md: "Seams and header-only files" lists util/checked.h, which is no header of src/'),
+    ("a listed header that has its .cpp", create("src/util/checked.cpp", "namespace swavg {}\n"),
+     'lists util/checked.h, which has util/checked.cpp'),
+    ("no table of seams and header-only files", remove("src/ARCHITECTURE.md"),
+     'src/ARCHITECTURE.md: no table under a heading "Seams and header-only files"'),
 ]
 
 

@@ -23,7 +23,7 @@
 #include "formats/load.h"
 #include "formats/save.h"
 #include "formats/sharded_output.h"
-#include "libtorch/update_bn.h"
+#include "libtorch/bn_replay.h"
 
 namespace swavg {
 

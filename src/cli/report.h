@@ -15,7 +15,7 @@
 #include "fold/plan.h"
 #include "formats/save.h"
 #include "formats/sharded_output.h"
-#include "libtorch/update_bn.h"
+#include "libtorch/bn_replay.h"
 
 namespace swavg {
 

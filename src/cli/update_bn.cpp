@@ -12,7 +12,8 @@
 #include "fold/config.h"
 #include "formats/load.h"
 #include "formats/save.h"
-#include "libtorch/update_bn.h"
+#include "libtorch/bn_replay.h"
+#include "libtorch/save_module.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 

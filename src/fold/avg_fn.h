@@ -3,7 +3,7 @@
  * torch.optim.swa_utils.AveragedModel.update_parameters: the first checkpoint is copied, then for
  * each later one every averaged tensor becomes f(averaged, current, num_averaged), num_averaged a
  * 0-dim int64 tensor on the fold's device holding the checkpoints already averaged (resumed ones
- * included). FILE is TorchScript and runs: it is loaded (through libtorch/torchscript.cpp's
+ * included). FILE is TorchScript and runs: it is loaded (through libtorch/module.cpp's
  * load_module) only in swavg-torch and only when these options name it.
  *
  *   avg_fn        forward(Tensor averaged, Tensor current, Tensor num_averaged) -> Tensor, a plain
@@ -15,7 +15,7 @@
  *                 (--buffers average) if any. Every averaged tensor is held in memory.
  * The function runs in the accumulator dtype (the tensors' own unless --accumulate names one).
  *
- * Seam: load_avg_fn is defined in src/libtorch/avg_fn.cpp; its stand-in in
+ * Seam: load_avg_fn is defined in src/libtorch/scripted_avg_fn.cpp; its stand-in in
  * src/libtorch/without_libtorch.cpp throws needs_libtorch.
  */
 #pragma once

@@ -4,8 +4,8 @@
 
 #include <cfloat>
 #include <cmath>
-#include <cstdio>
 
+#include "util/decimal.h"
 #include "util/error.h"
 
 namespace swavg {
@@ -42,12 +42,6 @@ const char* buffer_policy_name(buffer_policy b) {
 }
 
 const char* avg_fn_option(avg_fn_kind k) { return k == avg_fn_kind::multi_avg_fn ? "--multi-avg-fn" : "--avg-fn"; }
-
-std::string decimal(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
 
 namespace {
 

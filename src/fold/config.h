@@ -84,7 +84,4 @@ struct fold_config {
 // not finite, > 0 and strictly increasing from start_time, not one per input, or a rule with a decay.
 void validate_config(const fold_config& c, size_t inputs, bool resuming);
 
-// "0.99900000000000011": doubles in messages, exactly.
-std::string decimal(double v);
-
 }  // namespace swavg

@@ -11,6 +11,7 @@
 
 #include "fold/layout.h"
 #include "fold/phema.h"
+#include "util/decimal.h"
 #include "util/error.h"
 
 namespace swavg {

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "fold/config.h"
+#include "util/decimal.h"
 #include "util/error.h"
 
 namespace swavg {

@@ -22,7 +22,7 @@
  * objects). What cannot be read as data is an input_error: a class with __setstate__, a declared
  * parameter missing from the state or not a tensor, a class without code or declarations.
  *
- * LibTorch's loader (src/libtorch/torchscript.cpp, load_module) is used only where a model must run.
+ * LibTorch's loader (src/libtorch/module.cpp, load_module) is used only where a model must run.
  */
 #pragma once
 

@@ -1,6 +1,6 @@
 /*
  * Recomputes BatchNorm running statistics by replaying data through a TorchScript model (see
- * update_bn.h for what is computed and how momentum baked into the code is undone).
+ * bn_replay.h for what is computed and how momentum baked into the code is undone).
  */
 #include <ATen/Functions.h>
 #include <c10/core/GradMode.h>
@@ -14,10 +14,10 @@
 
 #include "fold/layout.h"
 #include "libtorch/batchnorm.h"
+#include "libtorch/bn_replay.h"
+#include "libtorch/bn_weights.h"
 #include "libtorch/module.h"
-#include "libtorch/replay.h"
 #include "libtorch/tensor_bridge.h"
-#include "libtorch/update_bn.h"
 #include "util/error.h"
 #include "util/progress.h"
 
@@ -218,7 +218,7 @@ class batch_feeder {
 
 }  // namespace
 
-bn_report update_bn(Module& module, const dataset& data, const bn_options& o, const std::string& model_name) {
+bn_report replay_batchnorm(Module& module, const dataset& data, const bn_options& o, const std::string& model_name) {
   if (o.batch_size < 1) throw usage_error("--batch-size must be at least 1, got " + std::to_string(o.batch_size));
   if (o.max_batches < 0) throw usage_error("--max-batches must not be negative");
   const at::Device device = to_device(o.device);
@@ -320,7 +320,7 @@ update_bn_result update_batchnorm(const std::string& model_path, const std::vect
   const bool averaged = result.averaged_layout = from_averaged_layout(w, n_averaged);
   if (averaged) spdlog::info("{}: averaged-model layout (module.* and n_averaged)", weights_source);
   if (!w.empty()) load_weights(*result.module, w, weights_source);
-  result.report = update_bn(*result.module, data, options, model_path);
+  result.report = replay_batchnorm(*result.module, data, options, model_path);
   result.tensors = module_state(*result.module);
   if (averaged) to_averaged_layout(result.tensors, std::move(*n_averaged));
   return result;

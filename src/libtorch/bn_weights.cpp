@@ -11,8 +11,8 @@
 #include <unordered_set>
 
 #include "libtorch/batchnorm.h"
+#include "libtorch/bn_weights.h"
 #include "libtorch/module.h"
-#include "libtorch/replay.h"
 #include "libtorch/tensor_bridge.h"
 #include "util/error.h"
 

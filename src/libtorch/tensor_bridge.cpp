@@ -10,9 +10,6 @@
 
 namespace swavg {
 
-// This binary loads LibTorch: every job can run here.
-void require_libtorch(const std::string&) {}
-
 c10::ScalarType to_scalar_type(dtype t) {
   switch (t) {
     case dtype::float32: return c10::kFloat;

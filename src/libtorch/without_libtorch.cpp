@@ -18,7 +18,8 @@
 #include "fold/aten.h"
 #include "fold/avg_fn.h"
 #include "fold/native_kernels.h"
-#include "libtorch/update_bn.h"
+#include "libtorch/bn_replay.h"
+#include "libtorch/save_module.h"
 #include "util/error.h"
 
 namespace swavg {

@@ -53,7 +53,7 @@ struct needs_libtorch : error {
 };
 
 // Throws needs_libtorch(why) in the binary built without LibTorch; nothing in the one with it.
-// Seam: defined in src/libtorch/tensor_bridge.cpp, stand-in in src/libtorch/without_libtorch.cpp.
+// Seam: defined in src/libtorch/require_libtorch.cpp, stand-in in src/libtorch/without_libtorch.cpp.
 void require_libtorch(const std::string& why);
 
 // Throws input_error(message) unless cond holds.

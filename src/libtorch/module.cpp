@@ -1,22 +1,19 @@
 /*
- * TorchScript through LibTorch, only where a model must run (update-bn, --save-module): loading an
- * archive, reading the state of the loaded module, saving one. Reading TorchScript checkpoints
- * (inspect, convert, average, ema, --model) is formats/torchscript.cpp's, which runs nothing.
+ * TorchScript through LibTorch, only where a model must run (update-bn, --save-module, --avg-fn):
+ * loading an archive and reading the state of the loaded module (module.h); saving one is
+ * save_module.cpp's. Reading TorchScript checkpoints (inspect, convert, average, ema, --model) is
+ * formats/torchscript.cpp's, which runs nothing.
  */
 #include <c10/util/Exception.h>
 #include <torch/csrc/jit/serialization/import.h>
 
 #include <fmt/format.h>
 
-#include <ostream>
-#include <streambuf>
 #include <unordered_set>
 
 #include "formats/load.h"
 #include "libtorch/module.h"
 #include "libtorch/tensor_bridge.h"
-#include "libtorch/update_bn.h"
-#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace swavg {
@@ -29,27 +26,6 @@ void collect_state(const Module& m, const std::string& prefix, std::vector<std::
   for (const auto& b : m.named_buffers(/*recurse=*/false)) out.emplace_back(join(prefix, b.name), b.value);
   for (const auto& c : m.named_children()) collect_state(c.value, join(prefix, c.name), out);
 }
-
-class atomic_streambuf : public std::streambuf {
- public:
-  explicit atomic_streambuf(atomic_file& out) : out_(out) {}
-
- protected:
-  std::streamsize xsputn(const char* s, std::streamsize n) override {
-    out_.write(s, static_cast<uint64_t>(n));
-    return n;
-  }
-  int_type overflow(int_type c) override {
-    if (c != traits_type::eof()) {
-      const char ch = traits_type::to_char_type(c);
-      out_.write(&ch, 1);
-    }
-    return traits_type::not_eof(c);
-  }
-
- private:
-  atomic_file& out_;
-};
 
 }  // namespace
 
@@ -127,24 +103,6 @@ std::string error_text(const std::exception& e) {
     if (!out.empty()) return out;
   }
   return lines.empty() ? s : lines.front();
-}
-
-uint64_t save_module(const Module& module, const std::string& path) {
-  atomic_file out(path);
-  {
-    atomic_streambuf buf(out);
-    std::ostream stream(&buf);
-    stream.exceptions(std::ios::badbit);
-    try {
-      module.save(stream);
-    } catch (const c10::Error& e) {
-      throw io_error(fmt::format("{}: cannot write the TorchScript module: {}", path, error_text(e)));
-    }
-    stream.flush();
-  }
-  const uint64_t bytes = out.tell();
-  out.commit();
-  return bytes;
 }
 
 }  // namespace swavg

@@ -75,17 +75,22 @@ struct update_bn_result {
   std::vector<named_tensor> tensors;  // the model's state (CPU), in the layout `weights` came in
   bool averaged_layout = false;       // `weights` (and so `tensors`) were in averaged-model layout
   bn_report report;
-  std::shared_ptr<torch::jit::Module> module;  // updated, for save_module()
+  std::shared_ptr<torch::jit::Module> module;  // updated, for save_module() (save_module.h)
 };
 
-// Seams (src/libtorch/bn_replay.cpp and torchscript.cpp; stand-ins in without_libtorch.cpp):
-
-// The whole job: load the model, load `weights` into it (either layout; empty: the model's own
-// weights), replay `data`, return the updated state. `weights_source` names the weights in messages.
+// Seam (defined in bn_replay.cpp; stand-in in without_libtorch.cpp): the whole job: load the model,
+// load `weights` into it (either layout; empty: the model's own weights), replay `data`, return the
+// updated state. `weights_source` names the weights in messages.
 update_bn_result update_batchnorm(const std::string& model_path, const std::vector<named_tensor>& weights,
                                   const std::string& weights_source, const dataset& data, const bn_options& options);
 
-// Writes the module with torch.jit.save's format, atomically. Returns the bytes written.
-uint64_t save_module(const torch::jit::Module& module, const std::string& path);
+// The replay alone, for src/libtorch/ and its tests: replays `data` through the module and leaves
+// the recomputed statistics in its buffers; messages name the module `model_name`. The module ends
+// on the CPU. A module without BatchNorm is left as it is (report.modules empty, no batch
+// replayed). Throws usage_error (options, device), input_error (a module that cannot be updated,
+// e.g. traced in eval mode) or mismatch_error (the forward rejects the data: the message shows the
+// batch's shape and dtype).
+bn_report replay_batchnorm(torch::jit::Module& module, const dataset& data, const bn_options& options,
+                           const std::string& model_name = "the model");
 
 }  // namespace swavg
