@@ -33,6 +33,17 @@ the peak RSS of that child alone (ru_maxrss from os.wait4):
 6. One table with medians, swavg/peer and swavg/floor ratios and RSS; PASS/MISS per target;
    whether swavg's outputs equal the peer's bit for bit; all of it as JSON with --json.
 
+With --peers, instead: swavg against what users run, side by side on the same files with the same
+durability (every output fsynced): N Hugging Face folders of a Llama-like model (config.json and one
+model.safetensors, --peers-n x --peers-mb MiB); the peers are the Python loop (bench_peer.py),
+timm's avg_checkpoints.py, a transformers model soup and mergekit's linear merge
+(scripts/bench_peers.py, run by --peer-python). A table of min and median times, the ratio of each
+tool's time to swavg's, CPU time, peak RSS and whether each output matches swavg's; targets: at
+least 5x faster than the fastest peer, and swavg's RSS within the flat budget.
+
+    /usr/bin/python3 scripts/bench.py --peers all --peer-python /tmp/venvtest/v/bin/python \\
+        --peer-path /tmp/mergekit-site                # 4 x 100 MiB, 3 rounds: 7 min on 2 busy CPUs
+
 Children are started by a small launcher process (bench_peer.py runner) created before bench.py
 imports torch: a child's ru_maxrss starts at the RSS of the process that forks it. swavg runs from
 a private copy of the binary, so that a rebuild during the run cannot swap it.
@@ -116,6 +127,9 @@ class Job:
     def median(self, attr="wall_s"):
         return statistics.median(getattr(r, attr) for r in self.runs) if self.runs else None
 
+    def min(self, attr="wall_s"):
+        return min(getattr(r, attr) for r in self.runs) if self.runs else None
+
     def peak_rss(self):
         return max(r.maxrss_bytes for r in self.runs) if self.runs else None
 
@@ -129,7 +143,9 @@ class Job:
 
 def run_job(runner, job):
     for p in (job.output, job.report):
-        if p and os.path.exists(p):
+        if p and os.path.isdir(p):
+            shutil.rmtree(p)  # a Hugging Face folder (--peers)
+        elif p and os.path.exists(p):
             os.unlink(p)
     job.runs.append(runner.run(job.argv, job.sample))
     if job.report:
@@ -439,16 +455,20 @@ def check_outputs(jobs, sets):
 
 
 def compare_state_dicts(a_path, b_path, exact=True, rtol=0.0, atol=0.0):
-    """(ok, detail): same names, dtypes and shapes; values torch.equal, or allclose if not exact."""
+    """(ok, detail): same names, dtypes and shapes; values torch.equal, or allclose if not exact.
+
+    Either may be a torch.save file, a safetensors file or a Hugging Face folder."""
     import torch
-    a, b = torch.load(a_path, map_location="cpu", weights_only=False), torch.load(b_path, map_location="cpu", weights_only=False)
+    a, b = bench_peer.load_checkpoint(a_path), bench_peer.load_checkpoint(b_path)
     if sorted(a) != sorted(b):
         return False, f"names differ: {sorted(set(a) ^ set(b))[:5]}"
-    bad, worst = [], 0.0
+    bad, worst, dtypes = [], 0.0, set()
     for k, x in a.items():
         y = b[k]
         if x.dtype != y.dtype or x.shape != y.shape:
             bad.append(k)
+            if x.dtype != y.dtype:
+                dtypes.add(f"{x.dtype} vs {y.dtype}".replace("torch.", ""))
         elif exact or not x.is_floating_point():
             if not torch.equal(x, y):
                 bad.append(k)
@@ -462,6 +482,8 @@ def compare_state_dicts(a_path, b_path, exact=True, rtol=0.0, atol=0.0):
         detail += f", max |diff| {worst:.3g}"
     if bad:
         detail += f"; first differing: {bad[:3]}"
+    if dtypes:
+        detail += f"; dtypes differ: {', '.join(sorted(dtypes))}"
     return not bad, detail
 
 
@@ -1055,6 +1077,177 @@ def run_disk_bench(b):
     return res
 
 
+# ---------------------------------------------------------------------------------------------
+# Real peers: --peers
+#
+# What users run instead of swavg, side by side on the same files: N Hugging Face folders of a
+# Llama-like model (config.json + one model.safetensors, written with numpy like the disk cases).
+# swavg averages the folders into a folder; the peers (scripts/bench_peers.py, run with
+# --peer-python) are timm's avg_checkpoints.py logic on the folders' model.safetensors files,
+# a transformers model soup (from_pretrained, sum, save_pretrained) and mergekit's linear merge;
+# `loop` is bench_peer.py's AveragedModel loop. Every one of them fsyncs its output, as swavg does.
+
+REAL_PEERS = os.path.join(HERE, "bench_peers.py")
+PEER_TOOLS = ("loop", "timm", "transformers", "mergekit")
+PEER_TARGET = 5.0  # issue 18: swavg at least 5x faster than the fastest peer
+
+
+def llama_shapes(mib):
+    """(entries, config) of a LlamaForCausalLM of about `mib` MiB in float32 (embeddings ~1/2)."""
+    params = mib * MiB // 4
+    d = max(64, round(768 * math.sqrt(mib / 100) / 64) * 64)
+    heads = d // 64
+    inter = round(8 * d / 3 / 64) * 64
+    vocab = max(64, round(params / 4 / d / 64) * 64)
+    layers = max(1, round((params - 2 * vocab * d) / (4 * d * d + 3 * d * inter + 2 * d)))
+    entries = [("model.embed_tokens.weight", (vocab, d))]
+    for i in range(layers):
+        b = f"model.layers.{i}."
+        entries += [(b + "input_layernorm.weight", (d,))]
+        entries += [(b + f"self_attn.{p}_proj.weight", (d, d)) for p in "qkvo"]
+        entries += [(b + "post_attention_layernorm.weight", (d,)),
+                    (b + "mlp.gate_proj.weight", (inter, d)), (b + "mlp.up_proj.weight", (inter, d)),
+                    (b + "mlp.down_proj.weight", (d, inter))]
+    entries += [("model.norm.weight", (d,)), ("lm_head.weight", (vocab, d))]
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": d,
+              "intermediate_size": inter, "num_attention_heads": heads, "num_key_value_heads": heads,
+              "num_hidden_layers": layers, "vocab_size": vocab, "max_position_embeddings": 2048,
+              "rms_norm_eps": 1e-5, "hidden_act": "silu", "tie_word_embeddings": False}
+    return entries, config
+
+
+def make_hf_set(root, mib, n, dtype, seed):
+    """n distinct Hugging Face folders (config.json + model.safetensors) of a Llama of `mib` MiB."""
+    folder = os.path.join(root, f"hf_{mib}_{dtype}")
+    config = {"kind": "hf", "mib": mib, "n": n, "dtype": dtype, "seed": seed, "version": 1}
+    man = _cached(folder, config)
+    if man:
+        return CkptSet(**man["sets"][0])
+    entries, model_config = llama_shapes(mib)
+    model_config["dtype"] = dtype
+    paths = []
+    for i in range(n):
+        p = os.path.join(folder, f"ckpt_{i:03d}")
+        os.makedirs(p, exist_ok=True)
+        write_random_safetensors(os.path.join(p, "model.safetensors"), entries, dtype, seed * 1000 + i)
+        with open(os.path.join(p, "config.json"), "w") as f:
+            json.dump(model_config, f, indent=2)
+        paths.append(p)
+    size = os.path.getsize(os.path.join(paths[0], "model.safetensors"))
+    itemsize = 4 if dtype == "float32" else 2
+    s = CkptSet(key=f"hf_{dtype}", paths=paths, file_bytes=size, n_tensors=len(entries),
+                label=f"{n} x {size / MiB:.0f} MiB {dtype} Llama folders",
+                largest_tensor_bytes=max(math.prod(sh) for _, sh in entries) * itemsize)
+    _save_manifest(folder, config, [s])
+    return s
+
+
+def peer_env(args):
+    """argv prefix for a peer: `env` with --peer-path on PYTHONPATH and the Hub offline."""
+    path = [args.peer_path] if args.peer_path else []
+    if os.environ.get("PYTHONPATH"):
+        path.append(os.environ["PYTHONPATH"])
+    return ["env", "HF_HUB_OFFLINE=1", "TRANSFORMERS_NO_ADVISORY_WARNINGS=1"] + (
+        [f"PYTHONPATH={os.pathsep.join(path)}"] if path else [])
+
+
+def probe_peers(b):
+    """{tool: version} of the asked-for peers that import with --peer-python; notes for the rest."""
+    a = b.args
+    found = {}
+    for tool in a.peers:
+        mod = "torch" if tool == "loop" else tool
+        res = subprocess.run(peer_env(a) + [a.peer_python, REAL_PEERS, "probe", mod],
+                             capture_output=True, text=True)
+        if res.returncode == 0:
+            found[tool] = ("torch " if tool == "loop" else "") + res.stdout.strip()
+        else:
+            why = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else f"exit {res.returncode}"
+            b.notes.append(f"peer {tool} skipped: {mod} does not import with {a.peer_python} ({why})")
+    return found
+
+
+def peers_jobs(b, s, tools):
+    """swavg average (folders in, a folder out) and each peer's job on the same folders."""
+    a = b.args
+    env, py = peer_env(a), a.peer_python
+    out, rep = b.out("peers_swavg/"), b.out("peers_swavg.json")
+    avg = [a.swavg, "-q", "average", *s.paths, "-o", out, "--force", "--report", rep]
+    jobs = [Job("peers/version", [a.swavg, "--version"]), Job("peers/swavg", avg, out.rstrip("/"), rep)]
+    files = [os.path.join(p, "model.safetensors") for p in s.paths]
+    argv = {"loop": [py, PEER, "average", *s.paths, "--out", b.out("peers_loop.pt"), "--fsync"],
+            "timm": [py, REAL_PEERS, "timm", *files, "--safetensors", "--out", b.out("peers_timm.safetensors")],
+            "transformers": [py, REAL_PEERS, "transformers", *s.paths, "--out", b.out("peers_transformers")],
+            "mergekit": [py, REAL_PEERS, "mergekit", *s.paths, "--out", b.out("peers_mergekit")]}
+    outputs = {t: v[v.index("--out") + 1] for t, v in argv.items()}
+    jobs += [Job(f"peers/{t}", env + argv[t], outputs[t]) for t in PEER_TOOLS if t in tools]
+    return jobs
+
+
+def run_peers_bench(b):
+    """--peers: swavg against the asked-for real peers on the same folders, warm, fsynced."""
+    a = b.args
+    info = machine_info(a.swavg)
+    print(f"swavg peers bench: {info['swavg_version']} ({info['swavg_commit']}), {info['nproc']} CPUs, "
+          f"{info['date']}, load average {info['loadavg_start'][0]:.1f}")
+    tools = probe_peers(b)
+    s = make_hf_set(b.workdir, a.peers_mb, a.peers_n, a.peers_dtype, a.seed)
+    jobs = peers_jobs(b, s, tools)
+    log(f"peers: {s.label}; warming the page cache, then {a.repeats} round(s) of {len(jobs)} runs ...")
+    warm([os.path.join(p, "model.safetensors") for p in s.paths])
+    run_rounds(b.runner, jobs, a.repeats)
+    by_key = {j.key: j for j in jobs}
+    sw, base = by_key["peers/swavg"], by_key["peers/version"].peak_rss()
+    rows = []
+    for tool in ("swavg",) + PEER_TOOLS:
+        job = by_key.get(f"peers/{tool}")
+        if job is None:
+            continue
+        row = {"tool": tool, "version": info["swavg_version"] if tool == "swavg" else tools[tool],
+               "min_s": job.min(), "median_s": job.median(), "ratio": job.min() / sw.min(),
+               "peak_rss_bytes": job.peak_rss(), "min_cpu_s": min(r.user_s + r.sys_s for r in job.runs),
+               "runs": [r.wall_s for r in job.runs]}
+        if tool != "swavg":
+            exact = tool == "loop"  # the AveragedModel loop is swavg's bit-for-bit reference
+            ok, detail = compare_state_dicts(sw.output, job.output, exact=exact, rtol=1e-5, atol=1e-7)
+            row.update({"matches_swavg": ok, "detail": detail, "bit_exact_expected": exact})
+        rows.append(row)
+    peers = [r for r in rows if r["tool"] != "swavg"]
+    res = {"machine": info, "args": vars(a), "set": dict(dataclasses.asdict(s), total_bytes=s.total_bytes),
+           "baseline_rss_bytes": base, "rows": rows, "notes": b.notes,
+           "jobs": {k: j.summary() for k, j in by_key.items()}, "targets": []}
+    if peers:
+        fastest = min(peers, key=lambda r: r["min_s"])
+        res["targets"].append({"target": f"at least {PEER_TARGET:g}x faster than the fastest peer",
+                               "value": fastest["ratio"], "ok": fastest["ratio"] >= PEER_TARGET,
+                               "show": f"{fastest['ratio']:.1f}x ({fastest['tool']})"})
+    above = sw.peak_rss() - base
+    res["targets"].append({"target": "peak RSS above baseline < 3 x largest tensor + 64 MiB",
+                           "value": above / s.budget_bytes, "ok": above <= s.budget_bytes,
+                           "show": f"{above / MiB:.1f} of {s.budget_bytes / MiB:.0f} MiB"})
+    info["loadavg_end"] = os.getloadavg()
+    print_peers_report(res, s)
+    return res
+
+
+def print_peers_report(res, s):
+    a = res["args"]
+    print(f"\n{s.label} ({s.n_tensors} tensors), page cache warm, every output fsynced; "
+          f"min of {a['repeats']} run(s), wall time with start-up; ratio = tool / swavg; RSS in MiB")
+    rows = [[r["tool"], r["version"], _s(r["min_s"]), _s(r["median_s"]), f"{r['ratio']:.1f}x",
+             _s(r["min_cpu_s"]), _mib(r["peak_rss_bytes"]),
+             "" if "detail" not in r else ("ok" if r["matches_swavg"] else "DIFFERS") + f" ({r['detail']})"]
+            for r in res["rows"]]
+    print(table(["tool", "version", "min s", "median s", "/swavg", "CPU s", "peak RSS", "output vs swavg's"],
+                rows))
+    print(f"swavg --version: {_mib(res['baseline_rss_bytes'])} MiB RSS (baseline)")
+    print("\ntargets:")
+    for t in res["targets"]:
+        print(f"  {'PASS' if t['ok'] else 'MISS'}  {t['target']}: {t['show']}")
+    for n in res["notes"]:
+        print("note: " + n)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1088,10 +1281,27 @@ def parse_args(argv):
     p.add_argument("--no-peer", action="store_true", help="--cold: leave the Python peer out")
     p.add_argument("--disk-cases", help="--cold: only these of disk8,disk32,disk8_sharded")
     p.add_argument("--caches", default="cold,warm", help="--cold: cold, warm or both [cold,warm]")
+    p.add_argument("--peers", help="instead of the full bench: swavg against what users run, on the same "
+                                   f"Hugging Face folders: all, or some of {','.join(PEER_TOOLS)}")
+    p.add_argument("--peer-python", default=sys.executable,
+                   help="--peers: the Python that runs the peers (torch 2.x, timm, transformers) [this one]")
+    p.add_argument("--peer-path", help="--peers: a folder put first on the peers' PYTHONPATH (a --target "
+                                       "install of mergekit)")
+    p.add_argument("--peers-mb", type=int, help="--peers: model size in MiB of float32 [100; quick 4]")
+    p.add_argument("--peers-n", type=int, help="--peers: folders averaged [4; quick 3]")
+    p.add_argument("--peers-dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="--peers: the folders' dtype [float32]")
     args = p.parse_args(argv)
     q = args.quick
-    if (args.cold or args.larger_than_ram or args.workers) and args.repeats is None:
+    if (args.cold or args.larger_than_ram or args.workers or args.peers) and args.repeats is None:
         args.repeats = 1 if q else 3
+    if args.peers:
+        args.peers = list(PEER_TOOLS) if args.peers == "all" else args.peers.split(",")
+        unknown = [t for t in args.peers if t not in PEER_TOOLS]
+        if unknown:
+            p.error(f"--peers: unknown {unknown}; choose from all,{','.join(PEER_TOOLS)}")
+        args.peers_mb = args.peers_mb or (4 if q else 100)
+        args.peers_n = args.peers_n or (3 if q else 4)
     defaults = {"model_mb": 4 if q else 400, "repeats": 1 if q else 5,
                 "scale_mb": "1,4,16" if q else "100,400,1600", "bn_samples": 32 if q else 128,
                 "bn_res": 32 if q else 96, "bn_batch": 8 if q else 32,
@@ -1151,7 +1361,8 @@ def snapshot_binary(swavg, outdir):
     a rebuild during the run cannot change or break them."""
     copy = os.path.join(outdir, "swavg")
     shutil.copy2(swavg, copy)
-    shutil.copy2(swavg + "-torch", copy + "-torch")
+    if os.path.exists(swavg + "-torch"):  # --peers and the disk modes run without it
+        shutil.copy2(swavg + "-torch", copy + "-torch")
     res = subprocess.run([copy, "--version"], capture_output=True, text=True)
     if res.returncode != 0:
         raise SystemExit(f"{swavg} --version fails (being rebuilt?): {res.stderr.strip()}")
@@ -1168,7 +1379,7 @@ def main(argv=None):
     try:
         bench = Bench(args, workdir, outdir, runner)
         disk = args.cold or args.larger_than_ram or args.workers
-        res = run_disk_bench(bench) if disk else run_bench(bench)
+        res = run_peers_bench(bench) if args.peers else run_disk_bench(bench) if disk else run_bench(bench)
     finally:
         runner.close()
         if args.workdir or args.keep:

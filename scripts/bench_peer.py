@@ -10,13 +10,15 @@ Each subcommand runs as its own process, so that bench.py can time it and read i
             swavg's defaults (--buffers latest, --int latest) do. float16/bfloat16 tensors are
             accumulated in float32 and rounded once at the end, like swavg's --accumulate auto.
   ema       the same with avg.lerp_(x, 1 - decay) (get_ema_multi_avg_fn).
+            With --fsync (bench.py --peers) both fsync the output and its folder, as swavg does.
   inspect   torch.load a checkpoint and print every tensor's name, dtype and shape.
   update-bn torch.optim.swa_utils.update_bn on the eager model given by --arch, with the weights of
             --checkpoint and the batches of a .npy array; torch.save of the resulting state_dict.
   floor     the I/O floor: read every input once (16 MiB readinto calls into one reused
             bytearray; from the page cache when warm) and write one output as large as the first
             input (or --out-bytes), fsynced, as swavg fsyncs its output. Imports no torch.
-Inputs may be torch.save files, safetensors files or Hugging Face folders of shards.
+Inputs may be torch.save files, safetensors files or Hugging Face folders (shards and an index, or
+one model.safetensors / pytorch_model.bin).
   runner    bench.py's process launcher (see cmd_runner).
 
 The model builders (a torchvision-compatible ResNet written by hand) live here too, because the
@@ -159,6 +161,9 @@ def load_checkpoint(path):
                 for shard in shards:
                     sd.update(load_checkpoint(os.path.join(path, shard)))
                 return sd
+        for single in ("model.safetensors", "pytorch_model.bin"):  # one shard: no index
+            if os.path.exists(os.path.join(path, single)):
+                return load_checkpoint(os.path.join(path, single))
         raise SystemExit(f"{path}: no index")
     if path.endswith(".safetensors"):
         return _read_safetensors(path)
@@ -169,8 +174,9 @@ def _is_averaged(name, t):
     return t.is_floating_point() and not name.endswith(BUFFER_SUFFIXES)
 
 
-def fold(paths, out, update):
-    """torch.load each input, fold its averaged tensors with update(avg, x, n), torch.save."""
+def fold(paths, out, update, fsync=False):
+    """torch.load each input, fold its averaged tensors with update(avg, x, n), torch.save; with
+    fsync, fsync the output file and its folder before returning (swavg's durability)."""
     import torch
     avg, n = None, 0
     for path in paths:
@@ -190,6 +196,14 @@ def fold(paths, out, update):
         del sd
     result = {k: v.to(dtypes[k]) for k, v in avg.items()}
     torch.save(result, out)
+    if fsync:
+        folder = os.path.dirname(os.path.abspath(out))
+        for p, flags in ((out, os.O_RDONLY), (folder, os.O_RDONLY | os.O_DIRECTORY)):
+            fd = os.open(p, flags)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
 def cmd_average(args):
@@ -200,12 +214,12 @@ def cmd_average(args):
         n_averaged = torch.tensor(n, dtype=torch.long)
         avg.copy_(avg + (x - avg) / (n_averaged + 1))
 
-    fold(args.inputs, args.out, update)
+    fold(args.inputs, args.out, update, args.fsync)
 
 
 def cmd_ema(args):
     weight = 1.0 - args.decay
-    fold(args.inputs, args.out, lambda avg, x, n: avg.lerp_(x, weight))
+    fold(args.inputs, args.out, lambda avg, x, n: avg.lerp_(x, weight), args.fsync)
 
 
 def cmd_inspect(args):
@@ -310,6 +324,9 @@ def main(argv=None):
         s.set_defaults(fn=fn)
         if name == "ema":
             s.add_argument("--decay", type=float, required=True)
+        if name in ("average", "ema"):
+            s.add_argument("--fsync", action="store_true",
+                           help="fsync the output and its folder (bench.py --peers)")
         if name == "floor":
             s.add_argument("--out-bytes", type=int, help="output size [the first input's]")
     s = sub.add_parser("inspect")
