@@ -247,6 +247,16 @@ class HfStackTest(TempDirTest):
                 self.assertEqual(a.read(), b.read(), name)
         self.assertIn("diffusion_pytorch_model.safetensors.index.json", os.listdir(parallel))
 
+    def test_convert_keeps_the_names(self):
+        for src, names in (((ROOT, "unet", "bin", "run_0", "unet"), ["config.json", "diffusion_pytorch_model.safetensors"]),
+                           ((ROOT, "peft", "bin", "run_0"),
+                            ["README.md", "adapter_config.json", "adapter_model.safetensors"])):
+            with self.subTest(src=src[-2]):
+                out = self.path("convert_%s/" % src[-2])
+                swavg("convert", os.path.join(*src), "-o", out)
+                self.assertEqual(sorted(os.listdir(out)), names)
+                self.assert_state_equal(disk_tensors(out), disk_tensors(os.path.join(*src)), "convert")
+
     def test_diffusers_pipeline_root_is_refused_naming_components(self):
         pipe = os.path.join(ROOT, "pipeline")
         p = swavg("average", pipe, pipe, "-o", self.path("out/"), check=False)
