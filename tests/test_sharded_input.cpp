@@ -277,3 +277,75 @@ TEST_CASE("an index that cannot be read", "[sharded_input]") {
   ::mkdir((d / "x.index.json").c_str(), 0755);  // a folder named like an index holds no checkpoint
   CHECK_THAT(error_of([&] { load_state_dict(d / "x.index.json"); }, &code), Catch::Contains("without a checkpoint"));
 }
+
+TEST_CASE("weight file names: transformers', diffusers' and PEFT's", "[sharded_input]") {
+  CHECK(single_file_name(file_format::safetensors) == kSafetensorsSingleName);
+  CHECK(single_file_name(file_format::torch) == kTorchSingleName);
+  CHECK(index_file_name(file_format::safetensors) == kSafetensorsIndexName);
+  CHECK(index_file_name(file_format::torch) == kTorchIndexName);
+  CHECK(single_file_name(file_format::torch, weights_names::diffusers) == "diffusion_pytorch_model.bin");
+  CHECK(index_file_name(file_format::safetensors, weights_names::diffusers) ==
+        "diffusion_pytorch_model.safetensors.index.json");
+  CHECK(shard_file_name(file_format::safetensors, 2, 3, weights_names::diffusers) ==
+        "diffusion_pytorch_model-00002-of-00003.safetensors");
+  CHECK(single_file_name(file_format::safetensors, weights_names::peft) == "adapter_model.safetensors");
+  CHECK(index_file_name(file_format::torch, weights_names::peft) == "adapter_model.bin.index.json");
+  for (const weights_names n : kAllWeightsNames) CHECK(weights_names_from_name(weights_names_name(n)) == n);
+  CHECK_FALSE(weights_names_from_name("Diffusers"));
+  CHECK_FALSE(weights_names_from_name(""));
+}
+
+TEST_CASE("folders of diffusers and PEFT, and what a file's name says", "[sharded_input]") {
+  temp_dir d;
+  write_shard(d / "diffusion_pytorch_model.bin", {{"unet_bin", 1}});  // not a torch file, never read
+  CHECK(locate_checkpoint(d.path).names == weights_names::diffusers);
+  write_shard(d / "diffusion_pytorch_model.safetensors", {{"unet", 1}});
+  CHECK(load_state_dict(d.path).tensors.front().name == "unet");
+  write_shard(d / "u.safetensors", {{"unet_sharded", 1}});
+  write_file(d / "diffusion_pytorch_model.safetensors.index.json", index_with(R"({"unet_sharded": "u.safetensors"})"));
+  checkpoint_location at = locate_checkpoint(d.path + "/");
+  CHECK(at.index == d / "diffusion_pytorch_model.safetensors.index.json");
+  CHECK(at.folder == d.path);
+  CHECK(at.names == weights_names::diffusers);
+  write_shard(d / "adapter_model.safetensors", {{"lora", 1}});
+  CHECK(locate_checkpoint(d.path).names == weights_names::diffusers);  // diffusers' before PEFT's
+  write_shard(d / kSafetensorsSingleName, {{"single", 1}});
+  at = locate_checkpoint(d.path);
+  CHECK(at.names == weights_names::transformers);  // transformers' first
+  CHECK(at.file == d / kSafetensorsSingleName);
+
+  temp_dir p;
+  write_shard(p / "adapter_model.bin", {{"lora", 1}});
+  CHECK(locate_checkpoint(p.path).names == weights_names::peft);
+  CHECK(locate_checkpoint(p.path).file == p / "adapter_model.bin");
+
+  CHECK(locate_checkpoint("x/diffusion_pytorch_model-00001-of-00002.safetensors").names == weights_names::diffusers);
+  CHECK(locate_checkpoint("diffusion_pytorch_model.safetensors").names == weights_names::diffusers);
+  CHECK(locate_checkpoint("x/adapter_model.safetensors").names == weights_names::peft);
+  CHECK(locate_checkpoint("x/adapter_model.bin.index.json").names == weights_names::peft);
+  CHECK(locate_checkpoint("x/adapter_model").names == weights_names::transformers);  // the stem alone
+  CHECK(locate_checkpoint("x/adapter_models.safetensors").names == weights_names::transformers);
+  CHECK(locate_checkpoint("adapter_model/model.safetensors").names == weights_names::transformers);
+  CHECK(locate_checkpoint("x/model.safetensors").names == weights_names::transformers);
+}
+
+TEST_CASE("a diffusers pipeline's root names its component folders", "[sharded_input]") {
+  temp_dir d;
+  write_file(d / "model_index.json", "{}");
+  exit_code code = exit_code::ok;
+  CHECK_THAT(error_of([&] { locate_checkpoint(d.path); }, &code),
+             Catch::Contains("a diffusers pipeline (model_index.json found)") &&
+                 Catch::Contains("none holds weights; it holds 'model_index.json'"));
+  CHECK(code == exit_code::bad_input);
+  for (const char* sub : {"unet", "vae", "scheduler", "text_encoder"}) ::mkdir((d / sub).c_str(), 0755);
+  write_shard(d / "unet/diffusion_pytorch_model.safetensors", {{"a", 1}});
+  write_shard(d / "vae/diffusion_pytorch_model.bin", {{"a", 1}});
+  write_shard(d / "text_encoder/model.safetensors", {{"a", 1}});
+  write_file(d / "scheduler/scheduler_config.json", "{}");
+  const std::string message = error_of([&] { locate_checkpoint(d.path); });
+  CHECK_THAT(message, Catch::Contains("average its component folders one by one instead ('text_encoder/', 'unet/', "
+                                      "'vae/')"));
+  CHECK_THAT(message, !Catch::Contains("scheduler"));
+  write_shard(d / kSafetensorsSingleName, {{"own", 1}});  // weights of its own: read them
+  CHECK(locate_checkpoint(d.path).file == d / kSafetensorsSingleName);
+}

@@ -321,3 +321,22 @@ TEST_CASE("the sharded sink writes only this worker's shards, each complete", "[
   CHECK(list_dir(dir).size() == 3);
   remove_tree(dir);
 }
+
+TEST_CASE("a layout of diffusers' names, through the plan", "[sharded_output]") {
+  auto layout = plan_layout(output_format::safetensors, {spec("a", 4), spec("b", 4)}, 4, weights_names::diffusers);
+  REQUIRE(layout.shards.size() == 2);
+  CHECK(layout.shards[0].file == "diffusion_pytorch_model-00001-of-00002.safetensors");
+  CHECK(output_index_name(layout.format, layout.names) == "diffusion_pytorch_model.safetensors.index.json");
+  CHECK(plan_layout(output_format::torch, {spec("a", 4)}, 8, weights_names::peft).shards.at(0).file ==
+        "adapter_model.bin");
+  const std::string text = plan_json(layout, {}, {}, 2);
+  CHECK(text.find("\"weights_names\": \"diffusers\"") != std::string::npos);
+  CHECK(parse_plan(text, "plan").layout.names == weights_names::diffusers);
+  // transformers' names are the default: the plan says nothing of them (plans of earlier runs read alike)
+  const std::string plain = plan_json(plan_layout(output_format::safetensors, {spec("a", 4)}, 8), {}, {}, 1);
+  CHECK(plain.find("weights_names") == std::string::npos);
+  CHECK(parse_plan(plain, "plan").layout.names == weights_names::transformers);
+  std::string unknown = text;
+  unknown.replace(unknown.find("\"diffusers\""), 11, "\"Diffusers\"");
+  CHECK_THROWS_WITH(parse_plan(unknown, "plan"), Catch::Contains("unknown weights_names 'Diffusers'"));
+}

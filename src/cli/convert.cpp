@@ -10,6 +10,7 @@
 
 #include "formats/load.h"
 #include "formats/save.h"
+#include "formats/sharded_input.h"
 #include "formats/sharded_output.h"
 #include "util/atomic_dir.h"
 #include "util/atomic_file.h"
@@ -43,7 +44,7 @@ void convert_to_folder(const convert_options& o) {
   if (!o.drop_objects) check_objects_fit(o.output, output_format::safetensors, sd.objects);
   std::vector<tensor_spec> specs;
   for (const auto& t : sd.tensors) specs.push_back(tensor_spec{t.name, t.view.type, t.view.shape, std::nullopt});
-  const shard_layout layout = plan_layout(format, std::move(specs), limit);
+  const shard_layout layout = plan_layout(format, std::move(specs), limit, locate_checkpoint(o.input).names);
   std::map<std::string, std::string> metadata;
   if (format == output_format::safetensors) metadata = inherited_metadata({&sd});
   folder_files extra;
@@ -66,7 +67,7 @@ void convert_to_folder(const convert_options& o) {
   for (const auto& name : extra.copied) copy_file_hashed(source + "/" + name, stage.path() + "/" + name, name);
   if (layout.indexed()) {
     const std::string text = index_json(layout);
-    atomic_file index(stage.path() + "/" + output_index_name(format));
+    atomic_file index(stage.path() + "/" + output_index_name(format, layout.names));
     index.write(text.data(), text.size());
     index.commit();
   }

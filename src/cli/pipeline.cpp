@@ -9,6 +9,7 @@
 
 #include "fold/aten.h"
 #include "fold/execute.h"
+#include "formats/sharded_input.h"
 #include "formats/torchscript.h"
 #include "util/atomic_dir.h"
 #include "util/atomic_file.h"
@@ -178,7 +179,7 @@ fold_report run_directory_job(const fold_job& job) {
   if (plain) stage = std::make_unique<staged_dir>(out);
   const std::string folder = plain ? stage->path() : partial;
   std::string plan_hash;
-  shard_target shards{job.max_shard_size, w.index, w.count, {}};
+  shard_target shards{job.max_shard_size, w.index, w.count, locate_checkpoint(job.inputs.back()).names, {}};
   shards.on_layout = [&](const shard_layout& layout, const std::map<std::string, std::string>& metadata) {
     const std::string plan = plan_json(layout, metadata, extra.copied, w.count);
     if (plain) {
@@ -197,7 +198,7 @@ fold_report run_directory_job(const fold_job& job) {
   if (plain) {
     if (result.layout->indexed()) {
       const std::string text = index_json(*result.layout);
-      atomic_file index(folder + "/" + output_index_name(format));
+      atomic_file index(folder + "/" + output_index_name(format, result.layout->names));
       index.write(text.data(), text.size());
       index.commit();
     }

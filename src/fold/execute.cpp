@@ -283,7 +283,7 @@ fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_tar
   std::unique_ptr<sharded_sink> shard_sink;
   chunk_writer write;
   if (target.shards) {
-    result.layout = plan_layout(target.format, specs, target.shards->max_shard_size);
+    result.layout = plan_layout(target.format, specs, target.shards->max_shard_size, target.shards->names);
     if (target.shards->on_layout) target.shards->on_layout(*result.layout, metadata);
     owned = owned_tensors(plan, *result.layout, *target.shards);
     shard_sink = std::make_unique<sharded_sink>(target.path, *result.layout, metadata, target.shards->worker_index,

@@ -48,6 +48,7 @@ struct shard_target {
   uint64_t max_shard_size = kDefaultMaxShardSize;
   size_t worker_index = 0;  // this process writes the shards worker_owns() gives it, and reads only
   size_t worker_count = 1;  // the tensors they hold
+  weights_names names = weights_names::transformers;  // the output's file names (formats/hf_index.h)
   // Called once the layout is planned, before any tensor's bytes are read.
   std::function<void(const shard_layout&, const std::map<std::string, std::string>& metadata)> on_layout;
 };

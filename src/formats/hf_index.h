@@ -4,6 +4,12 @@
  * total_size is the bytes of tensor data in all shards. These names and this struct are shared by
  * the reader (sharded inputs: formats/sharded_input) and the writer (sharded outputs, finalize:
  * formats/sharded_output), so that what one writes the other reads.
+ *
+ * Three libraries' folders share that layout under other file names (weights_names): transformers'
+ * model.safetensors / pytorch_model.bin, diffusers' diffusion_pytorch_model.{safetensors,bin} (a
+ * model folder such as a pipeline's unet/) and PEFT's adapter_model.{safetensors,bin}. An output
+ * folder keeps the names of the folder it was made from, so that the library that wrote the input
+ * loads the output (UNet2DConditionModel.from_pretrained, PeftModel.from_pretrained).
  */
 #pragma once
 
@@ -27,15 +33,30 @@ inline constexpr const char* kIndexSuffix = ".index.json";
 // The folder shard-parallel workers write into before `swavg finalize` publishes it: OUT + this.
 inline constexpr const char* kPartialSuffix = ".partial";
 
+// Whose file names a folder's weights have; the stems of the safetensors and torch.save files.
+enum class weights_names { transformers, diffusers, peft };
+inline constexpr weights_names kAllWeightsNames[] = {weights_names::transformers, weights_names::diffusers,
+                                                     weights_names::peft};
+
+// "transformers", "diffusers", "peft" (the plan's "weights_names"), and back (nullopt for another).
+const char* weights_names_name(weights_names names);
+std::optional<weights_names> weights_names_from_name(const std::string& name);
+// "model" / "pytorch_model", "diffusion_pytorch_model" (both), "adapter_model" (both).
+const char* weights_stem(file_format format, weights_names names);
+
 struct hf_index {
   std::optional<uint64_t> total_size;                          // metadata.total_size, when present
   std::vector<std::pair<std::string, std::string>> weight_map;  // tensor -> shard file, in the file's order
 };
 
 // "model-00001-of-00003.safetensors" (format safetensors), "pytorch_model-00001-of-00003.bin"
-// (torch): k is 1-based; 5 digits, more only when count needs them.
-std::string shard_file_name(file_format format, size_t k, size_t count);
-// kSafetensorsIndexName or kTorchIndexName.
-const char* index_file_name(file_format format);
+// (torch), "diffusion_pytorch_model-00001-of-00003.safetensors" (diffusers): k is 1-based; 5
+// digits, more only when count needs them.
+std::string shard_file_name(file_format format, size_t k, size_t count,
+                            weights_names names = weights_names::transformers);
+// kSafetensorsIndexName or kTorchIndexName; "diffusion_pytorch_model.safetensors.index.json", ...
+std::string index_file_name(file_format format, weights_names names = weights_names::transformers);
+// kSafetensorsSingleName or kTorchSingleName; "diffusion_pytorch_model.safetensors", ...
+std::string single_file_name(file_format format, weights_names names = weights_names::transformers);
 
 }  // namespace swavg

@@ -234,18 +234,66 @@ std::vector<std::string> folder_entries(const std::string& folder) {
   return names;
 }
 
+std::string listed(const std::vector<std::string>& names) {
+  if (names.empty()) return "nothing";
+  std::vector<std::string> shown;
+  for (size_t i = 0; i < std::min(names.size(), kMaxListedEntries); ++i) shown.push_back(in_quotes(names[i]));
+  std::string text = fmt::format("{}", fmt::join(shown, ", "));
+  if (names.size() > kMaxListedEntries) text += fmt::format(" and {} more", names.size() - kMaxListedEntries);
+  return text;
+}
+
+// The four weight files a folder may hold under `names`, in the order they are preferred.
+std::vector<std::string> weight_candidates(weights_names names) {
+  return {index_file_name(file_format::safetensors, names), index_file_name(file_format::torch, names),
+          single_file_name(file_format::safetensors, names), single_file_name(file_format::torch, names)};
+}
+
+bool holds_weights(const std::string& folder) {
+  for (const weights_names n : kAllWeightsNames)
+    for (const auto& name : weight_candidates(n))
+      if (is_regular(path_in_folder(folder, name))) return true;
+  return false;
+}
+
+constexpr const char* kPipelineIndexName = "model_index.json";  // a diffusers pipeline's root
+
 [[noreturn]] void throw_no_checkpoint(const std::string& folder) {
   const std::vector<std::string> names = folder_entries(folder);
-  std::string holds = "nothing";
-  if (!names.empty()) {
-    std::vector<std::string> shown;
-    for (size_t i = 0; i < std::min(names.size(), kMaxListedEntries); ++i) shown.push_back(in_quotes(names[i]));
-    holds = fmt::format("{}", fmt::join(shown, ", "));
-    if (names.size() > kMaxListedEntries) holds += fmt::format(" and {} more", names.size() - kMaxListedEntries);
+  if (std::find(names.begin(), names.end(), kPipelineIndexName) != names.end()) {
+    std::vector<std::string> components;
+    for (const auto& name : names)
+      if (is_directory(path_in_folder(folder, name)) && holds_weights(path_in_folder(folder, name)))
+        components.push_back(name + "/");
+    throw input_error(fmt::format(
+        "{}: a diffusers pipeline ({} found), not one model's weights: average its component folders one by one "
+        "instead ({}{}), each to its own output folder",
+        folder, kPipelineIndexName, components.empty() ? "none holds weights; it holds " : "",
+        components.empty() ? listed(names) : listed(components)));
   }
-  throw input_error(fmt::format("{}: a folder without a checkpoint: looked for {}, {}, {} and {}; it holds {}",
-                                folder, kSafetensorsIndexName, kTorchIndexName, kSafetensorsSingleName,
-                                kTorchSingleName, holds));
+  throw input_error(fmt::format(
+      "{}: a folder without a checkpoint: looked for {}, {}, {} and {} (and diffusers' {}.*, PEFT's {}.*); it holds {}",
+      folder, kSafetensorsIndexName, kTorchIndexName, kSafetensorsSingleName, kTorchSingleName,
+      weights_stem(file_format::safetensors, weights_names::diffusers),
+      weights_stem(file_format::safetensors, weights_names::peft), listed(names)));
+}
+
+std::string base_name(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// The names a file argument has: diffusers' or PEFT's when it is one of their weight files (single,
+// index or shard), transformers' otherwise.
+weights_names names_of_file(const std::string& path) {
+  const std::string name = base_name(path);
+  for (const weights_names n : {weights_names::diffusers, weights_names::peft}) {
+    const std::string stem = weights_stem(file_format::safetensors, n);
+    if (name.compare(0, stem.size(), stem) == 0 && name.size() > stem.size() &&
+        (name[stem.size()] == '.' || name[stem.size()] == '-'))
+      return n;
+  }
+  return weights_names::transformers;
 }
 
 }  // namespace
@@ -269,22 +317,32 @@ checkpoint_location locate_checkpoint(const std::string& path) {
     } else {
       at.file = path;
     }
+    at.names = names_of_file(path);
     return at;
   }
   at.folder = path.size() > 1 && path.back() == '/' ? path.substr(0, path.size() - 1) : path;
-  const bool st_index = is_regular(path_in_folder(path, kSafetensorsIndexName));
-  const bool pt_index = is_regular(path_in_folder(path, kTorchIndexName));
-  const bool st_single = is_regular(path_in_folder(path, kSafetensorsSingleName));
-  const bool pt_single = is_regular(path_in_folder(path, kTorchSingleName));
-  const char* chosen = st_index ? kSafetensorsIndexName
-                       : pt_index ? kTorchIndexName
-                       : st_single ? kSafetensorsSingleName
-                       : pt_single ? kTorchSingleName
-                                   : nullptr;
-  if (!chosen) throw_no_checkpoint(at.folder);
-  if ((st_index || st_single) && (pt_index || pt_single))
-    spdlog::info("{}: holds safetensors and torch.save weights; reading {}", at.folder, chosen);
-  (st_index || pt_index ? at.index : at.file) = path_in_folder(path, chosen);
+  std::string chosen;
+  std::vector<std::string> others;  // weight files of other names, not read
+  for (const weights_names n : kAllWeightsNames) {
+    const std::vector<std::string> candidates = weight_candidates(n);
+    std::vector<bool> present;
+    for (const auto& name : candidates) present.push_back(is_regular(path_in_folder(path, name)));
+    const auto first = std::find(present.begin(), present.end(), true);
+    if (first == present.end()) continue;
+    if (!chosen.empty()) {
+      others.push_back(candidates[first - present.begin()]);
+      continue;
+    }
+    const size_t k = first - present.begin();
+    chosen = candidates[k];
+    at.names = n;
+    (k < 2 ? at.index : at.file) = path_in_folder(path, chosen);
+    const bool st = present[0] || present[2], pt = present[1] || present[3];
+    if (st && pt) spdlog::info("{}: holds safetensors and torch.save weights; reading {}", at.folder, chosen);
+  }
+  if (chosen.empty()) throw_no_checkpoint(at.folder);
+  if (!others.empty())
+    spdlog::info("{}: holds weights under other names too ({}); reading {}", at.folder, listed(others), chosen);
   return at;
 }
 

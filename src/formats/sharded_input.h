@@ -30,12 +30,17 @@ struct checkpoint_location {
   std::string file;    // the one file to read, or ""
   std::string index;   // the index file, or ""
   std::string folder;  // the folder of a folder or index argument, "" for a plain file
+  // Whose file names the checkpoint has (a file or index named so: diffusion_pytorch_model.*,
+  // adapter_model.*; transformers' otherwise): an output folder made from it keeps them.
+  weights_names names = weights_names::transformers;
 };
 
 // Whether `path` is an index file by its name (ends in ".index.json").
 bool is_index_name(const std::string& path);
-// Resolves a folder to its index or single file (transformers' preference: safetensors first) and
-// an index file to its folder. Throws input_error for a folder holding none, naming what it holds.
+// Resolves a folder to its index or single file (transformers' preference: safetensors first; for
+// each of transformers', diffusers' and PEFT's names, in that order) and an index file to its
+// folder. Throws input_error for a folder holding none, naming what it holds; for a diffusers
+// pipeline (model_index.json, no weights of its own), naming its component folders to average.
 checkpoint_location locate_checkpoint(const std::string& path);
 
 // Validates an index's bytes. Throws input_error naming `path` with every problem found.

@@ -146,8 +146,10 @@ std::vector<std::vector<size_t>> pack_shards(const std::vector<uint64_t>& sizes,
   return shards;
 }
 
-shard_layout plan_layout(output_format format, std::vector<tensor_spec> specs, uint64_t max_shard_size) {
+shard_layout plan_layout(output_format format, std::vector<tensor_spec> specs, uint64_t max_shard_size,
+                         weights_names names) {
   shard_layout layout;
+  layout.names = names;
   layout.format = format;
   layout.max_shard_size = max_shard_size;
   layout.specs = std::move(specs);
@@ -162,8 +164,8 @@ shard_layout plan_layout(output_format format, std::vector<tensor_spec> specs, u
   const auto packed = pack_shards(sizes, max_shard_size);
   for (size_t k = 0; k < packed.size(); ++k) {
     output_shard s;
-    s.file = packed.size() == 1 ? (format == output_format::safetensors ? kSafetensorsSingleName : kTorchSingleName)
-                                : shard_file_name(as_file_format(format), k + 1, packed.size());
+    s.file = packed.size() == 1 ? single_file_name(as_file_format(format), names)
+                                : shard_file_name(as_file_format(format), k + 1, packed.size(), names);
     s.specs = packed[k];
     for (size_t i : s.specs) s.bytes += sizes[i];
     layout.shards.push_back(std::move(s));
@@ -171,7 +173,9 @@ shard_layout plan_layout(output_format format, std::vector<tensor_spec> specs, u
   return layout;
 }
 
-const char* output_index_name(output_format format) { return index_file_name(as_file_format(format)); }
+std::string output_index_name(output_format format, weights_names names) {
+  return index_file_name(as_file_format(format), names);
+}
 
 std::string index_json(const shard_layout& layout) {
   nlohmann::json weight_map = nlohmann::json::object();
@@ -226,6 +230,7 @@ std::string plan_json(const shard_layout& layout, const std::map<std::string, st
   j["max_shard_size"] = layout.max_shard_size;
   j["workers"] = workers;
   j["total_size"] = layout.total_size;
+  if (layout.names != weights_names::transformers) j["weights_names"] = weights_names_name(layout.names);
   auto shards = nlohmann::ordered_json::array();
   for (const auto& s : layout.shards) {
     auto names = nlohmann::ordered_json::array();
@@ -250,6 +255,12 @@ job_plan parse_plan(const std::string& text, const std::string& path) {
   p.workers = field<size_t>(j, "workers", path);
   p.layout.total_size = field<uint64_t>(j, "total_size", path);
   p.copied = field<std::vector<std::string>>(j, "copied", path);
+  if (j.contains("weights_names")) {
+    const std::string names = field<std::string>(j, "weights_names", path);
+    const auto known = weights_names_from_name(names);
+    if (!known) throw input_error(fmt::format("{}: unknown weights_names '{}'", path, names));
+    p.layout.names = *known;
+  }
   if (p.workers == 0) throw input_error(fmt::format("{}: 0 workers", path));
   if (!j.at("shards").is_array() || j.at("shards").empty()) throw input_error(fmt::format("{}: no shards", path));
   std::set<std::string> files;
@@ -431,11 +442,12 @@ finalize_result finalize_partial(const std::string& out_arg, bool verify, bool f
   }
   if (r.plan.layout.indexed()) {
     const std::string text = index_json(r.plan.layout);
-    atomic_file index(partial + "/" + output_index_name(r.plan.layout.format));
+    atomic_file index(partial + "/" + output_index_name(r.plan.layout.format, r.plan.layout.names));
     index.hash_contents();
     index.write(text.data(), text.size());
     index.commit();
-    r.files.push_back(written_file{output_index_name(r.plan.layout.format), index.tell(), index.digest()});
+    r.files.push_back(
+        written_file{output_index_name(r.plan.layout.format, r.plan.layout.names), index.tell(), index.digest()});
   }
   for (size_t i = 0; i < r.plan.workers; ++i) ::unlink((partial + "/" + manifest_name(i, r.plan.workers)).c_str());
   ::unlink(plan_path.c_str());

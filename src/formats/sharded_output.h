@@ -50,15 +50,17 @@ struct shard_layout {
   std::vector<tensor_spec> specs;  // every tensor of the output, in order
   std::vector<output_shard> shards;
   uint64_t total_size = 0;
+  weights_names names = weights_names::transformers;  // the file names: the input folder's
   bool indexed() const { return shards.size() > 1; }
 };
 
-shard_layout plan_layout(output_format format, std::vector<tensor_spec> specs, uint64_t max_shard_size);
+shard_layout plan_layout(output_format format, std::vector<tensor_spec> specs, uint64_t max_shard_size,
+                         weights_names names = weights_names::transformers);
 
 // The index, byte for byte as transformers writes it: json.dumps({"metadata": {"total_size": N},
 // "weight_map": {...}}, indent=2, sort_keys=True) + "\n".
 std::string index_json(const shard_layout& layout);
-const char* output_index_name(output_format format);
+std::string output_index_name(output_format format, weights_names names = weights_names::transformers);
 
 // 0-based shard s belongs to worker s mod count.
 inline bool worker_owns(size_t shard, size_t index, size_t count) { return shard % count == index; }

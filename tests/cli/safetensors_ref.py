@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A small safetensors writer and reader that follow the format spec, for tests.
 
-The `safetensors` package is not available here, so this module stands in for it: write() lays a
+The `safetensors` package is not available to every Python that runs the suite (Debian's torch
+1.13 has none), so this module stands in for it (test_differential.py checks swavg against the real
+package where it is importable): write() lays a
 file out as the reference implementation does (8-byte little-endian header length, UTF-8 JSON
 header padded with spaces to a multiple of 8 bytes, then the tensor bytes), and read() validates as
 the reference's SafeTensors.deserialize does, and a little more strictly (duplicate keys, unknown
@@ -46,6 +48,9 @@ def tensor_bytes(t):
         c = c.to(torch.uint8)
     if c.dtype in (torch.bfloat16, torch.float16):
         c = c.view(torch.int16)
+    if c.dtype not in TORCH_NAMES and not c.is_complex():
+        # float8, uint16/32/64 (torch 2.x): dtypes numpy lacks, as their raw bytes
+        c = c.view(torch.uint8)
     return c.numpy().tobytes()
 
 

@@ -15,6 +15,13 @@ other tensors fails the test; so does one that no reader reads at all, unless a 
 (swavg does not check CRCs, nor does torch.load in 1.13; the zipfile reader here skips the check
 too, as it reads each record's bytes where zipfile locates them).
 The readers run in child processes (a reader crashing on a mutated file is reported, not fatal).
+
+SafetensorsPackageTest (with the real `safetensors` package, skipped without it): every file
+safetensors.torch.save_file writes, over each dtype it has, shapes with 0-dim and empty tensors,
+names and metadata, is read by swavg as safetensors reads it (`inspect --json`; `convert` to
+safetensors and to torch.save, and `average` of a file with itself, read back by load_file,
+safe_open and torch.load), or, for a dtype swavg does not have, refused with exit 3 naming the
+tensor and the dtype.
 """
 import concurrent.futures
 import json
@@ -359,6 +366,132 @@ def run_readers(jobs):
             results[pending[0][0]] = {"crashed": "reader exited %d on it: %s" % (p.returncode, p.stderr[-500:])}
             pending = pending[1:]
     return results
+
+
+# ------------------------------------------------------------------------------------------------
+# The real safetensors package
+
+try:
+    import safetensors
+    import safetensors.torch as st_torch
+except ImportError:  # the suite's python may not have it
+    safetensors = None
+
+# swavg's dtypes, by the safetensors name; the others safetensors.torch writes are refused.
+SWAVG_ST_DTYPES = {"BOOL", "U8", "I8", "I16", "I32", "I64", "F16", "BF16", "F32", "F64"}
+SHAPES = [(), (0,), (1,), (7,), (0, 3), (3, 0, 2), (2, 3, 4), (1, 1, 1, 1, 1), (65,)]
+METADATA = [None, {}, {"format": "pt"}, {"format": "np", "note": "\u00fcn\u00efc\u00f6d\u00e9 \u2603"},
+            {"k" * 100: "v" * 2000, "format": "pt", "empty": ""}]
+
+
+def st_values(dtype, shape, g):
+    """Deterministic values of any dtype safetensors.torch writes."""
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.5
+    if dtype.is_complex:
+        return torch.randn(shape, generator=g, dtype=dtype)
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=g) * 4).to(dtype)
+    info = torch.iinfo(dtype)
+    lo, hi = max(info.min, -1000), min(info.max, 1000)
+    return torch.randint(lo, hi, shape, generator=g, dtype=torch.int64).to(dtype)
+
+
+@unittest.skipIf(safetensors is None, "the safetensors package is not importable")
+class SafetensorsPackageTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="swavg-st-diff-")
+        g = torch.Generator().manual_seed(SEED)
+        cls.files = []  # (path, {name: tensor}, metadata)
+        for st_name, dtype in sorted(st_torch._TYPES.items()):
+            tensors = {"t%d_%s" % (k, "x".join(map(str, s)) or "scalar"): st_values(dtype, s, g)
+                       for k, s in enumerate(SHAPES)}
+            cls.files.append((cls.write("dtype_%s" % st_name, tensors, None), tensors, None))
+        for k, meta in enumerate(METADATA):
+            tensors = {"\u00fcn\u00ef.weight": st_values(torch.float32, (3, 2), g), "a.b.c": st_values(torch.int64, (), g),
+                       "z" * 300: st_values(torch.bfloat16, (0,), g), "B": st_values(torch.float16, (4,), g)}
+            cls.files.append((cls.write("metadata_%d" % k, tensors, meta), tensors, meta))
+        mixed = {}
+        for k in range(40):
+            name = sorted(SWAVG_ST_DTYPES)[k % len(SWAVG_ST_DTYPES)]
+            mixed["layer.%d.%s" % (39 - k, name)] = st_values(st_torch._TYPES[name], SHAPES[k % len(SHAPES)], g)
+        cls.files.append((cls.write("mixed", mixed, {"format": "pt"}), mixed, {"format": "pt"}))
+        cls.files.append((cls.write("empty", {}, None), {}, None))
+
+    @classmethod
+    def write(cls, stem, tensors, metadata):
+        path = os.path.join(cls.tmp, stem + ".safetensors")
+        st_torch.save_file(tensors, path, metadata=metadata)
+        return path
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def run_swavg(self, *args):
+        return subprocess.run([SWAVG, *args], capture_output=True, text=True, errors="replace", timeout=TIMEOUT)
+
+    def assert_same(self, got, want, what):
+        self.assertEqual(sorted(got), sorted(want), what)
+        for k, t in want.items():
+            self.assertEqual(got[k].dtype, t.dtype, (what, k))
+            self.assertEqual(tuple(got[k].shape), tuple(t.shape), (what, k))
+            self.assertEqual(safetensors_ref.tensor_bytes(got[k]), safetensors_ref.tensor_bytes(t), (what, k))
+
+    def test_every_file_is_read_as_safetensors_reads_it(self):
+        read = 0
+        for path, tensors, meta in self.files:
+            with self.subTest(file=os.path.basename(path)):
+                want = st_torch.load_file(path)
+                self.assert_same(want, tensors, "load_file")  # the package itself round-trips
+                unsupported = sorted({str(t.dtype) for t in tensors.values()
+                                      if t.dtype not in safetensors_ref.TORCH_TO_ST})
+                p = self.run_swavg("inspect", "--json", path)
+                if unsupported:
+                    self.assertEqual(p.returncode, 3, p.stderr)
+                    self.assertTrue(p.stderr.startswith("swavg: error: "), p.stderr)
+                    self.assertIn(path, p.stderr)
+                    continue
+                self.assertEqual(p.returncode, 0, p.stderr)
+                report = json.loads(p.stdout)
+                with safetensors.safe_open(path, framework="pt") as f:
+                    self.assertEqual(sorted(t["name"] for t in report["tensors"]), sorted(f.keys()))
+                    self.assertEqual(report["metadata"], f.metadata() or {})
+                for t in report["tensors"]:
+                    self.assertEqual(t["dtype"], safetensors_ref.TORCH_NAMES[want[t["name"]].dtype], t["name"])
+                    self.assertEqual(tuple(t["shape"]), tuple(want[t["name"]].shape), t["name"])
+                out = os.path.join(self.tmp, "out.safetensors")
+                for args in (["convert", path], ["average", path, path]):
+                    c = self.run_swavg(*args, "-o", out, "--force")
+                    if not want and args[0] == "average":  # no tensors: nothing to average
+                        self.assertEqual(c.returncode, 2, c.stderr)
+                        self.assertIn("nothing to write", c.stderr)
+                        continue
+                    self.assertEqual(c.returncode, 0, c.stderr)
+                    self.assert_same(st_torch.load_file(out), want, " ".join(args[:1]))
+                    with safetensors.safe_open(out, framework="pt") as f:
+                        got_meta = f.metadata()
+                    for k, v in (meta or {}).items():
+                        self.assertEqual(got_meta.get(k), v, k)
+                    self.assertEqual(got_meta.get("format"), (meta or {}).get("format", "pt"))
+                pt = os.path.join(self.tmp, "out.pt")
+                c = self.run_swavg("convert", path, "-o", pt, "--force")
+                self.assertEqual(c.returncode, 0, c.stderr)
+                self.assert_same(dict(torch.load(pt, weights_only=True)), want, "convert to torch")
+                read += 1
+        self.assertGreaterEqual(read, len(SWAVG_ST_DTYPES) + len(METADATA) + 2)
+
+    def test_unsupported_dtypes_are_named(self):
+        for path, tensors, _ in self.files:
+            names = {str(t.dtype): k for k, t in tensors.items() if t.dtype not in safetensors_ref.TORCH_TO_ST}
+            if not names:
+                continue
+            with self.subTest(file=os.path.basename(path)):
+                p = self.run_swavg("inspect", "--json", path)
+                self.assertEqual(p.returncode, 3, p.stderr)
+                st_name = os.path.basename(path)[len("dtype_"):-len(".safetensors")]
+                self.assertIn(st_name, p.stderr)
 
 
 if __name__ == "__main__":
