@@ -42,7 +42,7 @@ bool same_values(dtype t, const uint8_t* a, const uint8_t* b, int64_t n) {
 class running_average {
  public:
   running_average(const fold_config& c, const fold_inputs& in, chunk_writer sink, progress& bar, prefetcher* ahead,
-         avg_function* fn, std::unordered_map<const tensor_plan*, tensor_view> fn_results)
+                  avg_function* fn, std::unordered_map<const tensor_plan*, tensor_view> fn_results)
       : c_(c), in_(in), sink_(std::move(sink)), bar_(bar), ahead_(ahead), fn_(fn), fn_results_(std::move(fn_results)) {}
 
   void run(const tensor_plan& p) {

@@ -12,7 +12,11 @@ namespace swavg {
 sharded_sink::sharded_sink(std::string folder, const shard_layout& layout,
                            const std::map<std::string, std::string>& metadata, size_t worker_index,
                            size_t worker_count, bool hashed)
-    : folder_(std::move(folder)), layout_(layout), metadata_(metadata), spec_owned_(layout.specs.size()), hashed_(hashed) {
+    : folder_(std::move(folder)),
+      layout_(layout),
+      metadata_(metadata),
+      spec_owned_(layout.specs.size()),
+      hashed_(hashed) {
   for (size_t s = 0; s < layout_.shards.size(); ++s)
     if (worker_owns(s, worker_index, worker_count)) {
       owned_.push_back(s);
