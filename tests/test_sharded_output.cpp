@@ -10,8 +10,12 @@
 #include <vector>
 
 #include "cli/worker.h"
+#include "formats/hf_index.h"
 #include "formats/load.h"
+#include "formats/output_folder.h"
+#include "formats/shard_layout.h"
 #include "formats/sharded_output.h"
+#include "formats/worker_files.h"
 #include "util/atomic_dir.h"
 #include "util/error.h"
 #include "util/sha256.h"

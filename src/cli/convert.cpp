@@ -4,15 +4,13 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/pipeline.h"
-#include <sys/stat.h>
 
 #include <fmt/format.h>
 
 #include "formats/load.h"
+#include "formats/output_folder.h"
 #include "formats/save.h"
 #include "formats/sharded_input.h"
-#include "formats/sharded_output.h"
-#include "util/atomic_dir.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -29,30 +27,26 @@ struct convert_options {
   std::string max_shard_size;
 };
 
-// Resharding: the state dict as a Hugging Face folder (sharded_output.h), staged and published.
+// Resharding: the state dict as a Hugging Face folder (formats/output_folder.h), staged and published.
 void convert_to_folder(const convert_options& o) {
-  const std::string out = without_trailing_slash(o.output);
   const uint64_t limit = o.max_shard_size.empty() ? kDefaultMaxShardSize : parse_shard_size(o.max_shard_size);
-  struct stat st {};
-  if (::stat(out.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
-    throw usage_error(fmt::format("{}/: exists and is not a folder", out));
-  refuse_inputs_inside({out}, checkpoint_files(o.input));
-  if (!o.force && ::stat(out.c_str(), &st) == 0 && !list_dir(out).empty())
-    throw usage_error(fmt::format("{}/: the output folder exists and is not empty; pass --force to replace it", out));
+  output_folder out(o.output, limit, 0, 1, o.force);
+  out.refuse_not_folder();
+  out.refuse_inputs_inside(checkpoint_files(o.input));
+  out.refuse_non_empty();
   const output_format format = o.format.value_or(output_format::safetensors);
   state_dict sd = load_state_dict(o.input, o.load);
   if (!o.drop_objects) check_objects_fit(o.output, output_format::safetensors, sd.objects);
   std::vector<tensor_spec> specs;
   for (const auto& t : sd.tensors) specs.push_back(tensor_spec{t.name, t.view.type, t.view.shape, std::nullopt});
-  const shard_layout layout = plan_layout(format, std::move(specs), limit, locate_checkpoint(o.input).names);
   std::map<std::string, std::string> metadata;
   if (format == output_format::safetensors) metadata = inherited_metadata({&sd});
   folder_files extra;
   const std::string source = checkpoint_folder(o.input);
   if (!source.empty()) extra = classify_folder(source);
 
-  staged_dir stage(out);
-  sharded_sink sink(stage.path(), layout, metadata, 0, 1, /*hashed=*/false);
+  out.stage(source, extra.copied, locate_checkpoint(o.input).names);
+  output_sink& sink = out.open(format, std::move(specs), metadata);
   std::vector<uint8_t> copy;
   for (const auto& t : sd.tensors) {
     if (t.view.is_contiguous()) {
@@ -64,16 +58,9 @@ void convert_to_folder(const convert_options& o) {
     }
   }
   sink.commit();
-  for (const auto& name : extra.copied) copy_file_hashed(source + "/" + name, stage.path() + "/" + name, name);
-  if (layout.indexed()) {
-    const std::string text = index_json(layout);
-    atomic_file index(stage.path() + "/" + output_index_name(format, layout.names));
-    index.write(text.data(), text.size());
-    index.commit();
-  }
-  stage.publish(o.force);
-  spdlog::info("wrote {} tensors in {} shards ({} bytes) to {}/", sd.tensors.size(), layout.shards.size(),
-               sink.bytes_written(), out);
+  out.finish();
+  spdlog::info("wrote {} tensors in {} shards ({} bytes) to {}/", sd.tensors.size(), out.layout().shards.size(),
+               sink.bytes_written(), out.path());
 }
 
 void run_convert(const convert_options& o) {

@@ -1,13 +1,13 @@
 /*
  * `swavg finalize OUT/`: publishes what shard-parallel workers left in OUT.partial/ once every one of
- * them is done (formats/sharded_output.h checks the plan, the manifests and the files).
+ * them is done (formats/worker_files.h checks the plan, the manifests and the files).
  */
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
 #include "cli/report.h"
-#include "formats/sharded_output.h"
+#include "formats/worker_files.h"
 
 namespace swavg {
 namespace {

@@ -9,13 +9,12 @@
 
 #include "fold/aten.h"
 #include "fold/execute.h"
+#include "formats/output_folder.h"
 #include "formats/sharded_input.h"
 #include "formats/torchscript.h"
-#include "util/atomic_dir.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/paths.h"
-#include "util/sha256.h"
 
 namespace swavg {
 namespace {
@@ -60,45 +59,19 @@ std::vector<state_dict> load_checkpoints(const fold_job& job) {
   return inputs;
 }
 
-}  // namespace
-
-void refuse_inputs_inside(const std::vector<std::string>& folders, const std::vector<std::string>& inputs) {
-  for (const auto& arg : inputs) {
-    std::vector<std::string> files = checkpoint_files(arg);
-    files.push_back(arg);
-    for (const auto& f : files)
-      for (const auto& folder : folders)
-        if (is_under(real_path(f), real_path(folder)) || is_under(folder_resolved(f), real_path(folder)))
-          throw usage_error(fmt::format("{}/: the output folder holds the input '{}'; swavg never overwrites or removes "
-                                        "its inputs, even with --force",
-                                        folder, f));
-  }
-}
-
-namespace {
-
 // A folder output is replaced as a whole: it (and OUT.partial/) must hold none of the inputs, even
 // with --force, and neither may --report lie in it.
-void check_directory_paths(const fold_job& job, const std::string& out, const std::vector<std::string>& inputs) {
+void check_directory_paths(const fold_job& job, const output_folder& out, const std::vector<std::string>& inputs) {
   check_distinct_paths({{"--report", job.report_file}, {"--resume", job.resume}});
-  const std::string parent = parent_dir(out);
-  struct stat st {};
-  if (::stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw io_error(fmt::format("{}/: output folder '{}' does not exist", out, parent));
-  if (::stat(out.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
-    throw usage_error(fmt::format("{}/: exists and is not a folder (-o DIR/ writes a Hugging Face folder)", out));
-  std::vector<std::string> folders{out};
-  if (job.worker.count > 1) folders.push_back(partial_dir_of(out));
-  refuse_inputs_inside(folders, inputs);
+  out.refuse_missing_parent();
+  out.refuse_not_folder(" (-o DIR/ writes a Hugging Face folder)");
+  out.refuse_inputs_inside(inputs);
   if (!job.report_file.empty())
-    for (const auto& folder : folders)
+    for (const auto& folder : out.folders())
       if (is_under(real_path(job.report_file), real_path(folder)))
         throw usage_error(fmt::format("--report {}: inside the output folder {}/, which is written as a whole",
                                       job.report_file, folder));
-  // A worker too: one run again after finalize published OUT/ would start a new job beside it.
-  if (!job.force && ::stat(out.c_str(), &st) == 0 && !list_dir(out).empty())
-    throw usage_error(fmt::format("{}/: the output folder exists and is not empty; pass --force to replace it{}", out,
-                                  job.worker.count > 1 ? " (and to swavg finalize)" : ""));
+  out.refuse_non_empty();
   if (!job.report_file.empty()) {
     std::vector<std::string> read = inputs;
     if (!job.resume.empty()) read.push_back(job.resume);
@@ -159,10 +132,10 @@ fold_report report_of(const fold_job& job, const fold_config& c, output_format f
 fold_report run_directory_job(const fold_job& job) {
   const auto start = std::chrono::steady_clock::now();
   const fold_config& c = job.config;
-  const std::string out = without_trailing_slash(job.output);
   const worker_id& w = job.worker;
   validate_config(c, job.inputs.size(), !job.resume.empty());
   check_device(c.device);
+  output_folder out(job.output, job.max_shard_size, w.index, w.count, job.force);
   check_directory_paths(job, out, files_read(job));
   const output_format format = job.format.value_or(output_format::safetensors);
 
@@ -173,52 +146,20 @@ fold_report run_directory_job(const fold_job& job) {
   if (!source_folder.empty()) extra = classify_folder(source_folder);
   for (const auto& name : extra.skipped) spdlog::info("{}/{}: not copied (weights, an index or not a file)", source_folder, name);
 
-  const bool plain = w.count == 1;
-  std::unique_ptr<staged_dir> stage;
-  const std::string partial = partial_dir_of(out);
-  if (plain) stage = std::make_unique<staged_dir>(out);
-  const std::string folder = plain ? stage->path() : partial;
-  std::string plan_hash;
-  shard_target shards{job.max_shard_size, w.index, w.count, locate_checkpoint(job.inputs.back()).names, {}};
-  shards.on_layout = [&](const shard_layout& layout, const std::map<std::string, std::string>& metadata) {
-    const std::string plan = plan_json(layout, metadata, extra.copied, w.count);
-    if (plain) {
-      plan_hash = sha256_hex(plan.data(), plan.size());
-      return;
-    }
-    ensure_dir(partial);
-    plan_hash = write_plan_once(partial, plan);
-  };
-  const fold_result result = run_fold(folded, in, fold_target{folder, format, job.drop_objects, shards});
-
-  std::vector<written_file> files = result.files;
-  if (w.index == 0)
-    for (const auto& name : extra.copied)
-      files.push_back(copy_file_hashed(source_folder + "/" + name, folder + "/" + name, name));
-  if (plain) {
-    if (result.layout->indexed()) {
-      const std::string text = index_json(*result.layout);
-      atomic_file index(folder + "/" + output_index_name(format, result.layout->names));
-      index.write(text.data(), text.size());
-      index.commit();
-    }
-    stage->publish(job.force);
-  } else {
-    const std::string text = manifest_json(worker_manifest{plan_hash, w.index, w.count, files});
-    atomic_file manifest(partial + "/" + manifest_name(w.index, w.count));
-    manifest.write(text.data(), text.size());
-    manifest.commit();
-    spdlog::info("{}/: worker {} of {} done ({} files); run `swavg finalize {}/` once every worker is", partial,
-                 w.index, w.count, files.size(), out);
-  }
+  out.stage(source_folder, extra.copied, locate_checkpoint(job.inputs.back()).names);
+  const fold_result result = run_fold(folded, in, fold_target{out.path(), format, job.drop_objects, &out});
+  out.finish();
+  if (!out.plain())
+    spdlog::info("{}/: worker {} of {} done ({} files); run `swavg finalize {}/` once every worker is", out.partial(),
+                 w.index, w.count, out.files().size(), out.path());
 
   fold_report report = report_of(job, folded, format, result);
   report.worker = w;
   report.directory = true;
-  report.plan_hash = plan_hash;
-  for (size_t s = 0; s < result.layout->shards.size(); ++s)
+  report.plan_hash = out.plan_hash();
+  for (size_t s = 0; s < out.layout().shards.size(); ++s)
     if (worker_owns(s, w.index, w.count)) {
-      const output_shard& shard = result.layout->shards[s];
+      const output_shard& shard = out.layout().shards[s];
       report.shards.push_back({shard.file, shard.specs.size(), shard.bytes});
     }
   if (w.index == 0) report.copied = extra.copied;
@@ -245,7 +186,7 @@ fold_report run_fold_job(const fold_job& job) {
 
   const fold_inputs in = load_fold_inputs(job);
   const fold_config folded = config_for(job, in);
-  const fold_result result = run_fold(folded, in, fold_target{job.output, format, job.drop_objects, std::nullopt});
+  const fold_result result = run_fold(folded, in, fold_target{job.output, format, job.drop_objects, nullptr});
 
   fold_report report = report_of(job, folded, format, result);
   report.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

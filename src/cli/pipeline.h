@@ -22,7 +22,7 @@
 #include "formats/dataset.h"
 #include "formats/load.h"
 #include "formats/save.h"
-#include "formats/sharded_output.h"
+#include "formats/shard_layout.h"
 #include "libtorch/bn_replay.h"
 
 namespace swavg {
@@ -47,10 +47,6 @@ struct fold_job {
 
 // -o names a folder: it ends in '/' or is an existing directory.
 bool is_directory_output(const std::string& output);
-
-// usage_error when one of `folders` (an output folder, written as a whole) is or holds one of the
-// files `inputs` read (through symlinks too), with or without --force.
-void refuse_inputs_inside(const std::vector<std::string>& folders, const std::vector<std::string>& inputs);
 
 struct bn_step {
   dataset_options data;

@@ -14,7 +14,7 @@
 #include "fold/execute.h"
 #include "fold/plan.h"
 #include "formats/save.h"
-#include "formats/sharded_output.h"
+#include "formats/worker_files.h"
 #include "libtorch/bn_replay.h"
 
 namespace swavg {

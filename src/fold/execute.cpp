@@ -37,11 +37,12 @@ bool same_values(dtype t, const uint8_t* a, const uint8_t* b, int64_t n) {
   return true;
 }
 
-// Folds planned tensors one after the other into the sink.
-class folder {
+// The running average of each planned tensor over the inputs (or the one copied), streamed into
+// the sink tensor after tensor.
+class running_average {
  public:
-  folder(const fold_config& c, const fold_inputs& in, chunk_writer sink, progress& bar, prefetcher* ahead,
-         avg_function* fn, std::unordered_map<const tensor_plan*, tensor_view> fn_results)
+  running_average(const fold_config& c, const fold_inputs& in, chunk_writer sink, progress& bar, prefetcher* ahead,
+                  avg_function* fn, std::unordered_map<const tensor_plan*, tensor_view> fn_results)
       : c_(c), in_(in), sink_(std::move(sink)), bar_(bar), ahead_(ahead), fn_(fn), fn_results_(std::move(fn_results)) {}
 
   void run(const tensor_plan& p) {
@@ -222,7 +223,7 @@ namespace {
 
 // Sharded outputs hold tensors only (each shard file is read alone, so they share no storages).
 void check_sharded_objects(const fold_target& target, const std::vector<carried_entry>& carried) {
-  if (!target.shards || target.drop_objects || carried.empty()) return;
+  if (!target.folder || target.drop_objects || carried.empty()) return;
   std::vector<std::string> names;
   for (const auto& e : carried) names.push_back(fmt::format("{} ({})", e.entry.name, e.entry.type));
   throw usage_error(fmt::format("a folder output (-o DIR/) holds tensors only, not the non-tensor entries {}; pass "
@@ -230,32 +231,20 @@ void check_sharded_objects(const fold_target& target, const std::vector<carried_
                                 quoted_list(names)));
 }
 
-// Which planned tensors (and the n_averaged entry, last) go to this worker's shards.
-std::vector<bool> owned_tensors(const fold_plan& plan, const shard_layout& layout, const shard_target& t) {
-  std::vector<bool> spec_owned(layout.specs.size());
-  for (size_t s = 0; s < layout.shards.size(); ++s)
-    if (worker_owns(s, t.worker_index, t.worker_count))
-      for (size_t i : layout.shards[s].specs) spec_owned[i] = true;
-  std::vector<bool> owned(plan.tensors.size() + 1);
-  size_t spec = 0;
-  for (size_t k = 0; k < plan.tensors.size(); ++k)
-    if (plan.tensors[k].outcome.action != tensor_action::drop) owned[k] = spec_owned[spec++];
-  owned.back() = spec < spec_owned.size() && spec_owned[spec];
-  return owned;
-}
-
 }  // namespace
 
 fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_target& target) {
+  // The plan: every input checked against the others, before anything is written.
   const fold_plan plan = plan_fold(c, in.checkpoints, in.resume ? &*in.resume : nullptr, in.model_kinds);
   const std::unique_ptr<avg_function> fn = c.avg_fn ? load_avg_fn(*c.avg_fn) : nullptr;
   if (!fn) require_kernels(c, plan);
-  // safetensors has no shared storages, nor have shards: tied tensors are written out each.
-  const std::vector<std::optional<size_t>> ties = target.format == output_format::torch && !target.shards
+
+  // The output's tensors: safetensors has no shared storages, nor have shards: tied tensors are
+  // written out each. Then the entries carried beside them and the metadata.
+  const std::vector<std::optional<size_t>> ties = target.format == output_format::torch && !target.folder
                                                       ? find_ties(plan)
                                                       : std::vector<std::optional<size_t>>(plan.tensors.size());
   const std::vector<tensor_spec> specs = output_specs(c, plan, ties);
-
   fold_result result;
   const state_dict* resumed = in.resume ? &in.resume->sd : nullptr;
   result.carried = plan_carried(in.checkpoints, resumed);
@@ -278,52 +267,42 @@ fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_tar
     for (size_t i = 0; i < averaged.size(); ++i) fn_results.emplace(averaged[i], std::move(views.at(i)));
   }
 
-  std::vector<bool> owned(plan.tensors.size() + 1, true);
-  std::unique_ptr<tensor_sink> file_sink;
-  std::unique_ptr<sharded_sink> shard_sink;
-  chunk_writer write;
-  if (target.shards) {
-    result.layout = plan_layout(target.format, specs, target.shards->max_shard_size, target.shards->names);
-    if (target.shards->on_layout) target.shards->on_layout(*result.layout, metadata);
-    owned = owned_tensors(plan, *result.layout, *target.shards);
-    shard_sink = std::make_unique<sharded_sink>(target.path, *result.layout, metadata, target.shards->worker_index,
-                                                target.shards->worker_count, target.shards->worker_count > 1);
-    write = [&shard_sink](const void* data, uint64_t bytes) { shard_sink->write(data, bytes); };
-  } else {
-    file_sink = std::make_unique<tensor_sink>(target.path, target.format, specs, metadata, objects);
-    write = [&file_sink](const void* data, uint64_t bytes) { file_sink->write(data, bytes); };
-  }
+  // The sink: the file, or the folder's shards (a worker's own only).
+  std::unique_ptr<tensor_sink> file;
+  if (!target.folder) file = std::make_unique<tensor_sink>(target.path, target.format, specs, metadata, objects);
+  output_sink& sink = target.folder ? target.folder->open(target.format, specs, metadata) : *file;
+
+  // One pass over the plan: the tensors this run folds (not dropped, not tied to an earlier one,
+  // the sink's), in order, and the tied ones.
+  std::vector<const tensor_plan*> order;
   uint64_t total_bytes = 0;
-  for (size_t k = 0; k < plan.tensors.size(); ++k)
-    if (plan.tensors[k].outcome.action != tensor_action::drop && !ties[k] && owned[k])
-      for (const auto& s : plan.tensors[k].sources) total_bytes += s.view->nbytes();
-
-  progress bar(total_bytes, "folding");
-  std::vector<const tensor_plan*> order;  // the tensors this run folds, in order: what to read ahead
-  for (size_t k = 0; k < plan.tensors.size(); ++k)
-    if (!ties[k] && owned[k] && plan.tensors[k].outcome.action != tensor_action::drop) order.push_back(&plan.tensors[k]);
-  prefetcher ahead(order);
-  folder f(c, in, write, bar, &ahead, fn.get(), std::move(fn_results));
+  size_t spec = 0;  // the tensor's index in `specs`
   for (size_t k = 0; k < plan.tensors.size(); ++k) {
-    if (ties[k])
-      result.tied.push_back(tied_tensor{plan.tensors[k].name, plan.tensors[*ties[k]].name});
-    else if (owned[k])
-      f.run(plan.tensors[k]);
-  }
-  if (c.layout == output_layout::averaged_model && owned.back()) write(&plan.n, sizeof plan.n);
-  if (shard_sink) {
-    shard_sink->commit();
-    result.files = shard_sink->files();
-    result.bytes_written = shard_sink->bytes_written();
-  } else {
-    file_sink->commit();
-    result.bytes_written = file_sink->bytes_written();
+    const tensor_plan& p = plan.tensors[k];
+    if (p.outcome.action == tensor_action::drop) continue;
+    if (ties[k]) {
+      result.tied.push_back(tied_tensor{p.name, plan.tensors[*ties[k]].name});
+    } else if (sink.owns(spec)) {
+      order.push_back(&p);
+      for (const auto& s : p.sources) total_bytes += s.view->nbytes();
+    }
+    ++spec;
   }
 
+  // The fold.
+  progress bar(total_bytes, "folding");
+  prefetcher ahead(order);
+  const chunk_writer write = [&sink](const void* data, uint64_t bytes) { sink.write(data, bytes); };
+  running_average average(c, in, write, bar, &ahead, fn.get(), std::move(fn_results));
+  for (const tensor_plan* p : order) average.run(*p);
+  if (c.layout == output_layout::averaged_model && sink.owns(spec)) write(&plan.n, sizeof plan.n);
+  sink.commit();
+
+  result.bytes_written = sink.bytes_written();
   result.tensors.reserve(plan.tensors.size());
   for (const auto& p : plan.tensors) result.tensors.push_back(p.outcome);
   result.n = plan.n;
-  result.bytes_read = f.bytes_read();
+  result.bytes_read = average.bytes_read();
   return result;
 }
 

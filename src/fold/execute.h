@@ -14,15 +14,13 @@
  * the number of checkpoints or the model size. The plan (plan.h) checks every input against the
  * others before the output is opened; nothing appears at the output unless the whole fold succeeds.
  * Non-tensor entries and tied tensors are accounted for as entries.h says. A folder output
- * (shard_target) is written as shards (formats/sharded_output.h), and a worker of several folds and
- * reads only the tensors of its own shards. Everything here is one
+ * (formats/output_folder.h) is written as shards, and a worker of several folds and reads only the
+ * tensors its sink owns (its own shards). Everything here is one
  * pass over the tensors, hashed by name where it looks anything up.
  */
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,8 +29,8 @@
 #include "fold/entries.h"
 #include "fold/plan.h"
 #include "fold/resume.h"
+#include "formats/output_folder.h"
 #include "formats/save.h"
-#include "formats/sharded_output.h"
 #include "tensor/state_dict.h"
 
 namespace swavg {
@@ -43,21 +41,13 @@ struct fold_inputs {
   kind_table model_kinds;                 // the parameter/buffer split of --model
 };
 
-// A Hugging Face folder (sharded_output.h): `fold_target::path` is the folder the shards go to.
-struct shard_target {
-  uint64_t max_shard_size = kDefaultMaxShardSize;
-  size_t worker_index = 0;  // this process writes the shards worker_owns() gives it, and reads only
-  size_t worker_count = 1;  // the tensors they hold
-  weights_names names = weights_names::transformers;  // the output's file names (formats/hf_index.h)
-  // Called once the layout is planned, before any tensor's bytes are read.
-  std::function<void(const shard_layout&, const std::map<std::string, std::string>& metadata)> on_layout;
-};
-
+// One file at `path`, or, with `folder`, the shards of a Hugging Face folder (this worker's), which
+// the folder plans and opens once the tensors are known (output_folder::open); `path` is unused then.
 struct fold_target {
   std::string path;
   output_format format = output_format::torch;
   bool drop_objects = false;  // leave non-tensor entries out instead of carrying them
-  std::optional<shard_target> shards;
+  output_folder* folder = nullptr;
 };
 
 struct tied_tensor {
@@ -72,9 +62,7 @@ struct fold_result {
   std::vector<tied_tensor> tied;
   int64_t n = 0;  // checkpoints in the average, resumed ones included
   uint64_t bytes_read = 0;
-  uint64_t bytes_written = 0;
-  std::optional<shard_layout> layout;  // sharded outputs
-  std::vector<written_file> files;     // the shards this worker wrote
+  uint64_t bytes_written = 0;  // a folder's layout and files are the folder's (output_folder.h)
 };
 
 // Plans, checks and folds; writes the average with its resume record to `target`, atomically.

@@ -23,11 +23,54 @@ void convert_or_fail(dtype from, const void* src, dtype to, void* dst, int64_t n
                                   dtype_name(to)));
 }
 
-// The planned tensors' sinks, one per output, written in step.
+// Every output's file, written in step: write() gives all of them the same bytes (a copied
+// tensor), write_to() one of them its own (a combined one); commit() renames every output into
+// place, or none: one that fails removes those renamed before it.
+class posthoc_outputs final : public output_sink {
+ public:
+  posthoc_outputs(const std::vector<posthoc_output>& outputs, output_format format,
+                  const std::vector<tensor_spec>& specs, const std::map<std::string, std::string>& inherited,
+                  const std::vector<object_entry>& objects)
+      : outputs_(outputs) {
+    for (const auto& o : outputs) {
+      std::map<std::string, std::string> metadata = inherited;
+      for (const auto& [k, v] : o.metadata) metadata[k] = v;
+      sinks_.push_back(std::make_unique<tensor_sink>(o.path, format, specs, metadata, objects));
+    }
+  }
+
+  void write(const void* data, uint64_t size) override {
+    for (auto& sink : sinks_) sink->write(data, size);
+  }
+  void write_to(size_t output, const void* data, uint64_t size) { sinks_[output]->write(data, size); }
+
+  void commit() override {
+    size_t done = 0;
+    try {
+      for (; done < sinks_.size(); ++done) sinks_[done]->commit();
+    } catch (...) {
+      for (size_t s = 0; s < done; ++s) std::remove(outputs_[s].path.c_str());
+      throw;
+    }
+  }
+
+  uint64_t bytes_written() const override {
+    uint64_t bytes = 0;
+    for (const auto& s : sinks_) bytes += s->bytes_written();
+    return bytes;
+  }
+
+  bool owns(size_t) const override { return true; }
+
+ private:
+  const std::vector<posthoc_output>& outputs_;
+  std::vector<std::unique_ptr<tensor_sink>> sinks_;
+};
+
+// Computes each planned tensor of every output into the outputs' sink.
 class posthoc_writer {
  public:
-  posthoc_writer(const std::vector<posthoc_output>& outputs, std::vector<std::unique_ptr<tensor_sink>>& sinks)
-      : outputs_(outputs), sinks_(sinks) {}
+  posthoc_writer(const std::vector<posthoc_output>& outputs, posthoc_outputs& sink) : outputs_(outputs), sink_(sink) {}
 
   // Returns the bytes read.
   uint64_t run(const tensor_plan& p) {
@@ -58,7 +101,7 @@ class posthoc_writer {
       convert_or_fail(v.type, data, out, converted.data(), v.numel(), p.name);
       data = converted.data();
     }
-    for (auto& sink : sinks_) sink->write(data, static_cast<uint64_t>(v.numel()) * itemsize(out));
+    sink_.write(data, static_cast<uint64_t>(v.numel()) * itemsize(out));
   }
 
   void combine(const tensor_plan& p) {
@@ -89,13 +132,13 @@ class posthoc_writer {
       for (size_t s = 0; s < outs; ++s) {
         convert_or_fail(dtype::float64, acc.data() + s * static_cast<size_t>(chunk), out_type, rounded.data(), length,
                         p.name);
-        sinks_[s]->write(rounded.data(), static_cast<uint64_t>(length) * itemsize(out_type));
+        sink_.write_to(s, rounded.data(), static_cast<uint64_t>(length) * itemsize(out_type));
       }
     }
   }
 
   const std::vector<posthoc_output>& outputs_;
-  std::vector<std::unique_ptr<tensor_sink>>& sinks_;
+  posthoc_outputs& sink_;
   uint64_t bytes_read_ = 0;
 };
 
@@ -105,17 +148,6 @@ std::vector<tensor_spec> specs_of(const fold_plan& plan) {
     specs.push_back(tensor_spec{p.name, p.outcome.output_type, p.sources.front().view->shape, std::nullopt});
   if (specs.empty()) throw usage_error("the snapshots hold no tensors: nothing to write");
   return specs;
-}
-
-// Renames every output into place, or none: one that fails removes those renamed before it.
-void commit_all(std::vector<std::unique_ptr<tensor_sink>>& sinks, const std::vector<posthoc_output>& outputs) {
-  size_t done = 0;
-  try {
-    for (; done < sinks.size(); ++done) sinks[done]->commit();
-  } catch (...) {
-    for (size_t s = 0; s < done; ++s) std::remove(outputs[s].path.c_str());
-    throw;
-  }
 }
 
 }  // namespace
@@ -144,22 +176,17 @@ posthoc_result run_posthoc(const std::vector<state_dict>& snapshots, const std::
     for (const auto& sd : snapshots) sources.push_back(&sd);
     inherited = inherited_metadata(sources);
   }
-  std::vector<std::unique_ptr<tensor_sink>> sinks;
-  for (const auto& o : outputs) {
-    std::map<std::string, std::string> metadata = inherited;
-    for (const auto& [k, v] : o.metadata) metadata[k] = v;
-    sinks.push_back(std::make_unique<tensor_sink>(o.path, format, specs, metadata, objects));
-  }
+  posthoc_outputs sink(outputs, format, specs, inherited, objects);
   uint64_t total = 0;
   for (const auto& p : plan.tensors)
     for (const auto& s : p.sources) total += s.view->nbytes();
   progress bar(total, "post-hoc EMA");
-  posthoc_writer writer(outputs, sinks);
+  posthoc_writer writer(outputs, sink);
   for (const auto& p : plan.tensors) bar.advance(writer.run(p));
-  commit_all(sinks, outputs);
+  sink.commit();
   for (const auto& p : plan.tensors) result.tensors.push_back(p.outcome);
   result.bytes_read = writer.bytes_read();
-  for (const auto& s : sinks) result.bytes_written += s->bytes_written();
+  result.bytes_written = sink.bytes_written();
   return result;
 }
 

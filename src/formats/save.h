@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/output_sink.h"
 #include "tensor/state_dict.h"
 
 namespace swavg {
@@ -54,15 +55,16 @@ struct tensor_spec {
 // commit(). `objects` follow the tensors (torch.save only). Nothing appears at `path` before
 // commit(); a sink destroyed before it leaves no trace. With `hashed`, digest() is the file's
 // SHA-256 after commit().
-class tensor_sink {
+class tensor_sink final : public output_sink {
  public:
   tensor_sink(const std::string& path, output_format format, std::vector<tensor_spec> specs,
               const std::map<std::string, std::string>& metadata, const std::vector<object_entry>& objects = {},
               bool hashed = false);
-  ~tensor_sink();
-  void write(const void* data, uint64_t size);
-  void commit();
-  uint64_t bytes_written() const;
+  ~tensor_sink() override;
+  void write(const void* data, uint64_t size) override;
+  void commit() override;
+  uint64_t bytes_written() const override;
+  bool owns(size_t) const override { return true; }  // every declared tensor
   const std::string& digest() const;
 
  private:

@@ -1,0 +1,157 @@
+/*
+ * The folder output's protocol, start to end (output_folder.h), and the input folder's other files.
+ */
+#include "formats/output_folder.h"
+
+#include <sys/stat.h>
+
+#include <fmt/format.h>
+
+#include "formats/load.h"
+#include "formats/sharded_output.h"
+#include "formats/worker_files.h"
+#include "util/atomic_dir.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+#include "util/paths.h"
+#include "util/read_file.h"
+#include "util/sha256.h"
+
+namespace swavg {
+namespace {
+
+const char* const kWeightSuffixes[] = {".safetensors", ".bin", ".pt",      ".pth",  ".ckpt",
+                                       ".index.json",  ".h5",  ".msgpack", ".gguf", ".onnx"};
+
+}  // namespace
+
+bool is_weight_file_name(const std::string& name) {
+  for (const char* suffix : kWeightSuffixes) {
+    const size_t n = std::char_traits<char>::length(suffix);
+    if (name.size() >= n && name.compare(name.size() - n, n, suffix) == 0) return true;
+  }
+  return false;
+}
+
+folder_files classify_folder(const std::string& folder) {
+  folder_files out;
+  for (const auto& name : list_dir(folder)) {
+    struct stat st {};
+    const std::string path = folder + "/" + name;
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || is_weight_file_name(name) ||
+        name.find(".swavg-") != std::string::npos)
+      out.skipped.push_back(name);
+    else
+      out.copied.push_back(name);
+  }
+  return out;
+}
+
+written_file copy_file_hashed(const std::string& from, const std::string& to, const std::string& name) {
+  atomic_file out(to);
+  out.hash_contents();
+  read_chunks(from, 1 << 20, [&out](const char* data, size_t n) {
+    out.write(data, n);
+    return true;
+  });
+  out.commit();
+  return written_file{name, out.tell(), out.digest()};
+}
+
+void refuse_non_empty_folder(const std::string& path, const std::string& shown, bool force, const std::string& hint) {
+  struct stat st {};
+  if (!force && ::stat(path.c_str(), &st) == 0 && !list_dir(path).empty())
+    throw usage_error(
+        fmt::format("{}: the output folder exists and is not empty; pass --force to replace it{}", shown, hint));
+}
+
+output_folder::output_folder(const std::string& out, uint64_t max_shard_size, size_t worker_index, size_t worker_count,
+                             bool force)
+    : out_(without_trailing_slash(out)),
+      partial_(partial_dir_of(out_)),
+      max_shard_size_(max_shard_size),
+      worker_index_(worker_index),
+      worker_count_(worker_count),
+      force_(force) {}
+
+output_folder::~output_folder() = default;
+
+std::vector<std::string> output_folder::folders() const {
+  std::vector<std::string> folders{out_};
+  if (!plain()) folders.push_back(partial_);
+  return folders;
+}
+
+void output_folder::refuse_missing_parent() const {
+  const std::string parent = parent_dir(out_);
+  struct stat st {};
+  if (::stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw io_error(fmt::format("{}/: output folder '{}' does not exist", out_, parent));
+}
+
+void output_folder::refuse_not_folder(const std::string& hint) const {
+  struct stat st {};
+  if (::stat(out_.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+    throw usage_error(fmt::format("{}/: exists and is not a folder{}", out_, hint));
+}
+
+void output_folder::refuse_inputs_inside(const std::vector<std::string>& inputs) const {
+  const std::vector<std::string> written = folders();
+  for (const auto& arg : inputs) {
+    std::vector<std::string> files = checkpoint_files(arg);
+    files.push_back(arg);
+    for (const auto& f : files)
+      for (const auto& folder : written)
+        if (is_under(real_path(f), real_path(folder)) || is_under(folder_resolved(f), real_path(folder)))
+          throw usage_error(
+              fmt::format("{}/: the output folder holds the input '{}'; swavg never overwrites or removes "
+                          "its inputs, even with --force",
+                          folder, f));
+  }
+}
+
+// A worker too: one run again after finalize published OUT/ would start a new job beside it.
+void output_folder::refuse_non_empty() const {
+  refuse_non_empty_folder(out_, out_ + "/", force_, plain() ? "" : " (and to swavg finalize)");
+}
+
+void output_folder::stage(std::string source, std::vector<std::string> copied, weights_names names) {
+  source_ = std::move(source);
+  copied_ = std::move(copied);
+  names_ = names;
+  if (plain()) stage_ = std::make_unique<staged_dir>(out_);
+}
+
+const std::string& output_folder::where() const { return plain() ? stage_->path() : partial_; }
+
+output_sink& output_folder::open(output_format format, std::vector<tensor_spec> specs,
+                                 const std::map<std::string, std::string>& metadata) {
+  layout_ = plan_layout(format, std::move(specs), max_shard_size_, names_);
+  const std::string plan = plan_json(*layout_, metadata, copied_, worker_count_);
+  if (plain()) {
+    plan_hash_ = sha256_hex(plan.data(), plan.size());
+  } else {
+    ensure_dir(partial_);
+    plan_hash_ = write_plan_once(partial_, plan);
+  }
+  sink_ = std::make_unique<sharded_sink>(where(), *layout_, metadata, worker_index_, worker_count_, !plain());
+  return *sink_;
+}
+
+void output_folder::finish() {
+  files_ = sink_->files();
+  if (worker_index_ == 0)
+    for (const auto& name : copied_)
+      files_.push_back(copy_file_hashed(source_ + "/" + name, where() + "/" + name, name));
+  if (plain()) {
+    if (layout_->indexed()) write_index(where(), *layout_);
+    stage_->publish(force_);
+    return;
+  }
+  const std::string text = manifest_json(worker_manifest{plan_hash_, worker_index_, worker_count_, files_});
+  atomic_file manifest(partial_ + "/" + manifest_name(worker_index_, worker_count_));
+  manifest.write(text.data(), text.size());
+  manifest.commit();
+}
+
+}  // namespace swavg

@@ -1,0 +1,105 @@
+/*
+ * One owner for a folder output (-o DIR/, a Hugging Face folder), in the order it is written:
+ *   1. refuse a path that is not a folder, a folder holding an input (even with --force), and a
+ *      non-empty one without --force, before anything is read;
+ *   2. stage OUT/ beside itself (a plain run) or, for a worker of several, write into OUT.partial/;
+ *   3. once the tensors are known: plan their shards (shard_layout.h), write the plan (a worker's,
+ *      worker_files.h; a plain run only hashes it) and open the sink of this worker's shards;
+ *   4. once the sink is committed: copy the input folder's other files (worker 0), then write the
+ *      index and publish OUT/ (a plain run) or write this worker's manifest for `swavg finalize`.
+ * A plain run that fails leaves no trace (the staging folder is removed); a worker's files stay in
+ * OUT.partial/ until finalize publishes them all.
+ */
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "formats/output_sink.h"
+#include "formats/shard_layout.h"
+
+namespace swavg {
+
+class sharded_sink;
+class staged_dir;
+
+// Files of an input folder: what is copied to the output (not weights) and what is skipped.
+struct folder_files {
+  std::vector<std::string> copied;
+  std::vector<std::string> skipped;  // weights, indexes, folders, special files
+};
+folder_files classify_folder(const std::string& folder);
+bool is_weight_file_name(const std::string& name);
+
+// Copies `from` to `to` atomically, hashing it (symlinks followed).
+written_file copy_file_hashed(const std::string& from, const std::string& to, const std::string& name);
+
+// usage_error "<shown>: the output folder exists and is not empty; pass --force to replace it<hint>"
+// when `path` is a folder holding anything and `force` is off.
+void refuse_non_empty_folder(const std::string& path, const std::string& shown, bool force,
+                             const std::string& hint = "");
+
+class output_folder {
+ public:
+  // `out`: the folder (trailing slashes dropped). Worker `worker_index` of `worker_count` > 1 writes
+  // its shards into OUT.partial/; a plain run (count 1) writes them all and publishes OUT/.
+  output_folder(const std::string& out, uint64_t max_shard_size, size_t worker_index, size_t worker_count, bool force);
+  ~output_folder();
+  output_folder(const output_folder&) = delete;
+  output_folder& operator=(const output_folder&) = delete;
+
+  const std::string& path() const { return out_; }         // OUT, without its trailing slash
+  const std::string& partial() const { return partial_; }  // OUT.partial
+  bool plain() const { return worker_count_ == 1; }
+  // The folders written as a whole: OUT and, for a worker of several, OUT.partial.
+  std::vector<std::string> folders() const;
+
+  // 1. Refusals, nothing written. io_error when OUT's parent is not a folder; usage_error when OUT
+  // exists and is not a folder ("OUT/: exists and is not a folder<hint>"), when one of folders()
+  // is or holds one of the files `inputs` read (through symlinks too), or when OUT is not empty
+  // and --force is off.
+  void refuse_missing_parent() const;
+  void refuse_not_folder(const std::string& hint = "") const;
+  void refuse_inputs_inside(const std::vector<std::string>& inputs) const;
+  void refuse_non_empty() const;
+
+  // 2. Stages OUT/ (a plain run; a worker writes into OUT.partial/, created with the plan).
+  // `copied`: names of files in the folder `source` that worker 0 copies beside the shards;
+  // `names`: the weights' file names (the input folder's library).
+  void stage(std::string source, std::vector<std::string> copied, weights_names names = weights_names::transformers);
+  // 3. Plans the shards of `specs` (in `format`, with `metadata` in each), writes the plan and opens
+  // this worker's shards: write() every tensor the sink owns(), in order, then commit().
+  output_sink& open(output_format format, std::vector<tensor_spec> specs,
+                    const std::map<std::string, std::string>& metadata);
+  // 4. After the sink's commit: the copies, then the index and OUT/ published, or the manifest.
+  void finish();
+
+  const shard_layout& layout() const { return *layout_; }
+  const std::string& plan_hash() const { return plan_hash_; }
+  const std::vector<written_file>& files() const { return files_; }  // this worker's: shards, copies
+
+ private:
+  const std::string& where() const;  // the folder written now: the staging folder or OUT.partial
+
+  std::string out_;
+  std::string partial_;
+  uint64_t max_shard_size_;
+  size_t worker_index_;
+  size_t worker_count_;
+  bool force_;
+  std::unique_ptr<staged_dir> stage_;
+  std::string source_;
+  std::vector<std::string> copied_;
+  weights_names names_ = weights_names::transformers;
+  std::optional<shard_layout> layout_;
+  std::string plan_hash_;
+  std::unique_ptr<sharded_sink> sink_;
+  std::vector<written_file> files_;
+};
+
+}  // namespace swavg
