@@ -2,10 +2,6 @@
 // folder and read back: each floating tensor is sum_i x_si theta_i accumulated in float64 in the
 // snapshots' order (written out here) and rounded once, buffers and integers are the last
 // snapshot's, several outputs come from one pass, and a failure leaves no output behind.
-#include <dirent.h>
-#include <stdlib.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <memory>
@@ -20,36 +16,9 @@
 #include "util/error.h"
 
 using namespace swavg;
+using swavg::test::temp_dir;
 
 namespace {
-
-// A folder under $TMPDIR (or /tmp), removed with what is in it.
-class temp_dir {
- public:
-  temp_dir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = std::string(base && *base ? base : "/tmp") + "/swavg_test_posthoc.XXXXXX";
-    if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~temp_dir() {
-    for (const auto& name : files()) ::unlink((path_ + "/" + name).c_str());
-    ::rmdir(path_.c_str());
-  }
-  const std::string& path() const { return path_; }
-  std::vector<std::string> files() const {
-    std::vector<std::string> names;
-    if (DIR* d = ::opendir(path_.c_str())) {
-      while (const dirent* e = ::readdir(d))
-        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.push_back(e->d_name);
-      ::closedir(d);
-    }
-    return names;
-  }
-
- private:
-  std::string path_;
-};
 
 template <typename T>
 void add(state_dict& sd, const std::string& name, dtype t, const std::vector<T>& values) {
