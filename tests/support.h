@@ -1,9 +1,15 @@
-// Helpers shared by the unit tests: fixture paths, manifests written by Python, strided bytes.
+// Helpers shared by the unit tests: fixture paths, manifests written by Python, strided bytes, a
+// temporary folder.
 #pragma once
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -37,5 +43,35 @@ inline std::string row_major_bytes(const tensor_view& v) {
   }
   return out;
 }
+
+// A folder under $TMPDIR (or /tmp), removed with what is in it.
+class temp_dir {
+ public:
+  temp_dir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern = std::string(base && *base ? base : "/tmp") + "/swavg_test.XXXXXX";
+    if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+  ~temp_dir() {
+    for (const auto& name : files()) ::unlink((path_ + "/" + name).c_str());
+    ::rmdir(path_.c_str());
+  }
+  const std::string& path() const { return path_; }
+  std::vector<std::string> files() const {
+    std::vector<std::string> names;
+    if (DIR* d = ::opendir(path_.c_str())) {
+      while (const dirent* e = ::readdir(d))
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.push_back(e->d_name);
+      ::closedir(d);
+    }
+    return names;
+  }
+
+ private:
+  std::string path_;
+};
 
 }  // namespace swavg::test

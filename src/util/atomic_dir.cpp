@@ -141,7 +141,7 @@ bool temp_is_stale(const std::string& path) {
   return stale;
 }
 
-staged_dir::staged_dir(std::string target) : target_(without_trailing_slash(target)) {
+staged_dir::staged_dir(const std::string& target) : target_(without_trailing_slash(target)) {
   remove_stale_stages(target_);
   for (int attempt = 0;; ++attempt) {
     path_ = sibling(target_, kStageMarker);

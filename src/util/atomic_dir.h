@@ -22,7 +22,7 @@ std::string without_trailing_slash(const std::string& path);
 class staged_dir {
  public:
   // Removes stale staging folders of `target`, then creates and locks a new one.
-  explicit staged_dir(std::string target);
+  explicit staged_dir(const std::string& target);
   ~staged_dir();
   staged_dir(const staged_dir&) = delete;
   staged_dir& operator=(const staged_dir&) = delete;
