@@ -9,6 +9,7 @@
 
 #include "tensor/state_dict.h"
 #include "formats/pickle.h"
+#include "formats/pickle_deny_list.h"
 #include "formats/pickle_opcodes.h"
 #include "formats/zip_writer.h"
 #include "util/atomic_file.h"
