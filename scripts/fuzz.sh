@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes swavg's parsers with libFuzzer, AddressSanitizer and UndefinedBehaviorSanitizer.
 #
-#   scripts/fuzz.sh SECONDS [TARGET...]     # targets: unpickle zip safetensors torch_file torchscript (default: all)
+#   scripts/fuzz.sh SECONDS [TARGET...]     # targets: unpickle zip safetensors torch_file torchscript crc32 pickle_literals (default: all)
 #
 # Builds tests/fuzz/ with clang-14 into build-fuzz/ (Debian: apt-get install clang-14 libclang-rt-14-dev),
 # seeds one corpus per target from the real fixtures (build/fixtures, made by scripts/make_fixtures.py
@@ -22,7 +22,7 @@ fi
 SECONDS_EACH=$1
 shift
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(unpickle zip safetensors torch_file torchscript)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(unpickle zip safetensors torch_file torchscript crc32 pickle_literals)
 
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
 FIXTURES=${FIXTURES:-build/fixtures}
@@ -72,6 +72,8 @@ for p in sorted(files):
     data = open(p, "rb").read()
     if p.endswith(".pkl"):
         add("unpickle", data)
+        add("pickle_literals", data)
+        add("crc32", data)
     if p.endswith(".safetensors"):
         add("safetensors", data)
     if data[:4] == b"PK\x03\x04" or p.endswith((".zip", ".pt", ".ts")):
@@ -103,7 +105,7 @@ EOF
 
 # --- Fuzz --------------------------------------------------------------------------------------
 declare -A DICT=([unpickle]=pickle.dict [zip]=zip.dict [safetensors]=safetensors.dict [torch_file]=zip.dict
-             [torchscript]=torchscript.dict)
+             [torchscript]=torchscript.dict [pickle_literals]=pickle.dict)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
@@ -114,7 +116,7 @@ for t in "${TARGETS[@]}"; do
   echo "fuzzing $t for $SECONDS_EACH s (log: $log)"
   set +e
   nice -n 10 "$BUILD_DIR/tests/fuzz/fuzz_$t" "$CORPUS/$t" -max_total_time="$SECONDS_EACH" -print_final_stats=1 \
-    -timeout=10 -rss_limit_mb=2048 -max_len=65536 -dict="tests/fuzz/${DICT[$t]}" \
+    -timeout=10 -rss_limit_mb=2048 -max_len=65536 ${DICT[$t]:+-dict="tests/fuzz/${DICT[$t]}"} \
     -artifact_prefix="$ARTIFACTS/$t/" ${FUZZ_ARGS:-} >"$log" 2>&1
   rc=$?
   set -e

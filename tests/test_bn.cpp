@@ -11,7 +11,7 @@
 #include "libtorch/bn_replay.h"
 #include "libtorch/tensor_bridge.h"
 #include "formats/load.h"
-#include "formats/zip.h"
+#include "util/crc32.h"
 #include "support.h"
 #include "util/error.h"
 

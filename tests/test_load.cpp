@@ -9,7 +9,7 @@
 
 #include "libtorch/tensor_bridge.h"
 #include "formats/load.h"
-#include "formats/zip.h"
+#include "util/crc32.h"
 #include "support.h"
 #include "util/error.h"
 

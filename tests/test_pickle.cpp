@@ -781,24 +781,3 @@ TEST_CASE("tensor subclasses (_rebuild_from_type_v2) are the tensors they hold",
   // Bad tensor arguments are the rebuild's errors.
   CHECK(parse_error(from_type + "ctorch._utils\n_rebuild_tensor_v2\nc__main__\nT\n(NtNtR.").find("tensor rebuild takes 6 arguments") != std::string::npos);
 }
-
-TEST_CASE("callables that run code when a pickle is loaded are known by module and name", "[pickle][hostile]") {
-  struct named {
-    const char* global;
-    bool runs;
-  };
-  const std::vector<named> cases = {
-      {"os.system", true},           {"posix.system", true},         {"subprocess.Popen", true},
-      {"builtins.eval", true},       {"__builtin__.exec", true},     {"builtins.getattr", true},
-      {"torch.load", true},          {"torch.hub.load", true},       {"torch.jit.load", true},
-      {"numpy.load", true},          {"io.open", true},              {"os.path.join", true},
-      {"builtins.dict", false},      {"builtins.set", false},        {"io.BytesIO", false},
-      {"argparse.Namespace", false}, {"collections.OrderedDict", false}, {"osx.system", false},
-      {"torch.FloatStorage", false}, {"torch.loads", false},         {"numpy.core.multiarray.scalar", false},
-      {"os", false},                 {"subprocessing.Popen", false},
-  };
-  for (const auto& c : cases) {
-    INFO(c.global);
-    CHECK(runs_code_when_loaded(c.global) == c.runs);
-  }
-}

@@ -4,9 +4,10 @@
 #include "formats/torch_file.h"
 #include "formats/save.h"
 #include "formats/torch_writer.h"
-#include "formats/zip.h"
+#include "formats/zip_reader.h"
 #include "support.h"
 #include "util/atomic_file.h"
+#include "util/crc32.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
 

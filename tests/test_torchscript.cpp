@@ -15,8 +15,9 @@
 #include <set>
 
 #include "formats/torchscript.h"
-#include "formats/zip.h"
+#include "formats/zip_reader.h"
 #include "support.h"
+#include "util/crc32.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
 

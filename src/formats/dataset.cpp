@@ -9,7 +9,7 @@
 #include "formats/pickle.h"
 #include "formats/safetensors.h"
 #include "formats/torch_file.h"
-#include "formats/zip.h"
+#include "formats/zip_reader.h"
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/mapped_file.h"

@@ -7,7 +7,7 @@
 #include "formats/sharded_input.h"
 #include "formats/torch_file.h"
 #include "formats/torchscript.h"
-#include "formats/zip.h"
+#include "formats/zip_reader.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
 

@@ -143,12 +143,6 @@ struct unpickle_limits {
 std::unique_ptr<pickle_document> unpickle(const uint8_t* data, size_t size, const std::string& context,
                                           const unpickle_limits& limits = {});
 
-// True for a global ("module.name") that runs code, starts processes or touches files when a
-// pickle calls it (os.system, builtins.eval, subprocess.Popen, torch.load, ...). swavg never calls
-// anything; writers use this to refuse to pass such a call on into an output. A list of known
-// dangers, not a proof of safety: what is not on it is still never run by swavg.
-bool runs_code_when_loaded(const std::string& global);
-
 // "str", "int", "dict", "OrderedDict", "argparse.Namespace", "tensor", ... for messages and inspect.
 std::string pickle_type_name(const pickle_node& n);
 

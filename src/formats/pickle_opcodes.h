@@ -1,5 +1,5 @@
 /*
- * The pickle opcodes shared by the reader (pickle.cpp) and the writer (torch_writer.cpp), as the
+ * The pickle opcodes shared by the reader (unpickler.cpp) and the writer (torch_writer.cpp), as the
  * byte values Python's pickle module gives them (Lib/pickle.py), and their names for messages.
  */
 #pragma once

@@ -7,7 +7,7 @@
 #include <unordered_set>
 
 #include "formats/pickle.h"
-#include "formats/zip.h"
+#include "formats/zip_reader.h"
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/mapped_file.h"

@@ -9,8 +9,9 @@
 
 #include "tensor/state_dict.h"
 #include "formats/pickle.h"
+#include "formats/pickle_deny_list.h"
 #include "formats/pickle_opcodes.h"
-#include "formats/zip.h"
+#include "formats/zip_writer.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 

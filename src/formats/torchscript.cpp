@@ -9,8 +9,9 @@
 
 #include "formats/pickle.h"
 #include "formats/torch_file.h"
-#include "formats/zip.h"
+#include "formats/zip_reader.h"
 #include "util/checked.h"
+#include "util/crc32.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
 

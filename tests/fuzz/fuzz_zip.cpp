@@ -5,7 +5,8 @@
 #include <string>
 
 #include "fuzz_common.h"
-#include "formats/zip.h"
+#include "formats/zip_reader.h"
+#include "util/crc32.h"
 #include "util/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

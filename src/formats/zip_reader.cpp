@@ -1,4 +1,6 @@
-#include "formats/zip.h"
+// zip_reader: the end records, the central directory and every local header, checked against the
+// file and against what miniz and Python's zipfile would read (the rules below); looks_like_zip.
+#include "formats/zip_reader.h"
 
 #include <fmt/format.h>
 
@@ -9,225 +11,15 @@
 #include <cstring>
 #include <utility>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define SWAVG_CRC32_CLMUL 1
-#endif
-
-#include "util/atomic_file.h"
+#include "formats/zip_format.h"
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
 #include "util/printable.h"
 
 namespace swavg {
-namespace {
 
-constexpr uint32_t kLocalSig = 0x04034b50;
-constexpr uint32_t kCentralSig = 0x02014b50;
-constexpr uint32_t kEndSig = 0x06054b50;
-constexpr uint32_t kEnd64Sig = 0x06064b50;
-constexpr uint32_t kLocator64Sig = 0x07064b50;
-
-constexpr uint64_t kLocalSize = 30;
-constexpr uint64_t kCentralSize = 46;
-constexpr uint64_t kEndSize = 22;
-constexpr uint64_t kEnd64Size = 56;
-constexpr uint64_t kLocator64Size = 20;
-constexpr uint64_t kMaxComment = 0xFFFF;
-
-constexpr uint16_t kZip64ExtraId = 0x0001;
-constexpr uint32_t kMax32 = 0xFFFFFFFF;
-constexpr uint16_t kMax16 = 0xFFFF;
-
-constexpr uint16_t kFlagEncrypted = 0x0001;
-constexpr uint16_t kFlagStrongEncryption = 0x0040;
-constexpr uint16_t kFlagUtf8 = 0x0800;
-constexpr uint16_t kFlagMaskedHeader = 0x2000;
-
-constexpr uint16_t kVersion = 20;
-constexpr uint16_t kVersionZip64 = 45;
-constexpr uint16_t kDosTime = 0;
-constexpr uint16_t kDosDate = (1 << 5) | 1;  // 1980-01-01, the earliest date DOS can say
-constexpr uint64_t kAlignment = 64;
-constexpr size_t kMaxNameInMessage = 200;
-
-std::string hex32(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "0x%08x", v);
-  return buf;
-}
-
-std::string hex16(uint16_t v) {
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "0x%04x", v);
-  return buf;
-}
-
-// A name from the file, safe to print: control bytes escaped (and bytes past ASCII unless the name
-// is valid UTF-8), long names cut between characters.
-std::string quoted(std::string_view name) {
-  const bool utf8 = valid_utf8(name);
-  std::string out = "'";
-  for (size_t i = 0; i < name.size(); ++i) {
-    unsigned char c = static_cast<unsigned char>(name[i]);
-    if (i >= kMaxNameInMessage && !(utf8 && (c & 0xC0) == 0x80)) {
-      out += "...";
-      break;
-    }
-    if (c < 0x20 || c == 0x7f || c == '\\' || (c >= 0x80 && !utf8)) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "'";
-}
-
-// ----------------------------------------------------------------------------------------------
-// CRC-32, slice-by-16.
-
-using crc_tables = std::array<std::array<uint32_t, 256>, 16>;
-
-constexpr crc_tables make_crc_tables() {
-  crc_tables t{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0xEDB88320u : c >> 1;
-    t[0][i] = c;
-  }
-  for (uint32_t i = 0; i < 256; ++i)
-    for (size_t k = 1; k < 16; ++k) t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xff];
-  return t;
-}
-
-constexpr crc_tables kCrcTables = make_crc_tables();
-
-// ----------------------------------------------------------------------------------------------
-// Little-endian output.
-
-void put16(std::string& b, uint16_t v) {
-  char c[2];
-  store_le(reinterpret_cast<uint8_t*>(c), v);
-  b.append(c, 2);
-}
-void put32(std::string& b, uint32_t v) {
-  char c[4];
-  store_le(reinterpret_cast<uint8_t*>(c), v);
-  b.append(c, 4);
-}
-void put64(std::string& b, uint64_t v) {
-  char c[8];
-  store_le(reinterpret_cast<uint8_t*>(c), v);
-  b.append(c, 8);
-}
-
-uint32_t clamp32(uint64_t v, bool zip64) { return zip64 ? kMax32 : static_cast<uint32_t>(v); }
-
-bool is_ascii(const std::string& s) {
-  return std::all_of(s.begin(), s.end(),
-                     [](char c) { return static_cast<unsigned char>(c) < 0x80; });
-}
-
-}  // namespace
-
-namespace {
-
-uint32_t crc32_tables(uint32_t crc, const uint8_t* p, uint64_t size) {
-  const auto& t = kCrcTables;
-  crc = ~crc;
-  while (size >= 16) {
-    uint32_t a = load_le<uint32_t>(p) ^ crc;
-    uint32_t b = load_le<uint32_t>(p + 4);
-    uint32_t c = load_le<uint32_t>(p + 8);
-    uint32_t d = load_le<uint32_t>(p + 12);
-    crc = t[15][a & 0xff] ^ t[14][(a >> 8) & 0xff] ^ t[13][(a >> 16) & 0xff] ^ t[12][a >> 24] ^
-          t[11][b & 0xff] ^ t[10][(b >> 8) & 0xff] ^ t[9][(b >> 16) & 0xff] ^ t[8][b >> 24] ^
-          t[7][c & 0xff] ^ t[6][(c >> 8) & 0xff] ^ t[5][(c >> 16) & 0xff] ^ t[4][c >> 24] ^
-          t[3][d & 0xff] ^ t[2][(d >> 8) & 0xff] ^ t[1][(d >> 16) & 0xff] ^ t[0][d >> 24];
-    p += 16;
-    size -= 16;
-  }
-  while (size-- > 0) crc = (crc >> 8) ^ t[0][(crc ^ *p++) & 0xff];
-  return ~crc;
-}
-
-#ifdef SWAVG_CRC32_CLMUL
-constexpr uint64_t kClmulMin = 64;
-
-#define SWAVG_CLMUL_TARGET __attribute__((target("pclmul,sse4.1")))
-
-SWAVG_CLMUL_TARGET inline __m128i load128(const uint8_t* q) {
-  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-}
-
-SWAVG_CLMUL_TARGET inline __m128i fold128(__m128i x, __m128i k, __m128i next) {
-  return _mm_xor_si128(
-      _mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), next);
-}
-
-// Folds 64 bytes at a time with carry-less multiplication (Intel, "Fast CRC Computation for
-// Generic Polynomials Using PCLMULQDQ"), then Barrett-reduces to 32 bits. `size` is a multiple of
-// 16 and at least 64; `state` is the inverted running CRC, and so is the result.
-SWAVG_CLMUL_TARGET uint32_t crc32_clmul(uint32_t state, const uint8_t* p, uint64_t size) {
-  const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596, 0x0154442bd4);
-  const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009e, 0x01751997d0);
-  const __m128i k5 = _mm_set_epi64x(0, 0x0163cd6124);
-  const __m128i poly = _mm_set_epi64x(0x01f7011641, 0x01db710641);
-  const __m128i low32 = _mm_setr_epi32(~0, 0, ~0, 0);
-
-  __m128i x1 = _mm_xor_si128(load128(p), _mm_cvtsi32_si128(static_cast<int>(state)));
-  __m128i x2 = load128(p + 16), x3 = load128(p + 32), x4 = load128(p + 48);
-  p += 64;
-  size -= 64;
-  while (size >= 64) {
-    x1 = fold128(x1, k1k2, load128(p));
-    x2 = fold128(x2, k1k2, load128(p + 16));
-    x3 = fold128(x3, k1k2, load128(p + 32));
-    x4 = fold128(x4, k1k2, load128(p + 48));
-    p += 64;
-    size -= 64;
-  }
-  x1 = fold128(x1, k3k4, x2);
-  x1 = fold128(x1, k3k4, x3);
-  x1 = fold128(x1, k3k4, x4);
-  while (size >= 16) {
-    x1 = fold128(x1, k3k4, load128(p));
-    p += 16;
-    size -= 16;
-  }
-
-  x2 = _mm_clmulepi64_si128(x1, k3k4, 0x10);
-  x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), x2);
-  x2 = _mm_srli_si128(x1, 4);
-  x1 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, low32), k5, 0x00), x2);
-  x2 = _mm_clmulepi64_si128(_mm_and_si128(x1, low32), poly, 0x10);
-  x2 = _mm_clmulepi64_si128(_mm_and_si128(x2, low32), poly, 0x00);
-  return static_cast<uint32_t>(_mm_extract_epi32(_mm_xor_si128(x1, x2), 1));
-}
-
-bool have_clmul() {
-  static const bool yes = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-  return yes;
-}
-#endif
-
-}  // namespace
-
-uint32_t crc32_update(uint32_t crc, const void* data, uint64_t size) {
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-#ifdef SWAVG_CRC32_CLMUL
-  if (size >= kClmulMin && have_clmul()) {
-    const uint64_t bulk = size & ~uint64_t{15};
-    crc = ~crc32_clmul(~crc, p, bulk);
-    p += bulk;
-    size -= bulk;
-  }
-#endif
-  return crc32_tables(crc, p, size);
-}
+using namespace zip_format;
 
 bool looks_like_zip(const uint8_t* data, size_t size) {
   if (size < 4) return false;
@@ -235,9 +27,6 @@ bool looks_like_zip(const uint8_t* data, size_t size) {
   return sig == kLocalSig || sig == kEndSig || sig == kEnd64Sig;
 }
 
-// ----------------------------------------------------------------------------------------------
-// Reader
-//
 // PyTorch reads these archives with miniz (PyTorchStreamReader), other tools with Python's zipfile,
 // and the two resolve some archives differently from each other. The reader accepts only archives
 // that both read the same way as swavg, and refuses the rest, saying what a reader could take
@@ -261,13 +50,19 @@ bool looks_like_zip(const uint8_t* data, size_t size) {
 
 namespace {
 
-constexpr uint16_t kFlagDescriptor = 0x0008;
-constexpr uint16_t kFlagPatch = 0x0020;
-constexpr uint32_t kDescriptorSig = 0x08074b50;
-constexpr uint64_t kDescriptorSize = 16;
-constexpr uint64_t kDescriptorSize64 = 24;
-constexpr uint64_t kEnd64RecordSize = kEnd64Size - 12;  // the size field counts the bytes after it
-constexpr uint64_t kMaxNameLength = 511;                // miniz's MZ_ZIP_MAX_ARCHIVE_FILENAME_SIZE - 1
+std::string hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08x", v);
+  return buf;
+}
+
+std::string hex16(uint16_t v) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "0x%04x", v);
+  return buf;
+}
+
+constexpr uint64_t kMaxNameLength = 511;  // miniz's MZ_ZIP_MAX_ARCHIVE_FILENAME_SIZE - 1
 constexpr uint32_t kDosFolderAttribute = 0x10;
 
 char fold(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
@@ -358,8 +153,9 @@ void read_zip64_end(const archive_bytes& a, end_records& r, std::array<end_field
                        hex32(a.u32(end64)), hex32(kEnd64Sig)));
   const uint64_t record_size = a.u64(end64 + 4);
   if (record_size != kEnd64RecordSize)
-    a.fail(fmt::format("the ZIP64 end-of-central-directory record at offset {} declares a size of {} bytes (expected {})",
-                       end64, record_size, kEnd64RecordSize));
+    a.fail(
+        fmt::format("the ZIP64 end-of-central-directory record at offset {} declares a size of {} bytes (expected {})",
+                    end64, record_size, kEnd64RecordSize));
   if (end64 + kEnd64Size != locator)
     a.fail(fmt::format(
         "the ZIP64 end-of-central-directory locator points to offset {}, but the record must end right before the "
@@ -457,7 +253,7 @@ struct central_entry {
 // Walks the extra fields [x, x + length): they must tile it exactly. Returns the offset and size of
 // the ZIP64 field, (0, 0) when there is none; a second one is refused (zipfile applies each).
 std::pair<uint64_t, uint64_t> find_zip64_extra(const archive_bytes& a, uint64_t x, uint64_t length,
-                                                const std::string& rec, const char* where) {
+                                               const std::string& rec, const char* where) {
   std::pair<uint64_t, uint64_t> found{0, 0};
   uint64_t left = length;
   while (left > 0) {
@@ -504,7 +300,8 @@ uint64_t read_central_entry(const archive_bytes& a, uint64_t p, central_entry& c
     a.fail(fmt::format("{} is marked as a folder (attributes {}); PyTorch's reader would read no bytes for it", rec,
                        hex32(attributes)));
 
-  const std::pair<uint64_t, uint64_t> zip64 = find_zip64_extra(a, p + kCentralSize + name_len, extra_len, rec, "directory entry");
+  const std::pair<uint64_t, uint64_t> zip64 =
+      find_zip64_extra(a, p + kCentralSize + name_len, extra_len, rec, "directory entry");
   const uint64_t z = zip64.first, z_len = zip64.second;
   uint64_t f = z, f_left = z_len;
   auto take64 = [&](uint64_t& v, const char* what) {
@@ -532,9 +329,9 @@ void check_local(const archive_bytes& a, const end_records& r, central_entry& c)
   const uint64_t local = e.header_offset;
   const uint64_t cd_end = r.cd_offset + r.cd_size;
   if (local >= r.cd_offset && local < cd_end)
-    a.fail(fmt::format(
-        "{} starts inside the central directory (local header at offset {}, directory at offsets {} to {})", rec, local,
-        r.cd_offset, cd_end));
+    a.fail(
+        fmt::format("{} starts inside the central directory (local header at offset {}, directory at offsets {} to {})",
+                    rec, local, r.cd_offset, cd_end));
   if (!range_inside(local, kLocalSize, a.size))
     a.fail(fmt::format("{}: local header at offset {} lies past the end of the file (file has {} bytes)", rec, local,
                        a.size));
@@ -548,8 +345,9 @@ void check_local(const archive_bytes& a, const end_records& r, central_entry& c)
   const uint64_t extra_len = a.u16(local + 28);
   e.data_offset = local + kLocalSize + name_len + extra_len;
   if (e.data_offset > a.size)
-    a.fail(fmt::format("{}: local header at offset {} extends past the end of the file (needs bytes up to {}, file has {})",
-                       rec, local, e.data_offset, a.size));
+    a.fail(fmt::format(
+        "{}: local header at offset {} extends past the end of the file (needs bytes up to {}, file has {})", rec,
+        local, e.data_offset, a.size));
   if (a.text(local + kLocalSize, name_len) != e.name)
     a.fail(fmt::format("{}: the local header at offset {} names it {}", rec, local,
                        quoted(a.text(local + kLocalSize, name_len))));
@@ -569,7 +367,8 @@ void check_local(const archive_bytes& a, const end_records& r, central_entry& c)
     a.fail(fmt::format(
         "{}: the local header at offset {} gives flags {} and method {}, the central directory flags {} and method {}",
         rec, local, hex16(flags), method, hex16(c.flags), e.method));
-  const std::pair<uint64_t, uint64_t> zip64 = find_zip64_extra(a, local + kLocalSize + name_len, extra_len, rec, "local header");
+  const std::pair<uint64_t, uint64_t> zip64 =
+      find_zip64_extra(a, local + kLocalSize + name_len, extra_len, rec, "local header");
   const uint64_t z = zip64.first, z_len = zip64.second;
   uint64_t size = a.u32(local + 22), compressed = a.u32(local + 18);
   uint64_t f = z, f_left = z_len;
@@ -602,8 +401,7 @@ void check_local(const archive_bytes& a, const end_records& r, central_entry& c)
                        rec, d_size, d, r.cd_offset));
   const uint64_t d_compressed = z != 0 ? a.u64(d + 8) : a.u32(d + 8);
   const uint64_t d_plain = z != 0 ? a.u64(d + 16) : a.u32(d + 12);
-  if (a.u32(d) != kDescriptorSig || a.u32(d + 4) != e.crc32 || d_compressed != e.compressed_size ||
-      d_plain != e.size)
+  if (a.u32(d) != kDescriptorSig || a.u32(d + 4) != e.crc32 || d_compressed != e.compressed_size || d_plain != e.size)
     a.fail(fmt::format(
         "{}: the data descriptor at offset {} (signature {}, CRC {}, compressed size {}, size {}) does not match the "
         "central directory (expected {}, {}, {}, {})",
@@ -616,9 +414,8 @@ void check_local(const archive_bytes& a, const end_records& r, central_entry& c)
 void check_layout(const archive_bytes& a, const end_records& r, const std::vector<central_entry>& entries) {
   std::vector<uint32_t> by_offset(entries.size());
   for (uint32_t i = 0; i < by_offset.size(); ++i) by_offset[i] = i;
-  std::sort(by_offset.begin(), by_offset.end(), [&entries](uint32_t x, uint32_t y) {
-    return entries[x].e.header_offset < entries[y].e.header_offset;
-  });
+  std::sort(by_offset.begin(), by_offset.end(),
+            [&entries](uint32_t x, uint32_t y) { return entries[x].e.header_offset < entries[y].e.header_offset; });
   uint64_t at = 0;
   const central_entry* prev = nullptr;
   for (uint32_t i : by_offset) {
@@ -636,9 +433,10 @@ void check_layout(const archive_bytes& a, const end_records& r, const std::vecto
     prev = &c;
   }
   if (at != r.cd_offset)
-    a.fail(fmt::format("{} bytes at offsets {} to {} belong to no record ({}); expected the central directory at offset {}",
-                       r.cd_offset - at, at, r.cd_offset,
-                       prev ? "after " + quoted(prev->e.name) : std::string("the archive has no records"), at));
+    a.fail(fmt::format(
+        "{} bytes at offsets {} to {} belong to no record ({}); expected the central directory at offset {}",
+        r.cd_offset - at, at, r.cd_offset,
+        prev ? "after " + quoted(prev->e.name) : std::string("the archive has no records"), at));
   const uint64_t cd_end = r.cd_offset + r.cd_size;
   if (cd_end != r.cd_limit)
     a.fail(fmt::format(
@@ -667,14 +465,16 @@ zip_reader::zip_reader(const uint8_t* data, size_t size, std::string context, co
                          hex32(a.u32(p)), hex32(kCentralSig)));
     const uint64_t needs = kCentralSize + a.u16(p + 28) + a.u16(p + 30) + a.u16(p + 32);
     if (cd_end - p < needs)
-      a.fail(fmt::format("truncated central directory: {} at offset {} needs {} bytes but the directory ends at offset {}",
-                         which(), p, needs, cd_end));
+      a.fail(
+          fmt::format("truncated central directory: {} at offset {} needs {} bytes but the directory ends at offset {}",
+                      which(), p, needs, cd_end));
     p += read_central_entry(a, p, entries[i]);
     check_local(a, r, entries[i]);
     if (done_with) {
       const zip_entry& e = entries[i].e;
       done_with(e.header_offset, e.data_offset);
-      if (entries[i].end > e.data_offset + e.compressed_size) done_with(e.data_offset + e.compressed_size, entries[i].end);
+      if (entries[i].end > e.data_offset + e.compressed_size)
+        done_with(e.data_offset + e.compressed_size, entries[i].end);
     }
   }
   if (p != cd_end)
@@ -701,7 +501,8 @@ void zip_reader::index_names() {
   for (uint32_t i = 1; i < n; ++i) {
     const std::string& x = entries_[by_name_[i - 1]].name;
     const std::string& y = entries_[by_name_[i]].name;
-    if (x == y) throw input_error(fmt::format("{}: record {} appears twice in the central directory", context_, quoted(y)));
+    if (x == y)
+      throw input_error(fmt::format("{}: record {} appears twice in the central directory", context_, quoted(y)));
     if (compare_folded(x, y) == 0)
       throw input_error(fmt::format(
           "{}: records {} and {} differ only in case (PyTorch's reader, which ignores ASCII case, could take either)",
@@ -725,8 +526,8 @@ void zip_reader::find_root() {
     if (root_.empty()) {
       root_ = top;
     } else if (top != root_) {
-      root_error_ = fmt::format("records {} and {} are in different top folders", quoted(entries_.front().name),
-                                quoted(e.name));
+      root_error_ =
+          fmt::format("records {} and {} are in different top folders", quoted(entries_.front().name), quoted(e.name));
       root_.clear();
       return;
     }
@@ -769,168 +570,6 @@ const zip_entry& zip_reader::stored(std::string_view name) const {
         fmt::format("{}: record {} is stored, but its stored size ({} bytes) differs from its size ({} bytes)",
                     context_, quoted(name), e->compressed_size, e->size));
   return *e;
-}
-
-// ----------------------------------------------------------------------------------------------
-// Writer
-
-zip_writer::zip_writer(atomic_file& out, bool force_zip64) : out_(out), force_zip64_(force_zip64) {}
-
-void zip_writer::fail(const std::string& what) const {
-  throw error(exit_code::internal, fmt::format("{}: zip writer: {}", out_.target(), what));
-}
-
-void zip_writer::write_local_header(const std::string& name, uint64_t size, uint32_t crc) {
-  if (finished_) fail(fmt::format("record {} added after finish()", quoted(name)));
-  if (open_)
-    fail(fmt::format("record {} started while {} is open", quoted(name), quoted(records_.back().name)));
-  if (name.empty() || name.size() > kMax16)
-    fail(fmt::format("record name of {} bytes (must be 1 to 65535)", name.size()));
-
-  const uint64_t offset = out_.tell();
-  const bool local64 = force_zip64_ || size >= kMax32;
-  const bool zip64 = local64 || offset >= kMax32;
-  const uint64_t zip64_extra = local64 ? 4 + 16 : 0;
-  const uint64_t unpadded = offset + kLocalSize + name.size() + zip64_extra + 4;
-  const uint64_t padding = (kAlignment - unpadded % kAlignment) % kAlignment;
-
-  std::string h;
-  h.reserve(kLocalSize + name.size() + zip64_extra + 4 + padding);
-  put32(h, kLocalSig);
-  put16(h, zip64 ? kVersionZip64 : kVersion);
-  put16(h, is_ascii(name) ? 0 : kFlagUtf8);
-  put16(h, 0);
-  put16(h, kDosTime);
-  put16(h, kDosDate);
-  put32(h, crc);
-  put32(h, clamp32(size, local64));
-  put32(h, clamp32(size, local64));
-  put16(h, static_cast<uint16_t>(name.size()));
-  put16(h, static_cast<uint16_t>(zip64_extra + 4 + padding));
-  h += name;
-  if (local64) {
-    put16(h, kZip64ExtraId);
-    put16(h, 16);
-    put64(h, size);
-    put64(h, size);
-  }
-  h += "FB";
-  put16(h, static_cast<uint16_t>(padding));
-  h.append(padding, 'Z');
-  out_.write(h.data(), h.size());
-  records_.push_back(record{name, offset, size, crc});
-}
-
-void zip_writer::add(const std::string& name, const void* data, uint64_t size) {
-  write_local_header(name, size, crc32_update(0, data, size));
-  out_.write(data, size);
-}
-
-void zip_writer::begin_record(const std::string& name, uint64_t size) {
-  write_local_header(name, size, 0);
-  open_ = true;
-  written_ = 0;
-  crc_ = 0;
-}
-
-void zip_writer::write(const void* data, uint64_t size) {
-  if (!open_) fail("write() without an open record");
-  const record& r = records_.back();
-  if (size > r.size - written_)
-    fail(fmt::format("record {} declared {} bytes but {} were written", quoted(r.name), r.size, written_ + size));
-  crc_ = crc32_update(crc_, data, size);
-  out_.write(data, size);
-  written_ += size;
-}
-
-void zip_writer::end_record() {
-  if (!open_) fail("end_record() without an open record");
-  record& r = records_.back();
-  if (written_ != r.size)
-    fail(fmt::format("record {} declared {} bytes but only {} were written", quoted(r.name), r.size, written_));
-  uint8_t crc[4];
-  store_le(crc, crc_);
-  out_.pwrite(crc, 4, r.header_offset + 14);
-  r.crc = crc_;
-  open_ = false;
-}
-
-void zip_writer::finish() {
-  if (finished_) fail("finish() called twice");
-  if (open_) fail(fmt::format("finish() while record {} is open", quoted(records_.back().name)));
-  finished_ = true;
-
-  const uint64_t cd_offset = out_.tell();
-  std::string h;
-  for (const record& r : records_) {
-    const bool size64 = force_zip64_ || r.size >= kMax32;
-    const bool offset64 = force_zip64_ || r.header_offset >= kMax32;
-    const uint16_t version = size64 || offset64 ? kVersionZip64 : kVersion;
-    const uint16_t extra = size64 || offset64 ? 4 + (size64 ? 16 : 0) + (offset64 ? 8 : 0) : 0;
-    h.clear();
-    put32(h, kCentralSig);
-    put16(h, version);
-    put16(h, version);
-    put16(h, is_ascii(r.name) ? 0 : kFlagUtf8);
-    put16(h, 0);
-    put16(h, kDosTime);
-    put16(h, kDosDate);
-    put32(h, r.crc);
-    put32(h, clamp32(r.size, size64));
-    put32(h, clamp32(r.size, size64));
-    put16(h, static_cast<uint16_t>(r.name.size()));
-    put16(h, extra);
-    put16(h, 0);
-    put16(h, 0);
-    put16(h, 0);
-    put32(h, 0);
-    put32(h, clamp32(r.header_offset, offset64));
-    h += r.name;
-    if (extra) {
-      put16(h, kZip64ExtraId);
-      put16(h, static_cast<uint16_t>(extra - 4));
-      if (size64) {
-        put64(h, r.size);
-        put64(h, r.size);
-      }
-      if (offset64) put64(h, r.header_offset);
-    }
-    out_.write(h.data(), h.size());
-  }
-  const uint64_t cd_size = out_.tell() - cd_offset;
-  const uint64_t count = records_.size();
-  const bool count64 = force_zip64_ || count >= kMax16;
-  const bool size64 = force_zip64_ || cd_size >= kMax32;
-  const bool offset64 = force_zip64_ || cd_offset >= kMax32;
-
-  h.clear();
-  if (count64 || size64 || offset64) {
-    const uint64_t end64 = out_.tell();
-    put32(h, kEnd64Sig);
-    put64(h, kEnd64Size - 12);
-    put16(h, kVersionZip64);
-    put16(h, kVersionZip64);
-    put32(h, 0);
-    put32(h, 0);
-    put64(h, count);
-    put64(h, count);
-    put64(h, cd_size);
-    put64(h, cd_offset);
-    put32(h, kLocator64Sig);
-    put32(h, 0);
-    put64(h, end64);
-    put32(h, 1);
-  }
-  const uint16_t count16 = count64 ? kMax16 : static_cast<uint16_t>(count);
-  put32(h, kEndSig);
-  put16(h, 0);
-  put16(h, 0);
-  put16(h, count16);
-  put16(h, count16);
-  put32(h, clamp32(cd_size, size64));
-  put32(h, clamp32(cd_offset, offset64));
-  put16(h, 0);
-  out_.write(h.data(), h.size());
 }
 
 }  // namespace swavg

@@ -1,15 +1,16 @@
 /*
- * The ZIP container used by torch.save and torch.jit.save (PyTorch's "inline container"): records
- * stored uncompressed, data 64-byte aligned through an extra field named "FB", ZIP64 records for
- * archives or entries past 4 GiB.
+ * Reading the ZIP container used by torch.save and torch.jit.save (PyTorch's "inline container"):
+ * records stored uncompressed, data 64-byte aligned through an extra field named "FB", ZIP64 records
+ * for archives or entries past 4 GiB.
  *
  * zip_reader parses the end-of-central-directory record (and its ZIP64 locator), the central
  * directory and every local header, and checks every offset and size against the file before
  * anything is handed out. It refuses any archive that PyTorch's reader (miniz) or Python's zipfile
- * could resolve to other records than swavg does (zip.cpp lists the rules). zip_writer streams records to an atomic_file one after the other.
+ * could resolve to other records than swavg does (zip_reader.cpp lists the rules).
  */
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -18,15 +19,13 @@
 
 namespace swavg {
 
-class atomic_file;
-
 struct zip_entry {
   std::string name;
   uint64_t header_offset = 0;  // where the record's local header starts in the file
   uint64_t data_offset = 0;    // where the record's bytes start in the file
   uint64_t size = 0;           // uncompressed size
   uint64_t compressed_size = 0;
-  uint16_t method = 0;         // 0 = stored
+  uint16_t method = 0;  // 0 = stored
   uint32_t crc32 = 0;
 };
 
@@ -46,7 +45,7 @@ class zip_reader {
   // outside the file, duplicate names) and on anything PyTorch's reader (miniz) or Python's
   // zipfile could read differently from swavg: a second end record, bytes appended, ZIP64 records
   // that disagree, names equal ignoring ASCII case, local headers or data descriptors that
-  // disagree with the directory, bytes outside every record (zip.cpp lists them all).
+  // disagree with the directory, bytes outside every record (zip_reader.cpp lists them all).
   zip_reader(const uint8_t* data, size_t size, std::string context, const done_fn& done_with = nullptr);
 
   const std::vector<zip_entry>& entries() const { return entries_; }
@@ -77,44 +76,5 @@ class zip_reader {
 // A zip_reader over a mapped file that drops the pages of each local header once read (the headers
 // are spread over the whole file, and each touch maps up to 2 MiB around it).
 zip_reader read_zip(const mapped_file& file);
-
-class zip_writer {
- public:
-  // force_zip64 writes every record and the end record in ZIP64 form, as if each were past 4 GiB
-  // (for tests: the ZIP64 paths without writing 4 GiB).
-  explicit zip_writer(atomic_file& out, bool force_zip64 = false);
-
-  // Writes a whole record.
-  void add(const std::string& name, const void* data, uint64_t size);
-  // Streams a record of exactly `size` bytes through write(); end_record() checks the count and
-  // patches the CRC into the local header.
-  void begin_record(const std::string& name, uint64_t size);
-  void write(const void* data, uint64_t size);
-  void end_record();
-  // Writes the central directory (ZIP64 when needed) and the end record. The caller then commits
-  // the atomic_file.
-  void finish();
-
- private:
-  void write_local_header(const std::string& name, uint64_t size, uint32_t crc);
-  [[noreturn]] void fail(const std::string& what) const;
-
-  struct record {
-    std::string name;
-    uint64_t header_offset;
-    uint64_t size;
-    uint32_t crc;
-  };
-  atomic_file& out_;
-  bool force_zip64_;
-  std::vector<record> records_;
-  bool open_ = false;
-  bool finished_ = false;
-  uint64_t written_ = 0;
-  uint32_t crc_ = 0;
-};
-
-// CRC-32 (ISO-HDLC, as zip uses), continuing from `crc` (0 to start).
-uint32_t crc32_update(uint32_t crc, const void* data, uint64_t size);
 
 }  // namespace swavg

@@ -1,0 +1,207 @@
+// zip_writer: records streamed one after the other, each 64-byte aligned through an "FB" extra
+// field, then the central directory and the end records (ZIP64 where a value needs it).
+#include "formats/zip_writer.h"
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "formats/zip_format.h"
+#include "util/atomic_file.h"
+#include "util/checked.h"
+#include "util/crc32.h"
+#include "util/error.h"
+
+namespace swavg {
+
+using namespace zip_format;
+
+namespace {
+
+constexpr uint16_t kVersion = 20;
+constexpr uint16_t kVersionZip64 = 45;
+constexpr uint16_t kDosTime = 0;
+constexpr uint16_t kDosDate = (1 << 5) | 1;  // 1980-01-01, the earliest date DOS can say
+constexpr uint64_t kAlignment = 64;
+
+// Little-endian output.
+
+void put16(std::string& b, uint16_t v) {
+  char c[2];
+  store_le(reinterpret_cast<uint8_t*>(c), v);
+  b.append(c, 2);
+}
+void put32(std::string& b, uint32_t v) {
+  char c[4];
+  store_le(reinterpret_cast<uint8_t*>(c), v);
+  b.append(c, 4);
+}
+void put64(std::string& b, uint64_t v) {
+  char c[8];
+  store_le(reinterpret_cast<uint8_t*>(c), v);
+  b.append(c, 8);
+}
+
+uint32_t clamp32(uint64_t v, bool zip64) { return zip64 ? kMax32 : static_cast<uint32_t>(v); }
+
+}  // namespace
+
+zip_writer::zip_writer(atomic_file& out, bool force_zip64) : out_(out), force_zip64_(force_zip64) {}
+
+void zip_writer::fail(const std::string& what) const {
+  throw error(exit_code::internal, fmt::format("{}: zip writer: {}", out_.target(), what));
+}
+
+void zip_writer::write_local_header(const std::string& name, uint64_t size, uint32_t crc) {
+  if (finished_) fail(fmt::format("record {} added after finish()", quoted(name)));
+  if (open_) fail(fmt::format("record {} started while {} is open", quoted(name), quoted(records_.back().name)));
+  if (name.empty() || name.size() > kMax16)
+    fail(fmt::format("record name of {} bytes (must be 1 to 65535)", name.size()));
+
+  const uint64_t offset = out_.tell();
+  const bool local64 = force_zip64_ || size >= kMax32;
+  const bool zip64 = local64 || offset >= kMax32;
+  const uint64_t zip64_extra = local64 ? 4 + 16 : 0;
+  const uint64_t unpadded = offset + kLocalSize + name.size() + zip64_extra + 4;
+  const uint64_t padding = (kAlignment - unpadded % kAlignment) % kAlignment;
+
+  std::string h;
+  h.reserve(kLocalSize + name.size() + zip64_extra + 4 + padding);
+  put32(h, kLocalSig);
+  put16(h, zip64 ? kVersionZip64 : kVersion);
+  put16(h, is_ascii(name) ? 0 : kFlagUtf8);
+  put16(h, 0);
+  put16(h, kDosTime);
+  put16(h, kDosDate);
+  put32(h, crc);
+  put32(h, clamp32(size, local64));
+  put32(h, clamp32(size, local64));
+  put16(h, static_cast<uint16_t>(name.size()));
+  put16(h, static_cast<uint16_t>(zip64_extra + 4 + padding));
+  h += name;
+  if (local64) {
+    put16(h, kZip64ExtraId);
+    put16(h, 16);
+    put64(h, size);
+    put64(h, size);
+  }
+  h += "FB";
+  put16(h, static_cast<uint16_t>(padding));
+  h.append(padding, 'Z');
+  out_.write(h.data(), h.size());
+  records_.push_back(record{name, offset, size, crc});
+}
+
+void zip_writer::add(const std::string& name, const void* data, uint64_t size) {
+  write_local_header(name, size, crc32_update(0, data, size));
+  out_.write(data, size);
+}
+
+void zip_writer::begin_record(const std::string& name, uint64_t size) {
+  write_local_header(name, size, 0);
+  open_ = true;
+  written_ = 0;
+  crc_ = 0;
+}
+
+void zip_writer::write(const void* data, uint64_t size) {
+  if (!open_) fail("write() without an open record");
+  const record& r = records_.back();
+  if (size > r.size - written_)
+    fail(fmt::format("record {} declared {} bytes but {} were written", quoted(r.name), r.size, written_ + size));
+  crc_ = crc32_update(crc_, data, size);
+  out_.write(data, size);
+  written_ += size;
+}
+
+void zip_writer::end_record() {
+  if (!open_) fail("end_record() without an open record");
+  record& r = records_.back();
+  if (written_ != r.size)
+    fail(fmt::format("record {} declared {} bytes but only {} were written", quoted(r.name), r.size, written_));
+  uint8_t crc[4];
+  store_le(crc, crc_);
+  out_.pwrite(crc, 4, r.header_offset + 14);
+  r.crc = crc_;
+  open_ = false;
+}
+
+void zip_writer::finish() {
+  if (finished_) fail("finish() called twice");
+  if (open_) fail(fmt::format("finish() while record {} is open", quoted(records_.back().name)));
+  finished_ = true;
+
+  const uint64_t cd_offset = out_.tell();
+  std::string h;
+  for (const record& r : records_) {
+    const bool size64 = force_zip64_ || r.size >= kMax32;
+    const bool offset64 = force_zip64_ || r.header_offset >= kMax32;
+    const uint16_t version = size64 || offset64 ? kVersionZip64 : kVersion;
+    const uint16_t extra = size64 || offset64 ? 4 + (size64 ? 16 : 0) + (offset64 ? 8 : 0) : 0;
+    h.clear();
+    put32(h, kCentralSig);
+    put16(h, version);
+    put16(h, version);
+    put16(h, is_ascii(r.name) ? 0 : kFlagUtf8);
+    put16(h, 0);
+    put16(h, kDosTime);
+    put16(h, kDosDate);
+    put32(h, r.crc);
+    put32(h, clamp32(r.size, size64));
+    put32(h, clamp32(r.size, size64));
+    put16(h, static_cast<uint16_t>(r.name.size()));
+    put16(h, extra);
+    put16(h, 0);
+    put16(h, 0);
+    put16(h, 0);
+    put32(h, 0);
+    put32(h, clamp32(r.header_offset, offset64));
+    h += r.name;
+    if (extra) {
+      put16(h, kZip64ExtraId);
+      put16(h, static_cast<uint16_t>(extra - 4));
+      if (size64) {
+        put64(h, r.size);
+        put64(h, r.size);
+      }
+      if (offset64) put64(h, r.header_offset);
+    }
+    out_.write(h.data(), h.size());
+  }
+  const uint64_t cd_size = out_.tell() - cd_offset;
+  const uint64_t count = records_.size();
+  const bool count64 = force_zip64_ || count >= kMax16;
+  const bool size64 = force_zip64_ || cd_size >= kMax32;
+  const bool offset64 = force_zip64_ || cd_offset >= kMax32;
+
+  h.clear();
+  if (count64 || size64 || offset64) {
+    const uint64_t end64 = out_.tell();
+    put32(h, kEnd64Sig);
+    put64(h, kEnd64Size - 12);
+    put16(h, kVersionZip64);
+    put16(h, kVersionZip64);
+    put32(h, 0);
+    put32(h, 0);
+    put64(h, count);
+    put64(h, count);
+    put64(h, cd_size);
+    put64(h, cd_offset);
+    put32(h, kLocator64Sig);
+    put32(h, 0);
+    put64(h, end64);
+    put32(h, 1);
+  }
+  const uint16_t count16 = count64 ? kMax16 : static_cast<uint16_t>(count);
+  put32(h, kEndSig);
+  put16(h, 0);
+  put16(h, 0);
+  put16(h, count16);
+  put16(h, count16);
+  put32(h, clamp32(cd_size, size64));
+  put32(h, clamp32(cd_offset, offset64));
+  put16(h, 0);
+  out_.write(h.data(), h.size());
+}
+
+}  // namespace swavg
