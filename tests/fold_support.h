@@ -64,6 +64,7 @@ inline std::vector<state_dict> three_inputs(const std::vector<spec>& specs = kMo
 
 inline std::string scratch(const std::string& name) {
   const std::string dir = std::string(SWAVG_FIXTURES_DIR) + "/scratch";
+  ::mkdir(SWAVG_FIXTURES_DIR, 0755);  // a unit test may run before the fixtures are made
   ::mkdir(dir.c_str(), 0755);
   return dir + "/" + name;
 }

@@ -119,7 +119,7 @@ TEST_CASE("malformed npy headers are refused with what is wrong", "[bn][npy]") {
   }
 }
 
-TEST_CASE("every data format reads what Python wrote", "[bn][dataset]") {
+TEST_CASE("every data format reads what Python wrote", "[bn][dataset][fixtures]") {
   const auto manifest = swavg::test::read_json(bn_fixture("data.json"));
   struct variant {
     std::string file;
@@ -163,7 +163,7 @@ TEST_CASE("every data format reads what Python wrote", "[bn][dataset]") {
   }
 }
 
-TEST_CASE("data that cannot be replayed is refused", "[bn][dataset]") {
+TEST_CASE("data that cannot be replayed is refused", "[bn][dataset][fixtures]") {
   auto open = [](const std::string& path, const std::string& key = "", std::vector<int64_t> shape = {},
                  std::optional<dtype> type = std::nullopt) {
     return open_dataset({path, key, std::move(shape), type});
@@ -206,7 +206,7 @@ TEST_CASE("data that cannot be replayed is refused", "[bn][dataset]") {
   CHECK_THROWS_WITH(open(fixture("training.pt")), Catch::Contains("choose one with --data-key"));
 }
 
-TEST_CASE("update_batchnorm matches torch's update_bn", "[bn][update]") {
+TEST_CASE("update_batchnorm matches torch's update_bn", "[bn][update][fixtures]") {
   const state_dict weights = load_state_dict(bn_fixture("weights.pt"));
   const dataset data = open_dataset({bn_fixture("data.npy"), "", {}, std::nullopt});
   bn_options options;

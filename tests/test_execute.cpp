@@ -117,7 +117,7 @@ TEST_CASE("run_fold: what the kernels cannot fold, or inputs that disagree, leav
   CHECK(dir.files().empty());
 }
 
-TEST_CASE("run_fold: the native kernels give PyTorch's averages bit for bit", "[plan][fold]") {
+TEST_CASE("run_fold: the native kernels give PyTorch's averages bit for bit", "[plan][fold][fixtures]") {
   const state_dict reference = load_state_dict(fixture("runs/cnn/reference.pt"));
   std::map<std::string, const tensor_view*> want;
   for (const auto& t : reference.tensors) want[t.name] = &t.view;

@@ -32,7 +32,7 @@ void write_file(const std::string& path, const std::string& bytes) {
 
 }  // namespace
 
-TEST_CASE("formats are told by content, not by extension", "[load]") {
+TEST_CASE("formats are told by content, not by extension", "[load][fixtures]") {
   CHECK(detect_format(fixture("resnet18.pt")) == file_format::torch);
   CHECK(detect_format(fixture("scripted.ts")) == file_format::torchscript);
   const std::string renamed = scratch("scripted_named.pt");
@@ -41,7 +41,7 @@ TEST_CASE("formats are told by content, not by extension", "[load]") {
   CHECK(detect_format(renamed) == file_format::torchscript);
 }
 
-TEST_CASE("TorchScript: parameters and buffers in state_dict order", "[load]") {
+TEST_CASE("TorchScript: parameters and buffers in state_dict order", "[load][fixtures]") {
   state_dict sd = load_state_dict(fixture("scripted.ts"));
   auto want = test::read_json(fixture("scripted.json"))["tensors"];
   REQUIRE(sd.format == file_format::torchscript);
@@ -63,7 +63,7 @@ TEST_CASE("TorchScript: parameters and buffers in state_dict order", "[load]") {
   CHECK(sd.tensors[4].name == "bn1.running_mean");
 }
 
-TEST_CASE("views become tensors over the same bytes", "[load]") {
+TEST_CASE("views become tensors over the same bytes", "[load][fixtures]") {
   state_dict sd = load_state_dict(fixture("dtypes.pt"));
   for (const auto& t : sd.tensors) {
     INFO(t.name);
@@ -76,7 +76,7 @@ TEST_CASE("views become tensors over the same bytes", "[load]") {
   }
 }
 
-TEST_CASE("stripping prefixes removes module. and _orig_mod.", "[load]") {
+TEST_CASE("stripping prefixes removes module. and _orig_mod.", "[load][fixtures]") {
   load_options o;
   o.strip_prefixes = {"module.", "_orig_mod."};
   state_dict sd = load_state_dict(fixture("prefixed.pt"), o);
@@ -84,7 +84,7 @@ TEST_CASE("stripping prefixes removes module. and _orig_mod.", "[load]") {
   for (const auto& t : sd.tensors) CHECK(t.name.find("module.") == std::string::npos);
 }
 
-TEST_CASE("files that are not checkpoints get a clear error", "[load]") {
+TEST_CASE("files that are not checkpoints get a clear error", "[load][fixtures]") {
   write_file(scratch("empty.pt"), "");
   write_file(scratch("text.pt"), "hello, world\n");
   ::unlink(scratch("dangling.pt").c_str());

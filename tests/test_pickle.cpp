@@ -181,7 +181,7 @@ std::string storage_pid(const std::string& cls = "FloatStorage") {
 
 }  // namespace
 
-TEST_CASE("Python's own pickles parse to the values Python wrote", "[pickle]") {
+TEST_CASE("Python's own pickles parse to the values Python wrote", "[pickle][fixtures]") {
   const json expected = json::parse(read_file(kPickles + "expected.json"));
   REQUIRE(expected.size() > 50);
   for (const auto& e : expected) {
@@ -196,7 +196,7 @@ TEST_CASE("Python's own pickles parse to the values Python wrote", "[pickle]") {
   }
 }
 
-TEST_CASE("memo sharing keeps one node per shared object", "[pickle]") {
+TEST_CASE("memo sharing keeps one node per shared object", "[pickle][fixtures]") {
   for (int proto : {0, 2, 4, 5}) {
     INFO("protocol " << proto);
     auto doc = parse(read_file(kPickles + "memo.p" + std::to_string(proto) + ".pkl"));
@@ -218,7 +218,7 @@ TEST_CASE("memo sharing keeps one node per shared object", "[pickle]") {
   }
 }
 
-TEST_CASE("torch.save's data.pkl gives tensors, storages and _metadata", "[pickle]") {
+TEST_CASE("torch.save's data.pkl gives tensors, storages and _metadata", "[pickle][fixtures]") {
   auto doc = parse(read_file(kPickles + "torch_state.pkl"));
   const pickle_node* root = doc->root();
   REQUIRE(root->kind == pickle_kind::dict);
@@ -521,7 +521,7 @@ TEST_CASE("deep nesting needs no recursion", "[pickle][hostile]") {
   CHECK(parse_error("\x80\x02Nq\x00q\x01q\x00q\x01."s, small) == "");
 }
 
-TEST_CASE("truncated and corrupted data.pkl never crashes", "[pickle][hostile]") {
+TEST_CASE("truncated and corrupted data.pkl never crashes", "[pickle][hostile][fixtures]") {
   const std::string good = read_file(kPickles + "torch_state.pkl");
   for (size_t n = 0; n < good.size(); ++n) {
     const std::string m = parse_error(good.substr(0, n));
@@ -660,7 +660,7 @@ TEST_CASE("memoised objects cannot be copied into huge containers", "[pickle][ho
   }
 }
 
-TEST_CASE("checkpoints stay far below the memory budget", "[pickle]") {
+TEST_CASE("checkpoints stay far below the memory budget", "[pickle][fixtures]") {
   // torch.save's pickles: a few tens of bytes of document per byte at most, under the 64 allowed.
   for (const char* file : {"torch_state.pkl", "torch_subclass.pkl", "namespace.p2.pkl", "nested.p2.pkl"}) {
     INFO(file);
@@ -739,7 +739,7 @@ TEST_CASE("global names are limited in length", "[pickle][hostile]") {
   CHECK(parse_error("cabcd\nxyz\n.", l).find("more than 3") != std::string::npos);
 }
 
-TEST_CASE("tensor subclasses (_rebuild_from_type_v2) are the tensors they hold", "[pickle]") {
+TEST_CASE("tensor subclasses (_rebuild_from_type_v2) are the tensors they hold", "[pickle][fixtures]") {
   auto doc = parse(read_file(kPickles + "torch_subclass.pkl"));
   const pickle_node* root = doc->root();
   CHECK(doc->opaque_globals().empty());

@@ -117,7 +117,7 @@ TEST_CASE("sha256 helper matches known digests", "[safetensors]") {
         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
-TEST_CASE("reads a file written by the spec-following Python writer", "[safetensors]") {
+TEST_CASE("reads a file written by the spec-following Python writer", "[safetensors][fixtures]") {
   auto file = mapped_file::open(kFixtures + "/st_mixed.safetensors");
   auto content = read_safetensors(file);
   auto manifest = read_json(kFixtures + "/st_mixed.json");
@@ -137,13 +137,13 @@ TEST_CASE("reads a file written by the spec-following Python writer", "[safetens
   CHECK(value == 3.5f);
 }
 
-TEST_CASE("returns tensors in order of data offset, not header order", "[safetensors]") {
+TEST_CASE("returns tensors in order of data offset, not header order", "[safetensors][fixtures]") {
   auto content = read_safetensors(mapped_file::open(kFixtures + "/st_shuffled.safetensors"));
   compare_with_manifest(content, read_json(kFixtures + "/st_shuffled.json"));
   CHECK(content.metadata.empty());
 }
 
-TEST_CASE("reads a file without tensors", "[safetensors]") {
+TEST_CASE("reads a file without tensors", "[safetensors][fixtures]") {
   auto content = read_safetensors(mapped_file::open(kFixtures + "/st_empty.safetensors"));
   CHECK(content.tensors.empty());
   CHECK(content.metadata.empty());
@@ -365,7 +365,7 @@ TEST_CASE("writer produces the reference implementation's bytes", "[safetensors]
   }
 }
 
-TEST_CASE("round trip through the writer, checked by both readers", "[safetensors]") {
+TEST_CASE("round trip through the writer, checked by both readers", "[safetensors][fixtures]") {
   temp_dir dir;
   for (const std::string stem : {"st_mixed", "st_shuffled", "st_empty"}) {
     SECTION(stem) {
@@ -406,7 +406,7 @@ TEST_CASE("round trip through the writer, checked by both readers", "[safetensor
   }
 }
 
-TEST_CASE("the Python reference checker rejects a mismatch", "[safetensors]") {
+TEST_CASE("the Python reference checker rejects a mismatch", "[safetensors][fixtures]") {
   temp_dir dir;
   const std::string path = dir.path + "/x.safetensors";
   {

@@ -40,11 +40,11 @@ void check_against_manifest(const state_dict& sd, const std::string& manifest) {
 
 }  // namespace
 
-TEST_CASE("resnet18 state_dict matches what PyTorch reads", "[torch_file]") {
+TEST_CASE("resnet18 state_dict matches what PyTorch reads", "[torch_file][fixtures]") {
   check_against_manifest(read("resnet18.pt"), "resnet18.json");
 }
 
-TEST_CASE("training checkpoint: model found, opaque objects listed", "[torch_file]") {
+TEST_CASE("training checkpoint: model found, opaque objects listed", "[torch_file][fixtures]") {
   state_dict sd = read("training.pt");
   check_against_manifest(sd, "training.json");
   std::vector<std::string> opaque;
@@ -54,14 +54,14 @@ TEST_CASE("training checkpoint: model found, opaque objects listed", "[torch_fil
         opaque.end());
 }
 
-TEST_CASE("a --key picks a nested dict, and a wrong key says what is there", "[torch_file]") {
+TEST_CASE("a --key picks a nested dict, and a wrong key says what is there", "[torch_file][fixtures]") {
   check_against_manifest(read("training.pt", "model"), "training.json");
   CHECK_THROWS_WITH(read("training.pt", "nope"), Catch::Contains("no entry 'nope'") && Catch::Contains("'model'"));
   CHECK_THROWS_WITH(read("training.pt", "epoch"), Catch::Contains("type int, expected a dict of tensors"));
   CHECK_THROWS_AS(read("training.pt", "model.conv1.weight.x"), usage_error);
 }
 
-TEST_CASE("every dtype, tied weights, views, 0-dim and empty tensors", "[torch_file]") {
+TEST_CASE("every dtype, tied weights, views, 0-dim and empty tensors", "[torch_file][fixtures]") {
   state_dict sd = read("dtypes.pt");
   check_against_manifest(sd, "dtypes.json");
   auto find = [&](const std::string& n) -> const tensor_view& {
@@ -76,15 +76,15 @@ TEST_CASE("every dtype, tied weights, views, 0-dim and empty tensors", "[torch_f
   CHECK_FALSE(find("transposed").is_contiguous());
 }
 
-TEST_CASE("the newer 2.x layout with extra records and any root name", "[torch_file]") {
+TEST_CASE("the newer 2.x layout with extra records and any root name", "[torch_file][fixtures]") {
   check_against_manifest(read("crafted/archive_v2.pt"), "crafted/archive_v2.json");
 }
 
-TEST_CASE("a TorchScript archive is told apart", "[torch_file]") {
+TEST_CASE("a TorchScript archive is told apart", "[torch_file][fixtures]") {
   CHECK_THROWS_WITH(read("scripted.ts"), Catch::Contains("TorchScript"));
 }
 
-TEST_CASE("malformed tensors are refused before any byte is read", "[torch_file]") {
+TEST_CASE("malformed tensors are refused before any byte is read", "[torch_file][fixtures]") {
   struct bad_case {
     const char* file;
     const char* message;
@@ -116,7 +116,7 @@ TEST_CASE("malformed tensors are refused before any byte is read", "[torch_file]
   }
 }
 
-TEST_CASE("written archives read back with shared storages and exact bytes", "[torch_file]") {
+TEST_CASE("written archives read back with shared storages and exact bytes", "[torch_file][fixtures]") {
   state_dict in = read("dtypes.pt");
   const std::string out = std::string(SWAVG_FIXTURES_DIR) + "/written_by_test.pt";
   {
@@ -160,7 +160,7 @@ state_dict rewrite(const state_dict& in, const std::string& out) {
 
 }  // namespace
 
-TEST_CASE("non-tensor entries are kept as pickle data and written back the same", "[torch_file][objects]") {
+TEST_CASE("non-tensor entries are kept as pickle data and written back the same", "[torch_file][objects][fixtures]") {
   state_dict in = read("zoo/objects/ckpt_0.pt");
   REQUIRE(in.objects.size() == in.others.size());
   REQUIRE(in.document);
@@ -184,7 +184,7 @@ TEST_CASE("non-tensor entries are kept as pickle data and written back the same"
   CHECK(data_pkl(once) == data_pkl(twice));
 }
 
-TEST_CASE("an entry holding a tensor cannot be carried", "[torch_file][objects]") {
+TEST_CASE("an entry holding a tensor cannot be carried", "[torch_file][objects][fixtures]") {
   // Lightning's callbacks hold a tensor (best_model_score) inside a dict.
   state_dict in = read("zoo/lightning/epoch=0.ckpt", "callbacks");
   REQUIRE(in.objects.size() == 1);
@@ -193,7 +193,7 @@ TEST_CASE("an entry holding a tensor cannot be carried", "[torch_file][objects]"
                     Catch::Contains("non-tensor entry 'ModelCheckpoint") && Catch::Contains("holds a tensor"));
 }
 
-TEST_CASE("non-dense tensors and non-string keys are refused by name", "[torch_file][objects]") {
+TEST_CASE("non-dense tensors and non-string keys are refused by name", "[torch_file][objects][fixtures]") {
   CHECK_THROWS_WITH(read("zoo/sparse/ckpt_0.pt"),
                     Catch::Contains("'adjacency' is a sparse tensor (torch._utils._rebuild_sparse_tensor)") &&
                         Catch::Contains("swavg averages dense tensors only"));
@@ -203,7 +203,7 @@ TEST_CASE("non-dense tensors and non-string keys are refused by name", "[torch_f
   CHECK_FALSE(read("zoo/torchvision/ckpt_0.pt").document);
 }
 
-TEST_CASE("a sink writes an alias as a second view of one storage record", "[torch_file][save]") {
+TEST_CASE("a sink writes an alias as a second view of one storage record", "[torch_file][save][fixtures]") {
   const std::string out = scratch_path("alias.pt");
   const float data[4] = {1, 2, 3, 4};
   {

@@ -38,7 +38,7 @@ std::vector<nlohmann::json> all_cases() {
 
 }  // namespace
 
-TEST_CASE("TorchScript archives read as PyTorch reads them", "[torchscript]") {
+TEST_CASE("TorchScript archives read as PyTorch reads them", "[torchscript][fixtures]") {
   const auto cases = all_cases();
   REQUIRE(cases.size() >= 7);
   std::set<std::string> names;
@@ -74,7 +74,7 @@ TEST_CASE("TorchScript archives read as PyTorch reads them", "[torchscript]") {
   }
 }
 
-TEST_CASE("TorchScript archives read as LibTorch's jit loader reads them", "[torchscript][libtorch]") {
+TEST_CASE("TorchScript archives read as LibTorch's jit loader reads them", "[torchscript][libtorch][fixtures]") {
   for (const auto& c : all_cases()) {
     INFO(c["name"].get<std::string>());
     {
@@ -95,7 +95,7 @@ TEST_CASE("TorchScript archives read as LibTorch's jit loader reads them", "[tor
   }
 }
 
-TEST_CASE("Module nesting: the bound is read, one past it refused", "[torchscript][limits]") {
+TEST_CASE("Module nesting: the bound is read, one past it refused", "[torchscript][limits][fixtures]") {
   const state_dict ok = read_torchscript(fixture(fmt::format("torchscript/nested_{}.ts", kMaxTorchScriptDepth)));
   REQUIRE(ok.tensors.size() == 1);
   std::string name;
@@ -164,8 +164,7 @@ TEST_CASE("Class scanner: what it cannot read is an input_error", "[torchscript]
   }
 }
 
-TEST_CASE("Code records: the per-record and total bounds, at the last valid and first invalid value",
-          "[torchscript][limits]") {
+TEST_CASE("Code records: the per-record and total bounds, at the last valid and first invalid value", "[torchscript][limits][fixtures]") {
   // tied.ts reads two code records: the root's class and Linear's.
   const std::string path = fixture("torchscript/tied.ts");
   auto file = mapped_file::open(path);

@@ -30,7 +30,7 @@ TEST_CASE("looks_like_zip", "[zip]") {
   CHECK_FALSE(looks_like_zip(u8(std::string("PK\x01\x02")), 4));
 }
 
-TEST_CASE("reads PyTorch's and zipfile's archives as zipfile does", "[zip]") {
+TEST_CASE("reads PyTorch's and zipfile's archives as zipfile does", "[zip][fixtures]") {
   std::vector<fs::path> manifests;
   for (const auto& item : fs::directory_iterator(fixture("zips")))
     if (item.path().extension() == ".json") manifests.push_back(item.path());
@@ -83,7 +83,7 @@ TEST_CASE("reads PyTorch's and zipfile's archives as zipfile does", "[zip]") {
   CHECK(pytorch_archives == 4);
 }
 
-TEST_CASE("root() names what is wrong", "[zip]") {
+TEST_CASE("root() names what is wrong", "[zip][fixtures]") {
   const std::string mixed = read_file(fixture("zips/mixed_roots.zip"));
   zip_reader m(u8(mixed), mixed.size(), "mixed.pt");
   CHECK_THROWS_WITH(m.root(), Catch::StartsWith("mixed.pt: records 'archive/data.pkl' and "
@@ -97,7 +97,7 @@ TEST_CASE("root() names what is wrong", "[zip]") {
   CHECK_THROWS_WITH(e.root(), "empty.pt: the archive has no records");
 }
 
-TEST_CASE("malformed archives are rejected with a message naming the problem", "[zip]") {
+TEST_CASE("malformed archives are rejected with a message naming the problem", "[zip][fixtures]") {
   temp_dir dir;
   const std::string base = small_archive(dir, false);
   const std::string base64 = small_archive(dir, true);
@@ -304,7 +304,7 @@ TEST_CASE("malformed archives are rejected with a message naming the problem", "
   }
 }
 
-TEST_CASE("mutated archives are rejected or read, never misread", "[zip]") {
+TEST_CASE("mutated archives are rejected or read, never misread", "[zip][fixtures]") {
   temp_dir dir;
   const std::string scripted = read_file(fixture("scripted.ts"));
   for (const std::string& base : {small_archive(dir, false), small_archive(dir, true), scripted}) {
@@ -370,7 +370,7 @@ std::string with_comment(const std::string& from, const std::string& comment) {
 
 }  // namespace
 
-TEST_CASE("archives PyTorch's readers could resolve differently are refused", "[zip]") {
+TEST_CASE("archives PyTorch's readers could resolve differently are refused", "[zip][fixtures]") {
   temp_dir dir;
   const std::string base = small_archive(dir, false);
   const std::string base64 = small_archive(dir, true);

@@ -124,7 +124,7 @@ TEST_CASE("an archive without records", "[zip]") {
   }
 }
 
-TEST_CASE("PyTorch loads archives the writer rewrote", "[zip][torch]") {
+TEST_CASE("PyTorch loads archives the writer rewrote", "[zip][torch][fixtures]") {
   temp_dir dir;
   std::string args;
   // Not scripted.ts: torch.jit.save deflates its code records, which the writer cannot store.
