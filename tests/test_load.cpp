@@ -26,9 +26,7 @@ std::string scratch(const std::string& name) {
 
 uint32_t crc32_of(const std::string& s) { return crc32_update(0, s.data(), s.size()); }
 
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
+void write_file(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
 }  // namespace
 

@@ -253,8 +253,9 @@ TEST_CASE("torch.save's data.pkl gives tensors, storages and _metadata", "[pickl
 TEST_CASE("pickle_type_name names every kind", "[pickle]") {
   auto doc = parse("\x80\x02(NI01\nK\x01\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00\x01G?\xf0\x00\x00\x00\x00\x00\x00"s +
                    binunicode("s") + "C\x01x])\x8f}cargparse\nNamespace\n)\x81" + "cos\nsep\nl."s);
-  const std::vector<std::string> want = {"None", "bool", "int",  "int",   "float", "str", "bytes", "list",
-                                         "tuple", "set", "dict", "argparse.Namespace", "global"};
+  const std::vector<std::string> want = {"None",  "bool", "int",   "int", "float", "str",
+                                         "bytes", "list", "tuple", "set", "dict",  "argparse.Namespace",
+                                         "global"};
   const pickle_node* root = doc->root();
   REQUIRE(root->kind == pickle_kind::list);
   REQUIRE(root->items.size() == want.size());
@@ -275,7 +276,10 @@ TEST_CASE("dangerous callables become opaque and are never run", "[pickle][hosti
       {"posix.system", "cposix\nsystem\n(S'" + cmd + "'\ntR."},
       {"builtins.eval", "cbuiltins\neval\n(S'__import__(\"os\").system(\"" + cmd + "\")'\ntR."},
       {"os.system", "\x80\x04\x8c\x02os\x8c\x06system\x93" + binunicode(cmd) + "\x85R."},
-      {"subprocess.Popen", "\x80\x02" "csubprocess\nPopen\n" + binunicode(cmd) + "\x85\x81."},
+      {"subprocess.Popen",
+       "\x80\x02"
+       "csubprocess\nPopen\n" +
+           binunicode(cmd) + "\x85\x81."},
       {"os.system", "(cos\nsystem\n" + binunicode(cmd) + "o."},
       {"os.system", "(" + binunicode(cmd) + "ios\nsystem\n."},
   };
@@ -290,7 +294,12 @@ TEST_CASE("dangerous callables become opaque and are never run", "[pickle][hosti
   CHECK(access(marker.c_str(), F_OK) != 0);
 
   // Items, state and calls on opaque objects are kept as data, never acted on.
-  auto doc = parse("\x80\x02" "cos\nsystem\n)R(K\x01" "eK\x02" "a}" "b(K\x03K\x04u)R."s);
+  auto doc = parse(
+      "\x80\x02"
+      "cos\nsystem\n)R(K\x01"
+      "eK\x02"
+      "a}"
+      "b(K\x03K\x04u)R."s);
   const pickle_node* root = doc->root();
   REQUIRE(root->kind == pickle_kind::opaque);
   CHECK(doc->opaque_globals() == std::vector<std::string>{"os.system"});
@@ -312,7 +321,10 @@ TEST_CASE("dangerous callables become opaque and are never run", "[pickle][hosti
   CHECK(inner->entries[0].second->int_value == 4);
 
   // NEWOBJ marks the object as constructed, as TorchScript writes its __torch__.* modules.
-  auto ts = parse("\x80\x02" "c__torch__\nNet\n)\x81}X\x01\x00\x00\x00" "aK\x05sb."s);
+  auto ts = parse(
+      "\x80\x02"
+      "c__torch__\nNet\n)\x81}X\x01\x00\x00\x00"
+      "aK\x05sb."s);
   REQUIRE(ts->root()->call);
   CHECK(ts->root()->call->constructed);
   REQUIRE(ts->root()->call->state);
@@ -327,45 +339,51 @@ TEST_CASE("malformed pickles are input errors with the offset and opcode", "[pic
         kContext + ": at byte 2: opcode BINUNICODE (0x58): unexpected end of data");
   CHECK(parse_error("\x80\x02N") == kContext + ": at byte 3: data ends without STOP");
   CHECK(parse_error("") == kContext + ": at byte 0: data ends without STOP");
-  CHECK(parse_error("\x80\x02]N" "e.") == kContext + ": at byte 4: opcode APPENDS (0x65): MARK missing");
+  CHECK(parse_error("\x80\x02]N"
+                    "e.") == kContext + ": at byte 4: opcode APPENDS (0x65): MARK missing");
 
   const std::vector<std::string> bad = {
-      "\x80\x04\x8d\xff\xff\xff\xff\xff\xff\xff\xff.",  // BINUNICODE8 of 2^64 - 1 bytes
+      "\x80\x04\x8d\xff\xff\xff\xff\xff\xff\xff\xff.",   // BINUNICODE8 of 2^64 - 1 bytes
       "\x80\x04\x8d\x00\x00\x00\x00\x00\x00\x00\x80."s,  // BINUNICODE8 of 2^63 bytes
-      "\x80\x04\x8e\xf0\xff\xff\xff\xff\xff\xff\x7f.",  // BINBYTES8
-      "\x80\x05\x96\xff\xff\xff\xff\xff\xff\xff\xff.",  // BYTEARRAY8
-      "\x80\x02X\xff\xff\xff\xff.",                     // BINUNICODE
-      "\x80\x02\x8b\xff\xff\xff\xff.",                  // LONG4 with a negative length
-      "\x80\x02\x8b\xff\xff\xff\x7f.",                  // LONG4 past the end
-      "\x80\x02T\xff\xff\xff\xff.",                     // BINSTRING with a negative length
-      "\x80\x02j\xff\xff\xff\xff.",                     // LONG_BINGET of a missing key
+      "\x80\x04\x8e\xf0\xff\xff\xff\xff\xff\xff\x7f.",   // BINBYTES8
+      "\x80\x05\x96\xff\xff\xff\xff\xff\xff\xff\xff.",   // BYTEARRAY8
+      "\x80\x02X\xff\xff\xff\xff.",                      // BINUNICODE
+      "\x80\x02\x8b\xff\xff\xff\xff.",                   // LONG4 with a negative length
+      "\x80\x02\x8b\xff\xff\xff\x7f.",                   // LONG4 past the end
+      "\x80\x02T\xff\xff\xff\xff.",                      // BINSTRING with a negative length
+      "\x80\x02j\xff\xff\xff\xff.",                      // LONG_BINGET of a missing key
       "\x80\x02q\x00."s,                                 // BINPUT with an empty stack
-      "\x80\x06N.",                                     // protocol 6
-      "\x80\x02\x82\x01.",                              // EXT1
-      "\x80\x05\x97.",                                  // NEXT_BUFFER
-      "\x80\x05N\x98.",                                 // READONLY_BUFFER
-      "\x80\x02}N" "a.",                                // APPEND to a dict
-      "\x80\x02]NN" "s.",                               // SETITEM on a list
-      "\x80\x02(N" "d.",                                // DICT with an odd count
-      "\x80\x02)(N\x90.",                                // ADDITEMS to a tuple
-      "\x80\x02NN\x52.",                                // REDUCE with args that are not a tuple
-      "\x80\x02K\x01)\x52.",                            // calling an int
-      "\x80\x02(\x85.",                                 // TUPLE1 across a MARK
-      "\x80\x02(" ".",                                  // STOP with only a MARK
-      "I12x\n.",                                        // bad INT
-      "I" + std::string(5000, '9') + "\n.",             // INT too long
-      "F1.5x\n.",                                       // bad FLOAT
-      "S'abc\n.",                                       // unquoted STRING
-      "S'ab\\x4'\n.",                                   // bad \x escape
-      "V\\u12\n.",                                      // truncated \u escape
-      "V\\U00110000\n.",                                // \U out of range
-      "Vabc",                                           // unterminated line
-      "g-1\n.",                                         // negative memo index
-      "c\nsystem\n.",                                   // empty module
-      "cos\nsys\x01tem\n.",                             // control character in a name
-      "\x80\x02X\x02\x00\x00\x00\xc3\x28."s,             // invalid UTF-8
-      "\x80\x04\x8c\x02osK\x01\x93.",                   // STACK_GLOBAL with an int
-      "\x80\x02" "ctorch._utils\n_rebuild_tensor_v2\n(NK\x00)))\x89)tR."s,  // storage is None
+      "\x80\x06N.",                                      // protocol 6
+      "\x80\x02\x82\x01.",                               // EXT1
+      "\x80\x05\x97.",                                   // NEXT_BUFFER
+      "\x80\x05N\x98.",                                  // READONLY_BUFFER
+      "\x80\x02}N"
+      "a.",  // APPEND to a dict
+      "\x80\x02]NN"
+      "s.",  // SETITEM on a list
+      "\x80\x02(N"
+      "d.",                   // DICT with an odd count
+      "\x80\x02)(N\x90.",     // ADDITEMS to a tuple
+      "\x80\x02NN\x52.",      // REDUCE with args that are not a tuple
+      "\x80\x02K\x01)\x52.",  // calling an int
+      "\x80\x02(\x85.",       // TUPLE1 across a MARK
+      "\x80\x02("
+      ".",                                    // STOP with only a MARK
+      "I12x\n.",                              // bad INT
+      "I" + std::string(5000, '9') + "\n.",   // INT too long
+      "F1.5x\n.",                             // bad FLOAT
+      "S'abc\n.",                             // unquoted STRING
+      "S'ab\\x4'\n.",                         // bad \x escape
+      "V\\u12\n.",                            // truncated \u escape
+      "V\\U00110000\n.",                      // \U out of range
+      "Vabc",                                 // unterminated line
+      "g-1\n.",                               // negative memo index
+      "c\nsystem\n.",                         // empty module
+      "cos\nsys\x01tem\n.",                   // control character in a name
+      "\x80\x02X\x02\x00\x00\x00\xc3\x28."s,  // invalid UTF-8
+      "\x80\x04\x8c\x02osK\x01\x93.",         // STACK_GLOBAL with an int
+      "\x80\x02"
+      "ctorch._utils\n_rebuild_tensor_v2\n(NK\x00)))\x89)tR."s,  // storage is None
   };
   for (const auto& data : bad) {
     INFO(escape(data));
@@ -377,7 +395,8 @@ TEST_CASE("malformed pickles are input errors with the offset and opcode", "[pic
 TEST_CASE("persistent ids other than storages are rejected", "[pickle][hostile]") {
   CHECK(parse_error("\x80\x02" + binunicode("abc") + "Q.") ==
         kContext + ": at byte 10: opcode BINPERSID (0x51): persistent id is not a storage: str 'abc'");
-  CHECK(parse_error("Pxyz\n.") == kContext + ": at byte 0: opcode PERSID (0x50): persistent id is not a storage: str 'xyz'");
+  CHECK(parse_error("Pxyz\n.") ==
+        kContext + ": at byte 0: opcode PERSID (0x50): persistent id is not a storage: str 'xyz'");
   CHECK(parse_error("\x80\x02)Q.").find("persistent id is not a storage: tuple") != std::string::npos);
   // Wrong tag, a storage class that is not torch's, an unknown storage type, bad fields.
   const std::vector<std::string> bad = {
@@ -385,7 +404,8 @@ TEST_CASE("persistent ids other than storages are rejected", "[pickle][hostile]"
       "\x80\x02(" + binunicode("storage") + "cos\nFloatStorage\n" + binunicode("0") + binunicode("cpu") + "K\x06tQ.",
       "\x80\x02" + storage_pid("FooStorage") + ".",
       "\x80\x02(" + binunicode("storage") + "ctorch\nFloatStorage\nK\x00"s + binunicode("cpu") + "K\x06tQ.",
-      "\x80\x02(" + binunicode("storage") + "ctorch\nFloatStorage\n" + binunicode("0") + binunicode("cpu") + "J\xff\xff\xff\xfftQ.",
+      "\x80\x02(" + binunicode("storage") + "ctorch\nFloatStorage\n" + binunicode("0") + binunicode("cpu") +
+          "J\xff\xff\xff\xfftQ.",
       "\x80\x02(" + binunicode("storage") + "ctorch\nFloatStorage\n" + binunicode("0") + binunicode("cpu") + "tQ.",
   };
   for (const auto& data : bad) {
@@ -395,8 +415,13 @@ TEST_CASE("persistent ids other than storages are rejected", "[pickle][hostile]"
 }
 
 TEST_CASE("tensor rebuilds check their arguments", "[pickle]") {
-  const std::string v2 = "\x80\x02" "ctorch._utils\n_rebuild_tensor_v2\n(" + storage_pid();
-  auto doc = parse(v2 + "K\x02K\x02K\x02\x86K\x01K\x02\x86\x88" "ccollections\nOrderedDict\n)RtR.");
+  const std::string v2 =
+      "\x80\x02"
+      "ctorch._utils\n_rebuild_tensor_v2\n(" +
+      storage_pid();
+  auto doc = parse(v2 +
+                   "K\x02K\x02K\x02\x86K\x01K\x02\x86\x88"
+                   "ccollections\nOrderedDict\n)RtR.");
   const pickle_node* t = doc->root();
   REQUIRE(t->kind == pickle_kind::tensor);
   CHECK(t->tensor->offset == 2);
@@ -408,11 +433,17 @@ TEST_CASE("tensor rebuilds check their arguments", "[pickle]") {
   CHECK(t->tensor->storage.type == dtype::float32);
 
   // The legacy four-argument form, and a parameter with state.
-  doc = parse("\x80\x02" "ctorch._utils\n_rebuild_tensor\n(" + storage_pid("HalfStorage") + "K\x00K\x06\x85K\x01\x85tR."s);
+  doc = parse(
+      "\x80\x02"
+      "ctorch._utils\n_rebuild_tensor\n(" +
+      storage_pid("HalfStorage") + "K\x00K\x06\x85K\x01\x85tR."s);
   REQUIRE(doc->root()->kind == pickle_kind::tensor);
   CHECK(doc->root()->tensor->storage.type == dtype::float16);
-  doc = parse("\x80\x02" "ctorch._utils\n_rebuild_parameter_with_state\n(" "ctorch._utils\n_rebuild_tensor\n(" +
-              storage_pid("LongStorage") + "K\x00))tR\x89}}tR."s);
+  doc = parse(
+      "\x80\x02"
+      "ctorch._utils\n_rebuild_parameter_with_state\n("
+      "ctorch._utils\n_rebuild_tensor\n(" +
+      storage_pid("LongStorage") + "K\x00))tR\x89}}tR."s);
   REQUIRE(doc->root()->kind == pickle_kind::tensor);
   CHECK(doc->root()->tensor->is_parameter);
   CHECK_FALSE(doc->root()->tensor->requires_grad);
@@ -423,12 +454,14 @@ TEST_CASE("tensor rebuilds check their arguments", "[pickle]") {
       v2 + "K\x00NK\x01\x85\x89NtR."s,                      // size is None
       v2 + "K\x00K\x02\x85NN\x89NtR."s,                     // stride is None
       v2 + "K\x00K\x02\x85K\x01K\x01\x86\x89NtR."s,         // size and stride differ in length
-      v2 + "J\xff\xff\xff\xffK\x02\x85K\x01\x85\x89NtR.",  // negative offset
+      v2 + "J\xff\xff\xff\xffK\x02\x85K\x01\x85\x89NtR.",   // negative offset
       v2 + "K\x00J\xff\xff\xff\xff\x85K\x01\x85\x89NtR."s,  // negative size
-      v2 + "K\x00X\x01\x00\x00\x00"s "a\x85K\x01\x85\x89NtR.",  // size of str
-      v2 + "K\x00K\x02\x85K\x01\x85NNtR."s,                  // requires_grad is None
-      v2 + "K\x00K\x02\x85K\x01\x85tR."s,                    // too few arguments
-      "\x80\x02" "ctorch._utils\n_rebuild_parameter\n(N\x88NtR.",  // data is not a tensor
+      v2 + "K\x00X\x01\x00\x00\x00"s
+           "a\x85K\x01\x85\x89NtR.",         // size of str
+      v2 + "K\x00K\x02\x85K\x01\x85NNtR."s,  // requires_grad is None
+      v2 + "K\x00K\x02\x85K\x01\x85tR."s,    // too few arguments
+      "\x80\x02"
+      "ctorch._utils\n_rebuild_parameter\n(N\x88NtR.",  // data is not a tensor
   };
   for (const auto& data : bad) {
     INFO(escape(data));
@@ -457,31 +490,53 @@ TEST_CASE("containers follow Python's semantics", "[pickle]") {
   // POP with nothing above the MARK pops the MARK; POP_MARK drops everything above it.
   doc = parse("\x80\x02K\x07(0.");
   CHECK(doc->root()->int_value == 7);
-  doc = parse("\x80\x02K\x07(K\x01K\x02" "1.");
+  doc = parse(
+      "\x80\x02K\x07(K\x01K\x02"
+      "1.");
   CHECK(doc->root()->int_value == 7);
 
   // BUILD with (None, slots) and (dict, dict) state; BUILD on other kinds drops the state.
-  doc = parse("\x80\x02" "ccollections\nOrderedDict\n)R(N}(" + binunicode("x") + "K\x01utb.");
+  doc = parse(
+      "\x80\x02"
+      "ccollections\nOrderedDict\n)R(N}(" +
+      binunicode("x") + "K\x01utb.");
   CHECK(render(doc->root()) == "OrderedDict{}@{\"x\": 1}");
   doc = parse("\x80\x02}(}(" + binunicode("x") + "K\x01u}(" + binunicode("y") + "K\x02utb.");
   CHECK(render(doc->root()) == "{}@{\"x\": 1, \"y\": 2}");
-  doc = parse("\x80\x02]K\x01" "b.");
+  doc = parse(
+      "\x80\x02]K\x01"
+      "b.");
   CHECK(render(doc->root()) == "[]");
 
   // OrderedDict, dict and list from arguments.
-  doc = parse("\x80\x02" "ccollections\nOrderedDict\n]((K\x01K\x02t(K\x03K\x04te\x85R.");
+  doc = parse(
+      "\x80\x02"
+      "ccollections\nOrderedDict\n]((K\x01K\x02t(K\x03K\x04te\x85R.");
   CHECK(render(doc->root()) == "OrderedDict{1: 2, 3: 4}");
-  doc = parse("\x80\x02" "c__builtin__\ndict\n](K\x01K\x02\x86" "e\x85R.");
+  doc = parse(
+      "\x80\x02"
+      "c__builtin__\ndict\n](K\x01K\x02\x86"
+      "e\x85R.");
   CHECK(render(doc->root()) == "{1: 2}");
-  doc = parse("\x80\x02" "c" "builtins\nlist\n(K\x01K\x02t\x85R.");
+  doc = parse(
+      "\x80\x02"
+      "c"
+      "builtins\nlist\n(K\x01K\x02t\x85R.");
   CHECK(render(doc->root()) == "[1, 2]");
-  doc = parse("\x80\x02" "c" "collections\ndefaultdict\n" "c" "builtins\nlist\n\x85R.");
+  doc = parse(
+      "\x80\x02"
+      "c"
+      "collections\ndefaultdict\n"
+      "c"
+      "builtins\nlist\n\x85R.");
   CHECK(render(doc->root()) == "{}");
 
   // Protocol 0 text forms.
-  doc = parse("(I01\nI00\nI-12\nL123456789012345678901234567890L\nF-1.25\nS'a\\x41\\n\\101\\\\'\nV\\u00e9\\\\x\np0\ng0\nl.");
+  doc = parse(
+      "(I01\nI00\nI-12\nL123456789012345678901234567890L\nF-1.25\nS'a\\x41\\n\\101\\\\'\nV\\u00e9\\\\x\np0\ng0\nl.");
   CHECK(render(doc->root()) ==
-        "[True, False, -12, 123456789012345678901234567890, float:-1.25, \"aA\\x0a" "A\\x5c\", \"\\xc3\\xa9\\x5c\\x5cx\", "
+        "[True, False, -12, 123456789012345678901234567890, float:-1.25, \"aA\\x0a"
+        "A\\x5c\", \"\\xc3\\xa9\\x5c\\x5cx\", "
         "\"\\xc3\\xa9\\x5c\\x5cx\"]");
   doc = parse("(F1e400\nF-1e400\nF1e-400\nF-0.00001e-400\nF+2.5\nF 3 \nl.");
   CHECK(render(doc->root()) == "[float:inf, float:-inf, float:0, float:-0, float:2.5, float:3]");
@@ -491,7 +546,10 @@ TEST_CASE("deep nesting needs no recursion", "[pickle][hostile]") {
   constexpr int kDepth = 1'000'000;
   // Lists nested through the memo, with a stack of constant height.
   std::string data = "\x80\x02]q\x00"s;
-  const std::string step = "]r\x01\x00\x00\x00"s "a" "0j\x01\x00\x00\x00"s;
+  const std::string step =
+      "]r\x01\x00\x00\x00"s
+      "a"
+      "0j\x01\x00\x00\x00"s;
   data.reserve(data.size() + step.size() * kDepth + 8);
   for (int i = 0; i < kDepth; ++i) data += step;
   data += "0h\x00."s;
@@ -555,7 +613,11 @@ std::string long_binget(uint32_t k) {
 
 // list(L) of a memoised list of `items` Nones, `copies` times, into one list: 7 bytes per copy.
 std::string list_copies(int items, int copies) {
-  std::string data = "\x80\x02" "cbuiltins\nlist\nq\x00" "0]q\x01("s + std::string(static_cast<size_t>(items), 'N') + "e0]";
+  std::string data =
+      "\x80\x02"
+      "cbuiltins\nlist\nq\x00"
+      "0]q\x01("s +
+      std::string(static_cast<size_t>(items), 'N') + "e0]";
   for (int i = 0; i < copies; ++i) data += "h\x00h\x01\x85Ra"s;
   return data + ".";
 }
@@ -612,46 +674,85 @@ TEST_CASE("memoised objects cannot be copied into huge containers", "[pickle][ho
     const char* what;
     std::string data;
   };
-  std::string big_dict = "\x80\x02" "cbuiltins\ndict\nq\x00" "0}q\x01"s;
-  for (int k = 0; k < 20000; ++k) big_dict += "(M" + std::string{static_cast<char>(k & 0xff), static_cast<char>(k >> 8)} + "Nu";
-  std::string big_bytes = "\x80\x02" "cbuiltins\nbytes\nq\x00" "0B\x00\x00\x04\x00"s + std::string(256 << 10, 'x') + "q\x01" "0";
-  std::string name = "\x80\x02" "cm\n" + std::string(4000, 'n') + "\nq\x00" "0"s;
-  std::string shape = "\x80\x02" "ctorch._utils\n_rebuild_tensor_v2\nq\x00" "0("s + storage_pid() + "K\x00("s;
+  std::string big_dict =
+      "\x80\x02"
+      "cbuiltins\ndict\nq\x00"
+      "0}q\x01"s;
+  for (int k = 0; k < 20000; ++k)
+    big_dict += "(M" + std::string{static_cast<char>(k & 0xff), static_cast<char>(k >> 8)} + "Nu";
+  std::string big_bytes =
+      "\x80\x02"
+      "cbuiltins\nbytes\nq\x00"
+      "0B\x00\x00\x04\x00"s +
+      std::string(256 << 10, 'x') +
+      "q\x01"
+      "0";
+  std::string name =
+      "\x80\x02"
+      "cm\n" +
+      std::string(4000, 'n') +
+      "\nq\x00"
+      "0"s;
+  std::string shape =
+      "\x80\x02"
+      "ctorch._utils\n_rebuild_tensor_v2\nq\x00"
+      "0("s +
+      storage_pid() + "K\x00("s;
   for (int i = 0; i < 50'000; ++i) shape += "K\x00"s;
   shape += "tq\x02h\x02\x89Nt"s;
-  shape += "q\x01" "0";
+  shape +=
+      "q\x01"
+      "0";
   const std::vector<named> cases = {
-      {"dict(D)", big_dict + "0]" + [] {
-         std::string s;
-         for (int i = 0; i < 20000; ++i) s += "h\x00h\x01\x85Ra"s;
-         return s;
-       }() + "."},
-      {"bytes(B)", big_bytes + "]" + [] {
-         std::string s;
-         for (int i = 0; i < 3000; ++i) s += "h\x00h\x01\x85Ra"s;
-         return s;
-       }() + "."},
-      {"an opaque call's name", name + "]" + [] {
-         std::string s;
-         for (int i = 0; i < 100'000; ++i) s += "h\x00)Ra"s;
-         return s;
-       }() + "."},
-      {"a tensor's shape", shape + "]" + [] {
-         std::string s;
-         for (int i = 0; i < 3000; ++i) s += "h\x00h\x01Ra"s;
-         return s;
-       }() + "."},
+      {"dict(D)", big_dict + "0]" +
+                      [] {
+                        std::string s;
+                        for (int i = 0; i < 20000; ++i) s += "h\x00h\x01\x85Ra"s;
+                        return s;
+                      }() +
+                      "."},
+      {"bytes(B)", big_bytes + "]" +
+                       [] {
+                         std::string s;
+                         for (int i = 0; i < 3000; ++i) s += "h\x00h\x01\x85Ra"s;
+                         return s;
+                       }() +
+                       "."},
+      {"an opaque call's name", name + "]" +
+                                    [] {
+                                      std::string s;
+                                      for (int i = 0; i < 100'000; ++i) s += "h\x00)Ra"s;
+                                      return s;
+                                    }() +
+                                    "."},
+      {"a tensor's shape", shape + "]" +
+                               [] {
+                                 std::string s;
+                                 for (int i = 0; i < 3000; ++i) s += "h\x00h\x01Ra"s;
+                                 return s;
+                               }() +
+                               "."},
       {"a million 1-byte nodes", "\x80\x02](" + std::string(1'500'000, ']') + "e."},
-      {"set(L) of one item repeated", "\x80\x02" "cbuiltins\nset\nq\x00" "0]q\x01("s + std::string(100'000, 'N') + "e0]" + [] {
-         std::string s;
-         for (int i = 0; i < 3000; ++i) s += "h\x00h\x01\x85Ra"s;
-         return s;
-       }() + "."},
-      {"BUILD of one big state", big_dict + "0ccollections\nOrderedDict\n)R" + [] {
-         std::string s;
-         for (int i = 0; i < 20000; ++i) s += "h\x01" "b"s;
-         return s;
-       }() + "."},
+      {"set(L) of one item repeated",
+       "\x80\x02"
+       "cbuiltins\nset\nq\x00"
+       "0]q\x01("s +
+           std::string(100'000, 'N') + "e0]" +
+           [] {
+             std::string s;
+             for (int i = 0; i < 3000; ++i) s += "h\x00h\x01\x85Ra"s;
+             return s;
+           }() +
+           "."},
+      {"BUILD of one big state", big_dict + "0ccollections\nOrderedDict\n)R" +
+                                     [] {
+                                       std::string s;
+                                       for (int i = 0; i < 20000; ++i)
+                                         s += "h\x01"
+                                              "b"s;
+                                       return s;
+                                     }() +
+                                     "."},
   };
   for (const auto& c : cases) {
     const std::string m = parse_error(c.data);
@@ -673,12 +774,14 @@ TEST_CASE("checkpoints stay far below the memory budget", "[pickle][fixtures]") 
 TEST_CASE("big keys are interned: compared by id, hashed once", "[pickle][hostile]") {
   // Seven keys of 64 KB set 300000 times would copy 8 keys per set before (150 GB of copies).
   std::string data = "\x80\x02";
-  for (int i = 0; i < 7; ++i) data += binunicode(std::string(64 << 10, static_cast<char>('a' + i))) + long_binput(10 + i) + "0";
+  for (int i = 0; i < 7; ++i)
+    data += binunicode(std::string(64 << 10, static_cast<char>('a' + i))) + long_binput(10 + i) + "0";
   data += "}";
   for (int i = 0; i < 300'000; ++i) data += long_binget(10 + i % 7) + "K" + std::string{static_cast<char>(i % 7)} + "s";
   // Equal keys from different nodes, past the linear scan (an index), and before it.
   data += binunicode(std::string(64 << 10, 'a')) + "K\x63s";
-  const std::string set = "\x80\x02\x8f(" + binunicode("x") + binunicode("x") + "K\x01\x88G?\xf0\x00\x00\x00\x00\x00\x00"s + "\x90.";
+  const std::string set =
+      "\x80\x02\x8f(" + binunicode("x") + binunicode("x") + "K\x01\x88G?\xf0\x00\x00\x00\x00\x00\x00"s + "\x90.";
   auto doc = parse(data + ".");
   const pickle_node* d = doc->root();
   REQUIRE(d->entries.size() == 7);
@@ -691,7 +794,13 @@ TEST_CASE("big keys are interned: compared by id, hashed once", "[pickle][hostil
 
   // Other keys are found by identity, as Python does first: one memoised opaque object (or NaN)
   // set 100000 times is one entry; two equal tuples that are different objects are two.
-  std::string same = "\x80\x02" "cm\n" + std::string(4000, 'n') + "\n)Rq\x01" "0G\x7f\xf8\x00\x00\x00\x00\x00\x00q\x02" "0}"s;
+  std::string same =
+      "\x80\x02"
+      "cm\n" +
+      std::string(4000, 'n') +
+      "\n)Rq\x01"
+      "0G\x7f\xf8\x00\x00\x00\x00\x00\x00q\x02"
+      "0}"s;
   for (int i = 0; i < 100'000; ++i) same += "h\x01K\x01s"s;
   same += "h\x02K\x02sh\x02K\x03sK\x01K\x02\x86K\x04sK\x01K\x02\x86K\x05s.";
   doc = parse(same);
@@ -700,14 +809,18 @@ TEST_CASE("big keys are interned: compared by id, hashed once", "[pickle][hostil
   CHECK(doc->root()->entries[1].second->int_value == 3);
   CHECK(doc->root()->entries[2].second->int_value == 4);
   CHECK(doc->root()->entries[3].second->int_value == 5);
-  doc = parse("\x80\x02G\x7f\xf8\x00\x00\x00\x00\x00\x00q\x00" "0\x8f(h\x00h\x00\x90."s);
+  doc = parse(
+      "\x80\x02G\x7f\xf8\x00\x00\x00\x00\x00\x00q\x00"
+      "0\x8f(h\x00h\x00\x90."s);
   CHECK(doc->root()->items.size() == 1);
   doc = parse("\x80\x02\x8f(G\x7f\xf8\x00\x00\x00\x00\x00\x00G\x7f\xf8\x00\x00\x00\x00\x00\x00\x90."s);
   CHECK(doc->root()->items.size() == 2);  // two NaN objects
 }
 
 TEST_CASE("immutable scalars are shared nodes", "[pickle]") {
-  auto doc = parse("\x80\x02(NN\x88\x88I01\nK\x05M\x05\x00J\x05\x00\x00\x00K\xff" "M\x00\x01M\x00\x01))(t\x8a\x01\x05l."s);
+  auto doc = parse(
+      "\x80\x02(NN\x88\x88I01\nK\x05M\x05\x00J\x05\x00\x00\x00K\xff"
+      "M\x00\x01M\x00\x01))(t\x8a\x01\x05l."s);
   const auto& it = doc->root()->items;
   REQUIRE(it.size() == 15);
   CHECK(it[0] == it[1]);
@@ -729,7 +842,8 @@ TEST_CASE("global names are limited in length", "[pickle][hostile]") {
   CHECK(parse_error("c" + ok + "\nx\n.") == "");
   CHECK(parse_error("cx\n" + ok + "\n.") == "");
   CHECK(parse_error("c" + ok + "m\nx\n.") ==
-        kContext + ": at byte 0: opcode GLOBAL (0x63): global name limit: a module or name of 4097 bytes, more than 4096");
+        kContext +
+            ": at byte 0: opcode GLOBAL (0x63): global name limit: a module or name of 4097 bytes, more than 4096");
   CHECK(parse_error("cx\n" + ok + "m\n.").find("global name limit") != std::string::npos);
   CHECK(parse_error("\x80\x04" + binunicode(ok + "m") + binunicode("x") + "\x93.").find("global name limit") !=
         std::string::npos);
@@ -756,7 +870,9 @@ TEST_CASE("tensor subclasses (_rebuild_from_type_v2) are the tensors they hold",
   CHECK(entry(root, "plain")->tensor->subclass.empty());
 
   // Only the tensor rebuilds are called through it; anything else stays opaque.
-  const std::string from_type = "\x80\x02" "ctorch._tensor\n_rebuild_from_type_v2\n(";
+  const std::string from_type =
+      "\x80\x02"
+      "ctorch._tensor\n_rebuild_from_type_v2\n(";
   const std::string args = "(" + storage_pid() + "K\x00K\x02\x85K\x01\x85\x89Nt"s;
   doc = parse(from_type + "ctorch._utils\n_rebuild_tensor_v2\nc__main__\nT\n" + args + "NtR.");
   REQUIRE(doc->root()->kind == pickle_kind::tensor);
@@ -768,9 +884,9 @@ TEST_CASE("tensor subclasses (_rebuild_from_type_v2) are the tensors they hold",
   CHECK(doc->root()->tensor->is_parameter);
   const std::vector<std::string> opaque = {
       from_type + "ctorch._utils\n_rebuild_sparse_tensor\nc__main__\nT\n" + args + "NtR.",  // not a dense rebuild
-      from_type + "cos\nsystem\nc__main__\nT\n(" + binunicode("ls") + "tNtR.",           // not a rebuild at all
-      from_type + "ctorch._utils\n_rebuild_tensor_v2\nc__main__\nT\n]NtR.",               // args not a tuple
-      from_type + "ctorch._utils\n_rebuild_tensor_v2\nc__main__\nT\n" + args + "tR.",      // three arguments
+      from_type + "cos\nsystem\nc__main__\nT\n(" + binunicode("ls") + "tNtR.",              // not a rebuild at all
+      from_type + "ctorch._utils\n_rebuild_tensor_v2\nc__main__\nT\n]NtR.",                 // args not a tuple
+      from_type + "ctorch._utils\n_rebuild_tensor_v2\nc__main__\nT\n" + args + "tR.",       // three arguments
   };
   for (const auto& data : opaque) {
     INFO(escape(data));
@@ -779,5 +895,6 @@ TEST_CASE("tensor subclasses (_rebuild_from_type_v2) are the tensors they hold",
     CHECK(doc->root()->text == "torch._tensor._rebuild_from_type_v2");
   }
   // Bad tensor arguments are the rebuild's errors.
-  CHECK(parse_error(from_type + "ctorch._utils\n_rebuild_tensor_v2\nc__main__\nT\n(NtNtR.").find("tensor rebuild takes 6 arguments") != std::string::npos);
+  CHECK(parse_error(from_type + "ctorch._utils\n_rebuild_tensor_v2\nc__main__\nT\n(NtNtR.")
+            .find("tensor rebuild takes 6 arguments") != std::string::npos);
 }

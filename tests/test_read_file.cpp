@@ -22,7 +22,7 @@ std::string write_file(const std::string& path, const std::string& bytes) {
 TEST_CASE("read_text_file takes a file of max_size bytes and refuses one byte more", "[read_file]") {
   const std::string path = write_file("read_file_edge.txt", std::string(1000, 'x'));
   CHECK(read_text_file(path, 1000) == std::string(1000, 'x'));  // the last valid size
-  CHECK_THROWS_AS(read_text_file(path, 999), input_error);       // the first invalid one
+  CHECK_THROWS_AS(read_text_file(path, 999), input_error);      // the first invalid one
   CHECK_THROWS_WITH(read_text_file(path, 999), Catch::Contains("larger than 999 bytes"));
   // Past a read's piece (64 KiB) too: the size counts across pieces.
   write_file(path, std::string(65536 * 2 + 1, 'y'));

@@ -26,9 +26,8 @@ TEST_CASE("resume record: what one run writes the next reads back", "[resume][un
   r.layout = output_layout::averaged_model;
   r.inputs = {"ema.pt", "ckpt_12.pt"};
   const std::string text = to_json(r);
-  CHECK(text ==
-        R"({"version":1,"mode":"ema","n":12,"decay":0.999,"warmup":"power","counts":{"b":3,"a":2},)"
-        R"("accumulate_differs":true,"layout":"averaged-model","inputs":["ema.pt","ckpt_12.pt"]})");
+  CHECK(text == R"({"version":1,"mode":"ema","n":12,"decay":0.999,"warmup":"power","counts":{"b":3,"a":2},)"
+                R"("accumulate_differs":true,"layout":"averaged-model","inputs":["ema.pt","ckpt_12.pt"]})");
   const resume_record back = resume_record_from_json(text, "ema.pt");
   CHECK(back.mode == r.mode);
   CHECK(back.n == r.n);
@@ -92,8 +91,8 @@ TEST_CASE("resume record: an average made with --avg-fn resumes only with the sa
   const std::vector<resume_case> cases = {
       {"same bytes, other path", avg_fn_spec{avg_fn_kind::avg_fn, "f.ts", digest},
        avg_fn_spec{avg_fn_kind::avg_fn, "copy.ts", digest}, nullptr},
-      {"other bytes", avg_fn_spec{avg_fn_kind::avg_fn, "f.ts", digest},
-       avg_fn_spec{avg_fn_kind::avg_fn, "f.ts", other}, "cannot resume it with --avg-fn f.ts (sha256 bbbb"},
+      {"other bytes", avg_fn_spec{avg_fn_kind::avg_fn, "f.ts", digest}, avg_fn_spec{avg_fn_kind::avg_fn, "f.ts", other},
+       "cannot resume it with --avg-fn f.ts (sha256 bbbb"},
       {"other kind", avg_fn_spec{avg_fn_kind::avg_fn, "f.ts", digest},
        avg_fn_spec{avg_fn_kind::multi_avg_fn, "f.ts", digest}, "cannot resume it with --multi-avg-fn f.ts"},
       {"function dropped", avg_fn_spec{avg_fn_kind::avg_fn, "f.ts", digest}, std::nullopt,

@@ -15,7 +15,8 @@ TEST_CASE("rules: first match wins, searched anywhere", "[rules]") {
     {"match": "bn", "action": "latest"},
     {"match": "embed", "action": "average", "decay": 0.99},
     {"match": ".*", "action": "first"}
-  ])", "r.json");
+  ])",
+                           "r.json");
   REQUIRE(rules.size() == 4);
   CHECK(match_rule(rules, "fc.weight")->action == tensor_action::drop);
   CHECK(match_rule(rules, "layer1.fc.weight")->action == tensor_action::first);

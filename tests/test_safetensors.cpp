@@ -56,8 +56,8 @@ std::string st_bytes(const std::string& header, size_t data_len) {
 }
 
 std::string entry(const std::string& dtype, const std::string& shape, uint64_t begin, uint64_t end) {
-  return R"({"dtype":")" + dtype + R"(","shape":)" + shape + R"(,"data_offsets":[)" +
-         std::to_string(begin) + "," + std::to_string(end) + "]}";
+  return R"({"dtype":")" + dtype + R"(","shape":)" + shape + R"(,"data_offsets":[)" + std::to_string(begin) + "," +
+         std::to_string(end) + "]}";
 }
 
 json read_json(const std::string& path) {
@@ -151,9 +151,8 @@ TEST_CASE("reads a file without tensors", "[safetensors][fixtures]") {
 
 TEST_CASE("accepts what the reference accepts", "[safetensors]") {
   SECTION("null metadata, padding, several empty tensors at one offset") {
-    const std::string header = R"({"__metadata__":null,"a":)" + entry("F32", "[0]", 0, 0) +
-                               R"(,"b":)" + entry("I8", "[2]", 0, 2) + R"(,"c":)" +
-                               entry("BOOL", "[3,0]", 2, 2) + "}    ";
+    const std::string header = R"({"__metadata__":null,"a":)" + entry("F32", "[0]", 0, 0) + R"(,"b":)" +
+                               entry("I8", "[2]", 0, 2) + R"(,"c":)" + entry("BOOL", "[3,0]", 2, 2) + "}    ";
     auto c = read_safetensors(mapped_file::from_memory(st_bytes(header, 2), "ok.safetensors"));
     REQUIRE(c.tensors.size() == 3);
     CHECK(c.tensors[0].name == "a");
@@ -162,8 +161,8 @@ TEST_CASE("accepts what the reference accepts", "[safetensors]") {
     CHECK(c.tensors[2].view.shape == std::vector<int64_t>{3, 0});
   }
   SECTION("unicode names and escapes") {
-    const std::string header = R"({"caf\u00e9.w":)" + entry("U8", "[1]", 0, 1) + R"(,"中":)" +
-                               entry("U8", "[1]", 1, 2) + "}";
+    const std::string header =
+        R"({"caf\u00e9.w":)" + entry("U8", "[1]", 0, 1) + R"(,"中":)" + entry("U8", "[1]", 1, 2) + "}";
     auto c = read_safetensors(mapped_file::from_memory(st_bytes(header, 2), "ok.safetensors"));
     REQUIRE(c.tensors.size() == 2);
     CHECK(c.tensors[0].name == "caf\xc3\xa9.w");
@@ -269,7 +268,8 @@ TEST_CASE("rejects malformed files with a specific message", "[safetensors]") {
        "dtype F8_E4M3 is not supported by swavg"},
       {"shape and offsets disagree", st_bytes(R"({"fc.weight":)" + entry("F32", "[10,16]", 0, 600) + "}", 600),
        "tensor 'fc.weight': shape [10, 16] x 4 bytes = 640 bytes but data_offsets span 600 bytes"},
-      {"overlapping ranges", st_bytes(R"({"a":)" + entry("F32", "[2]", 0, 8) + R"(,"b":)" + entry("F32", "[2]", 4, 12) + "}", 12),
+      {"overlapping ranges",
+       st_bytes(R"({"a":)" + entry("F32", "[2]", 0, 8) + R"(,"b":)" + entry("F32", "[2]", 4, 12) + "}", 12),
        "tensor 'b': data_offsets [4, 12] overlap tensor 'a' at [0, 8]"},
       {"a gap", st_bytes(R"({"a":)" + f32_4 + R"(,"b":)" + entry("F32", "[1]", 8, 12) + "}", 12),
        "tensor 'b': data_offsets [8, 12] leave a gap of 4 bytes after tensor 'a'"},
@@ -291,8 +291,7 @@ TEST_CASE("rejects malformed files with a specific message", "[safetensors]") {
        "is too large"},
       {"size overflow", st_bytes(R"({"a":)" + entry("F64", "[4611686018427387904]", 0, 0) + "}", 0),
        "x 8 bytes overflows"},
-      {"one offset", st_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", 4),
-       "expected [begin, end]"},
+      {"one offset", st_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", 4), "expected [begin, end]"},
       {"missing key", st_bytes(R"({"a":{"dtype":"F32","shape":[1]}})", 4), "tensor 'a': missing 'data_offsets'"},
       {"extra key", st_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4),
        "tensor 'a': unexpected key 'x'"},
@@ -411,7 +410,8 @@ TEST_CASE("the Python reference checker rejects a mismatch", "[safetensors][fixt
   const std::string path = dir.path + "/x.safetensors";
   {
     atomic_file out(path);
-    safetensors_writer w(out, {{"a", dtype::float32, {2, 2}}, {"b", dtype::int32, {6}}, {"c", dtype::float16, {3}}}, {});
+    safetensors_writer w(out, {{"a", dtype::float32, {2, 2}}, {"b", dtype::int32, {6}}, {"c", dtype::float16, {3}}},
+                         {});
     std::string zeros(46, '\0');
     w.write(zeros.data(), zeros.size());
     w.finish();

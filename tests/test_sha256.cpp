@@ -23,9 +23,9 @@ std::string digest(const std::string& s) {
 
 // Python's hashlib, the reference.
 std::string hashlib(const std::string& path) {
-  const std::string cmd = std::string(SWAVG_PYTHON) +
-                          " -c \"import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest())\" " +
-                          path;
+  const std::string cmd =
+      std::string(SWAVG_PYTHON) +
+      " -c \"import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest())\" " + path;
   FILE* p = ::popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   char buf[128] = {};
@@ -47,7 +47,8 @@ TEST_CASE("FIPS 180-4 test vectors, with the SHA extensions and with the portabl
       {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
       {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
-      {"abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu",
+      {"abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrst"
+       "u",
        "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1"},
       {std::string(1000000, 'a'), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"},
   };

@@ -78,14 +78,16 @@ std::string index_with(const std::string& weight_map, const std::string& metadat
 }  // namespace
 
 TEST_CASE("a valid index keeps the weight map in the file's order", "[sharded_input]") {
-  const hf_index i = parse_hf_index("i.json", index_with(R"({"b": "s2", "a": "s1", "c": "s2"})", R"({"total_size": 24})"));
+  const hf_index i =
+      parse_hf_index("i.json", index_with(R"({"b": "s2", "a": "s1", "c": "s2"})", R"({"total_size": 24})"));
   REQUIRE(i.total_size == 24u);
   REQUIRE(i.weight_map.size() == 3);
   CHECK(i.weight_map[0] == std::make_pair(std::string("b"), std::string("s2")));
   CHECK(i.weight_map[1].first == "a");
   CHECK(shard_names(i) == std::vector<std::string>{"s2", "s1"});
   CHECK_FALSE(parse_hf_index("i.json", R"({"weight_map": {"a": "s"}})").total_size);
-  CHECK_FALSE(parse_hf_index("i.json", R"({"metadata": {"format": "pt"}, "weight_map": {"a": "s"}, "x": [1]})").total_size);
+  CHECK_FALSE(
+      parse_hf_index("i.json", R"({"metadata": {"format": "pt"}, "weight_map": {"a": "s"}, "x": [1]})").total_size);
   CHECK(parse_hf_index("i.json", index_with(R"({"a": "s"})", R"({"total_size": 18446744073709551615})")).total_size ==
         UINT64_MAX);
   CHECK(parse_hf_index("i.json", index_with(R"({"a": "s"})", R"({"total_size": 12.0})")).total_size == 12u);
@@ -194,8 +196,8 @@ TEST_CASE("shards are merged in the weight map's shard order, each in its own or
     CHECK(checkpoint_folder(arg) == d.path);
   }
   CHECK(checkpoint_files(d.path) == std::vector<std::string>{d / kSafetensorsIndexName,
-                                                            d / "model-00002-of-00002.safetensors",
-                                                            d / "model-00001-of-00002.safetensors"});
+                                                             d / "model-00002-of-00002.safetensors",
+                                                             d / "model-00001-of-00002.safetensors"});
   CHECK(checkpoint_folder(d / "model-00001-of-00002.safetensors").empty());
   CHECK(checkpoint_files(d / "model-00001-of-00002.safetensors") ==
         std::vector<std::string>{d / "model-00001-of-00002.safetensors"});
@@ -246,14 +248,14 @@ TEST_CASE("a total_size that disagrees is a warning, not an error", "[sharded_in
 TEST_CASE("folders: which file is read, and a folder without a checkpoint", "[sharded_input]") {
   temp_dir d;
   exit_code code = exit_code::ok;
-  CHECK_THAT(error_of([&] { load_state_dict(d.path); }, &code),
-             Catch::Contains("a folder without a checkpoint") && Catch::Contains(kSafetensorsIndexName) &&
-                 Catch::Contains("it holds nothing"));
+  CHECK_THAT(error_of([&] { load_state_dict(d.path); }, &code), Catch::Contains("a folder without a checkpoint") &&
+                                                                    Catch::Contains(kSafetensorsIndexName) &&
+                                                                    Catch::Contains("it holds nothing"));
   CHECK(code == exit_code::bad_input);
   write_file(d / "config.json", "{}");
   for (int i = 0; i < 12; ++i) write_file(d / ("f" + std::to_string(i + 10)), "");
-  CHECK_THAT(error_of([&] { load_state_dict(d.path); }), Catch::Contains("'config.json', 'f10'") &&
-                                                             Catch::Contains("and 3 more"));
+  CHECK_THAT(error_of([&] { load_state_dict(d.path); }),
+             Catch::Contains("'config.json', 'f10'") && Catch::Contains("and 3 more"));
 
   write_shard(d / kTorchSingleName, {{"single_bin", 1}});  // not a torch file, but never read below
   write_shard(d / kSafetensorsSingleName, {{"single", 1}});

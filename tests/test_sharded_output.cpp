@@ -50,11 +50,11 @@ env_lookup env_of(std::map<std::string, std::string> vars) {
 }  // namespace
 
 TEST_CASE("greedy packing at the limit's edges", "[sharded_output]") {
-  CHECK(pack_shards({5, 5}, 10) == shards{{0, 1}});            // exactly at the limit
-  CHECK(pack_shards({5, 6}, 10) == shards{{0}, {1}});          // one byte over
+  CHECK(pack_shards({5, 5}, 10) == shards{{0, 1}});             // exactly at the limit
+  CHECK(pack_shards({5, 6}, 10) == shards{{0}, {1}});           // one byte over
   CHECK(pack_shards({3, 25, 4}, 10) == shards{{0}, {1}, {2}});  // larger than the limit: alone
   CHECK(pack_shards({25, 3}, 10) == shards{{0}, {1}});
-  CHECK(pack_shards({1, 2, 3}, 1000) == shards{{0, 1, 2}});    // all in one
+  CHECK(pack_shards({1, 2, 3}, 1000) == shards{{0, 1, 2}});         // all in one
   CHECK(pack_shards({10, 0, 0, 1}, 10) == shards{{0, 1, 2}, {3}});  // empty tensors join
   CHECK(pack_shards({0, 11}, 10) == shards{{0}, {1}});
   CHECK(pack_shards({}, 10).empty());
@@ -113,9 +113,25 @@ TEST_CASE("shard size option: units, last valid and first invalid", "[sharded_ou
     CHECK(parse_shard_size(g.text) == g.bytes);
   }
   const std::vector<std::string> bad = {
-      "0", "0MB", "-1", "-5GB", "", "GB", "5 GB", " 5GB", "5GBB", "5XB", "1.", ".5GB", "1e9", "0x10", "1.0000001KB",
+      "0",
+      "0MB",
+      "-1",
+      "-5GB",
+      "",
+      "GB",
+      "5 GB",
+      " 5GB",
+      "5GBB",
+      "5XB",
+      "1.",
+      ".5GB",
+      "1e9",
+      "0x10",
+      "1.0000001KB",
       "9223372036854775808",  // the first invalid
-      "8388608TiB", "99999999999999999999999", "1b",
+      "8388608TiB",
+      "99999999999999999999999",
+      "1b",
   };
   for (const auto& b : bad) {
     CAPTURE(b);
@@ -130,13 +146,16 @@ TEST_CASE("shard size option: units, last valid and first invalid", "[sharded_ou
 
 TEST_CASE("the index is byte for byte what Python's json.dumps writes", "[sharded_output]") {
   auto layout = plan_layout(output_format::safetensors,
-                            {spec("z.weight", 10), spec("a.bias", 3), spec("caf\xc3\xa9", 5), spec("m\"q\\x\n", 9), spec("del\x7f/\xf0\x9f\x98\x80", 1)}, 12);
+                            {spec("z.weight", 10), spec("a.bias", 3), spec("caf\xc3\xa9", 5), spec("m\"q\\x\n", 9),
+                             spec("del\x7f/\xf0\x9f\x98\x80", 1)},
+                            12);
   REQUIRE(layout.shards.size() == 3);
   const std::string text = index_json(layout);
   const std::string path = "index_case.json";
   std::ofstream(path, std::ios::binary) << text;
   const std::string python = run_python(
-      "import json,sys; d=json.load(open(sys.argv[1])); sys.stdout.write(json.dumps(d, indent=2, sort_keys=True) + \"\\n\")",
+      "import json,sys; d=json.load(open(sys.argv[1])); sys.stdout.write(json.dumps(d, indent=2, sort_keys=True) + "
+      "\"\\n\")",
       path);
   CHECK(python == text);
   CHECK(text.find("\"total_size\": 28") != std::string::npos);
@@ -156,7 +175,9 @@ TEST_CASE("plan and manifest round trips, and malformed ones", "[sharded_output]
   CHECK(plan_json(layout, {{"swavg", "{}"}, {"format", "pt"}}, {"config.json"}, 2) == text);  // deterministic
 
   const std::vector<std::string> bad_plans = {
-      "", "[]", "{\"swavg_plan\": 2}",
+      "",
+      "[]",
+      "{\"swavg_plan\": 2}",
       R"({"swavg_plan":1,"format":"x","max_shard_size":1,"workers":1,"total_size":0,"shards":[],"copied":[]})",
       R"({"swavg_plan":1,"format":"torch","max_shard_size":1,"workers":1,"total_size":0,"shards":[],"copied":[]})",
       R"({"swavg_plan":1,"format":"torch","max_shard_size":1,"workers":0,"total_size":1,"shards":[{"file":"a","bytes":1,"tensors":["x"]}],"copied":[]})",
@@ -174,8 +195,9 @@ TEST_CASE("plan and manifest round trips, and malformed ones", "[sharded_output]
   CHECK(back.plan_hash == m.plan_hash);
   CHECK(back.index == 1);
   CHECK(back.files.at(0).size == 3);
-  CHECK_THROWS_AS(parse_manifest(R"({"plan_hash":"x","index":0,"count":1,"files":[{"name":"f","size":1,"sha256":"zz"}]})", "m"),
-                  input_error);
+  CHECK_THROWS_AS(
+      parse_manifest(R"({"plan_hash":"x","index":0,"count":1,"files":[{"name":"f","size":1,"sha256":"zz"}]})", "m"),
+      input_error);
   CHECK(manifest_name(3, 16) == "swavg-worker-3-of-16.json");
 }
 
@@ -207,9 +229,12 @@ TEST_CASE("workers from --shard and the environment, in order", "[sharded_output
       "", std::nullopt, true,
       env_of({{"SLURM_ARRAY_TASK_ID", "6"}, {"SLURM_ARRAY_TASK_STEP", "2"}, {"SLURM_ARRAY_TASK_COUNT", "4"}}));
   CHECK(step.index == 3);
-  const worker_id p = resolve_worker("", std::nullopt, true, env_of({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}}));
+  const worker_id p =
+      resolve_worker("", std::nullopt, true,
+                     env_of({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}}));
   CHECK((p.index == 3 && p.source == "SLURM_PROCID"));
-  const worker_id r = resolve_worker("", std::nullopt, true, env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"JOB_COMPLETION_INDEX", "0"}}));
+  const worker_id r = resolve_worker("", std::nullopt, true,
+                                     env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"JOB_COMPLETION_INDEX", "0"}}));
   CHECK((r.index == 1 && r.source == "RANK"));
   const worker_id k = resolve_worker("", 4, true, env_of({{"JOB_COMPLETION_INDEX", "3"}}));
   CHECK((k.index == 3 && k.count == 4 && k.source == "JOB_COMPLETION_INDEX"));
@@ -218,7 +243,8 @@ TEST_CASE("workers from --shard and the environment, in order", "[sharded_output
   // The last valid counts of the other forms, and SLURM_ARRAY_TASK_MIN at its largest (the task itself).
   const worker_id k_last = resolve_worker("", 1000000, true, env_of({{"JOB_COMPLETION_INDEX", "999999"}}));
   CHECK((k_last.index == 999999 && k_last.count == 1000000));
-  CHECK(resolve_worker("", std::nullopt, true, env_of({{"RANK", "999999"}, {"WORLD_SIZE", "1000000"}})).count == 1000000);
+  CHECK(resolve_worker("", std::nullopt, true, env_of({{"RANK", "999999"}, {"WORLD_SIZE", "1000000"}})).count ==
+        1000000);
   const worker_id min_is_task = resolve_worker(
       "", std::nullopt, true,
       env_of({{"SLURM_ARRAY_TASK_ID", "2"}, {"SLURM_ARRAY_TASK_MIN", "2"}, {"SLURM_ARRAY_TASK_COUNT", "3"}}));
@@ -254,8 +280,16 @@ TEST_CASE("workers from --shard and the environment, in order", "[sharded_output
       {"", {}, true, {{"RANK", " 1"}, {"WORLD_SIZE", "2"}}, "RANK"},
       {"", {}, true, {{"SLURM_PROCID", "1.0"}, {"SLURM_NTASKS", "2"}}, "SLURM_PROCID"},
       {"", {}, true, {{"SLURM_ARRAY_TASK_ID", "3"}, {"SLURM_ARRAY_TASK_COUNT", "3"}}, "SLURM_ARRAY_TASK_ID"},
-      {"", {}, true, {{"SLURM_ARRAY_TASK_ID", "1"}, {"SLURM_ARRAY_TASK_MIN", "2"}, {"SLURM_ARRAY_TASK_COUNT", "3"}}, "SLURM_ARRAY_TASK_MIN"},
-      {"", {}, true, {{"SLURM_ARRAY_TASK_ID", "3"}, {"SLURM_ARRAY_TASK_STEP", "2"}, {"SLURM_ARRAY_TASK_COUNT", "3"}}, "SLURM_ARRAY_TASK_STEP"},
+      {"",
+       {},
+       true,
+       {{"SLURM_ARRAY_TASK_ID", "1"}, {"SLURM_ARRAY_TASK_MIN", "2"}, {"SLURM_ARRAY_TASK_COUNT", "3"}},
+       "SLURM_ARRAY_TASK_MIN"},
+      {"",
+       {},
+       true,
+       {{"SLURM_ARRAY_TASK_ID", "3"}, {"SLURM_ARRAY_TASK_STEP", "2"}, {"SLURM_ARRAY_TASK_COUNT", "3"}},
+       "SLURM_ARRAY_TASK_STEP"},
       {"", {}, true, {{"SLURM_ARRAY_TASK_ID", "0"}}, "SLURM_ARRAY_TASK_COUNT"},
   };
   for (const auto& b : bad) {
@@ -275,13 +309,14 @@ TEST_CASE("folder files: weights, indexes and folders are not copied; symlinks a
   ::mkdir(dir.c_str(), 0755);
   ::mkdir((dir + "/sub").c_str(), 0755);
   for (const char* name : {"config.json", "tokenizer.json", "README.md", "model-00001-of-00002.safetensors",
-                           "pytorch_model.bin", "model.safetensors.index.json", "x.pt", "x.pth", "x.ckpt", "tf_model.h5",
-                           "flax_model.msgpack", "m.gguf", "m.onnx", "blob"})
+                           "pytorch_model.bin", "model.safetensors.index.json", "x.pt", "x.pth", "x.ckpt",
+                           "tf_model.h5", "flax_model.msgpack", "m.gguf", "m.onnx", "blob"})
     std::ofstream(dir + "/" + name) << name;
   REQUIRE(::symlink("blob", (dir + "/generation_config.json").c_str()) == 0);
   REQUIRE(::symlink("missing", (dir + "/dangling.txt").c_str()) == 0);
   const folder_files f = classify_folder(dir);
-  CHECK(f.copied == std::vector<std::string>{"README.md", "blob", "config.json", "generation_config.json", "tokenizer.json"});
+  CHECK(f.copied ==
+        std::vector<std::string>{"README.md", "blob", "config.json", "generation_config.json", "tokenizer.json"});
   CHECK(f.skipped.size() == 12);  // 10 weights, the folder, the dangling link
   const written_file w = copy_file_hashed(dir + "/generation_config.json", dir + "/sub/copy", "copy");
   CHECK(w.size == 4);
@@ -295,7 +330,8 @@ TEST_CASE("the sharded sink writes only this worker's shards, each complete", "[
   const std::string dir = "sink_case";
   remove_tree(dir);
   ::mkdir(dir.c_str(), 0755);
-  const auto layout = plan_layout(output_format::safetensors, {spec("a", 6), spec("b", 0), spec("c", 5), spec("d", 2)}, 6);
+  const auto layout =
+      plan_layout(output_format::safetensors, {spec("a", 6), spec("b", 0), spec("c", 5), spec("d", 2)}, 6);
   REQUIRE(layout.shards.size() == 3);  // {a, b}, {c}, {d}
   {
     sharded_sink sink(dir, layout, {{"format", "pt"}}, 1, 2, true);  // worker 1 of 2: shard 2 only

@@ -50,8 +50,8 @@ TEST_CASE("training checkpoint: model found, opaque objects listed", "[torch_fil
   std::vector<std::string> opaque;
   for (const auto& o : sd.opaque) opaque.push_back(o.path + "=" + o.type);
   CHECK(std::find(opaque.begin(), opaque.end(), "args=argparse.Namespace") != opaque.end());
-  CHECK(std::find_if(opaque.begin(), opaque.end(), [](const std::string& s) { return s.rfind("best=numpy", 0) == 0; }) !=
-        opaque.end());
+  CHECK(std::find_if(opaque.begin(), opaque.end(),
+                     [](const std::string& s) { return s.rfind("best=numpy", 0) == 0; }) != opaque.end());
 }
 
 TEST_CASE("a --key picks a nested dict, and a wrong key says what is there", "[torch_file][fixtures]") {
@@ -208,7 +208,10 @@ TEST_CASE("a sink writes an alias as a second view of one storage record", "[tor
   const float data[4] = {1, 2, 3, 4};
   {
     tensor_sink sink(out, output_format::torch,
-                     {{"a", dtype::float32, {4}, std::nullopt}, {"b", dtype::float32, {4}, 0}, {"c", dtype::float32, {2}, std::nullopt}}, {});
+                     {{"a", dtype::float32, {4}, std::nullopt},
+                      {"b", dtype::float32, {4}, 0},
+                      {"c", dtype::float32, {2}, std::nullopt}},
+                     {});
     sink.write(data, sizeof data);
     sink.write(data, 2 * sizeof(float));
     sink.commit();

@@ -164,7 +164,8 @@ TEST_CASE("Class scanner: what it cannot read is an input_error", "[torchscript]
   }
 }
 
-TEST_CASE("Code records: the per-record and total bounds, at the last valid and first invalid value", "[torchscript][limits][fixtures]") {
+TEST_CASE("Code records: the per-record and total bounds, at the last valid and first invalid value",
+          "[torchscript][limits][fixtures]") {
   // tied.ts reads two code records: the root's class and Linear's.
   const std::string path = fixture("torchscript/tied.ts");
   auto file = mapped_file::open(path);

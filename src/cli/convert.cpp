@@ -85,11 +85,14 @@ void run_convert(const convert_options& o) {
 command setup_convert(CLI::App& parent) {
   auto o = std::make_shared<convert_options>();
   CLI::App* app = parent.add_subcommand("convert", "Write a checkpoint's state dict as torch.save or safetensors");
-  app->add_option("input", o->input, "Checkpoint to read (torch.save, TorchScript or safetensors; a sharded folder or index)")->required();
+  app->add_option("input", o->input,
+                  "Checkpoint to read (torch.save, TorchScript or safetensors; a sharded folder or index)")
+      ->required();
   app->add_option("-o,--output", o->output, "File to write, or DIR/: a Hugging Face folder of shards (resharding)")
       ->required();
   add_format_option(app, o->format);
-  app->add_option("--key", o->load.key, "Dotted path of the state dict inside a torch.save object, e.g. model or ema.module");
+  app->add_option("--key", o->load.key,
+                  "Dotted path of the state dict inside a torch.save object, e.g. model or ema.module");
   app->add_option("--strip-prefix", o->load.strip_prefixes, "Remove this prefix from tensor names, e.g. module.");
   app->add_flag("--force", o->force, "Replace an existing output");
   app->add_option("--max-shard-size", o->max_shard_size,

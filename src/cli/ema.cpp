@@ -32,9 +32,10 @@ power_function_ema power_ema_for(double sigma_rel, const std::vector<double>& ti
   for (const auto& path : inputs) {
     const auto t = parse_checkpoint_time(path);
     if (!t)
-      throw usage_error(fmt::format("{}: no training time in the name (as in ckpt-0004096.pt or step_100.safetensors); "
-                                    "give --snapshot-times",
-                                    path));
+      throw usage_error(
+          fmt::format("{}: no training time in the name (as in ckpt-0004096.pt or step_100.safetensors); "
+                      "give --snapshot-times",
+                      path));
     p.times.push_back(*t);
   }
   return p;
@@ -45,9 +46,7 @@ void run_ema(ema_options o) {
   if (o.power_sigma_rel) {
     const double sigma = *o.power_sigma_rel;
     const std::vector<double> times = o.times;
-    o.fold.complete = [sigma, times](fold_job& job) {
-      job.config.power_ema = power_ema_for(sigma, times, job.inputs);
-    };
+    o.fold.complete = [sigma, times](fold_job& job) { job.config.power_ema = power_ema_for(sigma, times, job.inputs); };
   } else if (!o.times.empty()) {
     throw usage_error("--snapshot-times gives the times of --power-sigma-rel: add --power-sigma-rel");
   }

@@ -119,8 +119,8 @@ void run_fold_command(fold_options o) {
   o.job.directory = is_directory_output(o.job.output);
   if (!o.max_shard_size.empty()) {
     if (!o.job.directory)
-      throw usage_error(fmt::format("--max-shard-size needs a folder output (-o DIR/, with the slash), not '{}'",
-                                    o.job.output));
+      throw usage_error(
+          fmt::format("--max-shard-size needs a folder output (-o DIR/, with the slash), not '{}'", o.job.output));
     o.job.max_shard_size = parse_shard_size(o.max_shard_size);
   }
   o.job.worker = resolve_worker(o.shard, o.shard_count, o.job.directory, [](const char* n) { return std::getenv(n); });

@@ -37,7 +37,8 @@ int hand_over(int argc, char** argv, const needs_libtorch& why) {
     const int fd = memfd_create("swavg-inputs", 0);
     std::string text;
     for (const auto& p : *listed) text += p + "\n";
-    if (fd < 0 || write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()) || lseek(fd, 0, SEEK_SET) != 0) {
+    if (fd < 0 || write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
+        lseek(fd, 0, SEEK_SET) != 0) {
       spdlog::error("{}, and the --inputs-from list cannot be passed on: {}", why.what(), errno_text(errno));
       return static_cast<int>(exit_code::io);
     }

@@ -97,8 +97,7 @@ std::vector<std::string> select_inputs(const input_selection& s) {
       kept.push_back(paths[i]);
     paths = std::move(kept);
   }
-  if (s.last > 0 && paths.size() > static_cast<size_t>(s.last))
-    paths.erase(paths.begin(), paths.end() - s.last);
+  if (s.last > 0 && paths.size() > static_cast<size_t>(s.last)) paths.erase(paths.begin(), paths.end() - s.last);
   if (paths.empty()) throw usage_error("no input checkpoints given");
   return paths;
 }

@@ -125,8 +125,10 @@ void run_inspect(const inspect_options& o) {
 command setup_inspect(CLI::App& parent) {
   auto o = std::make_shared<inspect_options>();
   CLI::App* app = parent.add_subcommand("inspect", "List a checkpoint's tensors and everything else it holds");
-  app->add_option("input", o->input, "Checkpoint (torch.save, TorchScript or safetensors; told by content)")->required();
-  app->add_option("--key", o->load.key, "Dotted path of the state dict inside a torch.save object, e.g. model or ema.module");
+  app->add_option("input", o->input, "Checkpoint (torch.save, TorchScript or safetensors; told by content)")
+      ->required();
+  app->add_option("--key", o->load.key,
+                  "Dotted path of the state dict inside a torch.save object, e.g. model or ema.module");
   app->add_option("--strip-prefix", o->load.strip_prefixes, "Remove this prefix from tensor names");
   app->add_flag("--json", o->json, "Print one JSON object on stdout");
   app->footer(

@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"swavg: average PyTorch checkpoints (SWA, EMA) and recompute BatchNorm statistics"};
   const std::string cuda = *SWAVG_LIBTORCH_CUDA ? fmt::format("CUDA {} compiled in", SWAVG_LIBTORCH_CUDA) : "CPU only";
-  app.set_version_flag("--version", fmt::format("swavg {} (LibTorch {}, {})", SWAVG_VERSION, SWAVG_LIBTORCH_VERSION, cuda));
+  app.set_version_flag("--version",
+                       fmt::format("swavg {} (LibTorch {}, {})", SWAVG_VERSION, SWAVG_LIBTORCH_VERSION, cuda));
   app.footer(
       "Examples:\n"
       "  swavg average ckpt_*.pt -o swa.pt\n"
@@ -70,7 +71,7 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", verbose, "More log output on stderr (-vv for trace)");
   app.add_flag("-q,--quiet", quiet, "Only errors on stderr");
 
-  std::vector<command> commands = {setup_average(app), setup_ema(app), setup_inspect(app), setup_convert(app),
+  std::vector<command> commands = {setup_average(app),   setup_ema(app),      setup_inspect(app),    setup_convert(app),
                                    setup_update_bn(app), setup_finalize(app), setup_posthoc_ema(app)};
   one_value_per_use(app);
 

@@ -51,9 +51,10 @@ std::vector<state_dict> load_checkpoints(const fold_job& job) {
   if (!same) {
     std::string list;
     for (const auto& sd : inputs) list += fmt::format("\n  {}: {}", sd.path, where(sd));
-    throw mismatch_error(fmt::format("the inputs' state dicts were found at different places:{}\nchoose one with "
-                                     "--key PATH (it must exist in every input)",
-                                     list));
+    throw mismatch_error(
+        fmt::format("the inputs' state dicts were found at different places:{}\nchoose one with "
+                    "--key PATH (it must exist in every input)",
+                    list));
   }
   if (!inputs.front().key.empty()) spdlog::info("took the state dict at '{}' in each input", inputs.front().key);
   return inputs;
@@ -144,7 +145,8 @@ fold_report run_directory_job(const fold_job& job) {
   folder_files extra;
   const std::string source_folder = checkpoint_folder(job.inputs.back());
   if (!source_folder.empty()) extra = classify_folder(source_folder);
-  for (const auto& name : extra.skipped) spdlog::info("{}/{}: not copied (weights, an index or not a file)", source_folder, name);
+  for (const auto& name : extra.skipped)
+    spdlog::info("{}/{}: not copied (weights, an index or not a file)", source_folder, name);
 
   out.stage(source_folder, extra.copied, locate_checkpoint(job.inputs.back()).names);
   const fold_result result = run_fold(folded, in, fold_target{out.path(), format, job.drop_objects, &out});
@@ -205,8 +207,7 @@ pipeline_report run_fold_pipeline(const fold_job& job, const std::optional<bn_st
     report.fold = run_fold_job(job);
     return report;
   }
-  if (job.directory)
-    throw usage_error("--update-bn writes one file: it does not take a folder output (-o DIR/)");
+  if (job.directory) throw usage_error("--update-bn writes one file: it does not take a folder output (-o DIR/)");
   if (job.model.empty())
     throw usage_error("--update-bn needs --model NET.ts, the TorchScript model to replay data through");
   require_libtorch("--update-bn");

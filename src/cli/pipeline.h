@@ -33,10 +33,10 @@ struct fold_job {
   std::string output;
   std::optional<output_format> format;  // default: from the output's extension
   bool force = false;
-  std::string resume;  // an earlier output to continue from
-  std::string model;   // TorchScript whose parameter/buffer split is used
+  std::string resume;         // an earlier output to continue from
+  std::string model;          // TorchScript whose parameter/buffer split is used
   bool drop_objects = false;  // leave non-tensor entries out of the output (--drop-objects)
-  std::string report_file;  // --report: written by the caller, its path checked with the others here
+  std::string report_file;    // --report: written by the caller, its path checked with the others here
   fold_config config;
   // A Hugging Face folder output (-o DIR/): shards of at most max_shard_size bytes, this worker's
   // share only when worker.count > 1 (into OUT.partial/, published by `swavg finalize`).
@@ -69,7 +69,6 @@ pipeline_report run_fold_pipeline(const fold_job& job, const std::optional<bn_st
 // Writes update-bn's state dict to `path`, with `metadata` (the weights' own) and the report
 // under "swavg_update_bn". Returns the bytes written.
 uint64_t save_updated_state(const std::string& path, output_format format, const update_bn_result& updated,
-                            std::map<std::string, std::string> metadata,
-                            const std::vector<object_entry>& objects = {});
+                            std::map<std::string, std::string> metadata, const std::vector<object_entry>& objects = {});
 
 }  // namespace swavg

@@ -27,8 +27,8 @@ struct fold_report {
   fold_mode mode = fold_mode::swa;
   double decay = 0.0;
   std::optional<power_function_ema> power_ema;  // ema --power-sigma-rel (decay unused)
-  int64_t n = 0;  // checkpoints in the average, resumed ones included
-  std::optional<avg_fn_spec> avg_fn;  // the function that averaged (--avg-fn, --multi-avg-fn)
+  int64_t n = 0;                                // checkpoints in the average, resumed ones included
+  std::optional<avg_fn_spec> avg_fn;            // the function that averaged (--avg-fn, --multi-avg-fn)
   std::vector<tensor_outcome> tensors;
   struct carried_object {
     std::string name, type, from;

@@ -77,8 +77,8 @@ void run_update_bn(const update_bn_options& o) {
   report["layout"] = layout_name(result.averaged_layout ? output_layout::averaged_model : output_layout::state_dict);
   if (!o.output.empty()) {
     const uint64_t bytes = save_updated_state(o.output, format, result, weights.metadata, objects);
-    spdlog::info("wrote {} tensors and {} other entries ({} bytes) to {}", result.tensors.size(), objects.size(),
-                 bytes, o.output);
+    spdlog::info("wrote {} tensors and {} other entries ({} bytes) to {}", result.tensors.size(), objects.size(), bytes,
+                 o.output);
     report["output"] = o.output;
     nlohmann::ordered_json carried = nlohmann::ordered_json::array();
     for (const auto& e : objects) carried.push_back({{"name", e.name}, {"type", e.type}, {"from", o.checkpoint}});
@@ -125,9 +125,10 @@ command setup_update_bn(CLI::App& parent) {
   add_format_option(app, o->format);
   app->add_option("--save-module", o->module_output, "Also write the updated TorchScript module here");
   app->add_flag("--force", o->force, "Replace existing outputs");
-  app->add_flag("--drop-objects", o->drop_objects,
-                "Leave the checkpoint's non-tensor entries (_extra_state, ...) out instead of carrying them (torch.save "
-                "outputs) or refusing (safetensors)");
+  app->add_flag(
+      "--drop-objects", o->drop_objects,
+      "Leave the checkpoint's non-tensor entries (_extra_state, ...) out instead of carrying them (torch.save "
+      "outputs) or refusing (safetensors)");
   app->add_option("--report", o->report_file, "Write a JSON report to FILE");
   app->add_flag("--json", o->json, "Print the JSON report on stdout");
   app->footer(

@@ -28,7 +28,8 @@ std::optional<std::string> get(const env_lookup& env, const char* name) {
 
 worker_id checked(const std::string& source, const std::string& index_name, int64_t index, int64_t count) {
   if (index >= count)
-    throw usage_error(fmt::format("{}={} is out of range for {} workers (0 to {})", index_name, index, count, count - 1));
+    throw usage_error(
+        fmt::format("{}={} is out of range for {} workers (0 to {})", index_name, index, count, count - 1));
   return worker_id{static_cast<size_t>(index), static_cast<size_t>(count), source};
 }
 
@@ -44,9 +45,10 @@ std::optional<worker_id> from_slurm_array(const env_lookup& env) {
   const auto step_text = get(env, "SLURM_ARRAY_TASK_STEP");
   const int64_t step = step_text ? parse_count(*step_text, "SLURM_ARRAY_TASK_STEP", 1, kMaxWorkers * kMaxWorkers) : 1;
   if ((task - min) % step != 0)
-    throw usage_error(fmt::format("SLURM_ARRAY_TASK_ID={} is not SLURM_ARRAY_TASK_MIN={} plus a multiple of "
-                                  "SLURM_ARRAY_TASK_STEP={}",
-                                  task, min, step));
+    throw usage_error(
+        fmt::format("SLURM_ARRAY_TASK_ID={} is not SLURM_ARRAY_TASK_MIN={} plus a multiple of "
+                    "SLURM_ARRAY_TASK_STEP={}",
+                    task, min, step));
   return checked("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_ID", (task - min) / step, n);
 }
 
@@ -64,7 +66,8 @@ std::optional<worker_id> from_pair(const env_lookup& env, const char* index_name
 worker_id resolve_worker(const std::string& shard, std::optional<int64_t> shard_count, bool directory_output,
                          const env_lookup& env) {
   if (!shard.empty() && shard_count)
-    throw usage_error("--shard I/N and --shard-count N exclude each other (--shard-count is the N of JOB_COMPLETION_INDEX)");
+    throw usage_error(
+        "--shard I/N and --shard-count N exclude each other (--shard-count is the N of JOB_COMPLETION_INDEX)");
   if (!directory_output && (!shard.empty() || shard_count))
     throw usage_error(fmt::format("{} needs a folder output (-o DIR/): only sharded outputs are split across workers",
                                   shard.empty() ? "--shard-count" : "--shard"));

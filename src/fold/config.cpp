@@ -60,8 +60,8 @@ void validate_ema(const fold_config& c) {
 void validate_power_ema(const fold_config& c, size_t inputs) {
   const power_function_ema& p = *c.power_ema;
   if (p.times.size() != inputs)
-    throw usage_error(fmt::format("--power-sigma-rel: {} training times for {} inputs; give one per input",
-                                  p.times.size(), inputs));
+    throw usage_error(
+        fmt::format("--power-sigma-rel: {} training times for {} inputs; give one per input", p.times.size(), inputs));
   double previous = p.start_time;
   for (size_t i = 0; i < p.times.size(); ++i) {
     if (!std::isfinite(p.times[i]) || !(p.times[i] > previous))
@@ -73,7 +73,8 @@ void validate_power_ema(const fold_config& c, size_t inputs) {
   }
   for (const auto& r : c.rules)
     if (r.decay)
-      throw usage_error(fmt::format("--rules: the rule for '{}' sets a decay, which --power-sigma-rel replaces", r.pattern));
+      throw usage_error(
+          fmt::format("--rules: the rule for '{}' sets a decay, which --power-sigma-rel replaces", r.pattern));
 }
 
 void validate_weights(const std::vector<double>& weights, size_t inputs, bool resuming) {

@@ -60,7 +60,7 @@ struct fold_config {
   double power = 2.0 / 3.0;
   double min_decay = 0.0;
   std::optional<power_function_ema> power_ema;  // replaces decay and warmup when set
-  std::vector<double> weights;  // weighted mode: one per input, in fold order
+  std::vector<double> weights;                  // weighted mode: one per input, in fold order
   buffer_policy buffers = buffer_policy::latest;
   int_policy ints = int_policy::latest;
   std::vector<tensor_rule> rules;

@@ -57,9 +57,9 @@ std::vector<std::optional<size_t>> find_ties(const fold_plan& plan) {
       add_view(sig, "r", 0, *p.resumed);
     }
     if (!keyed) continue;
-    sig += fmt::format("|{}|{}|{}|{}|{}|{}|{}", fmt::join(p.sources.front().view->shape, ","),
-                       action_name(o.action), dtype_name(o.accumulate_type), dtype_name(o.output_type), o.count,
-                       p.resumed_count, p.rule_decay ? fmt::format("{}", *p.rule_decay) : "-");
+    sig += fmt::format("|{}|{}|{}|{}|{}|{}|{}", fmt::join(p.sources.front().view->shape, ","), action_name(o.action),
+                       dtype_name(o.accumulate_type), dtype_name(o.output_type), o.count, p.resumed_count,
+                       p.rule_decay ? fmt::format("{}", *p.rule_decay) : "-");
     auto [it, added] = first.emplace(sig, k);
     if (!added) ties[k] = it->second;
   }

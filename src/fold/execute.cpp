@@ -179,7 +179,8 @@ std::vector<tensor_spec> output_specs(const fold_config& c, const fold_plan& pla
     if (ties[k]) alias = spec_of[*ties[k]];
     specs.push_back(tensor_spec{prefix + p.name, p.outcome.output_type, p.sources.front().view->shape, alias});
   }
-  if (c.layout == output_layout::averaged_model) specs.push_back(tensor_spec{kNAveraged, dtype::int64, {}, std::nullopt});
+  if (c.layout == output_layout::averaged_model)
+    specs.push_back(tensor_spec{kNAveraged, dtype::int64, {}, std::nullopt});
   if (specs.empty()) throw usage_error("every tensor was dropped by the rules: nothing to write");
   return specs;
 }
@@ -226,9 +227,10 @@ void check_sharded_objects(const fold_target& target, const std::vector<carried_
   if (!target.folder || target.drop_objects || carried.empty()) return;
   std::vector<std::string> names;
   for (const auto& e : carried) names.push_back(fmt::format("{} ({})", e.entry.name, e.entry.type));
-  throw usage_error(fmt::format("a folder output (-o DIR/) holds tensors only, not the non-tensor entries {}; pass "
-                                "--drop-objects to leave them out",
-                                quoted_list(names)));
+  throw usage_error(
+      fmt::format("a folder output (-o DIR/) holds tensors only, not the non-tensor entries {}; pass "
+                  "--drop-objects to leave them out",
+                  quoted_list(names)));
 }
 
 }  // namespace

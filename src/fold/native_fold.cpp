@@ -28,8 +28,7 @@ void check(bool ok, const tensor_plan& p, const char* step) {
 
 bool native_average_covers(const fold_config& c, const tensor_plan& p) {
   const dtype acc = p.outcome.accumulate_type;
-  if (!c.device.is_cpu() || !is_native_accumulator(acc) || !is_floating(p.outcome.output_type))
-    return false;
+  if (!c.device.is_cpu() || !is_native_accumulator(acc) || !is_floating(p.outcome.output_type)) return false;
   if (p.resumed && !is_floating(p.resumed->type)) return false;
   for (const auto& s : p.sources) {
     const dtype in = s.view->type;
@@ -53,7 +52,8 @@ void native_average(const fold_config& c, const tensor_plan& p, const chunk_writ
   std::vector<uint8_t> acc(static_cast<size_t>(chunk) * itemsize(acc_type));
   std::vector<uint8_t> out(out_type == acc_type ? 0 : static_cast<size_t>(chunk) * itemsize(out_type));
   std::vector<std::optional<lerp_form>> forms;
-  for (const auto& s : p.sources) forms.push_back(c.mode == fold_mode::swa ? std::nullopt : lerp_form_for(acc_type, s.view->type));
+  for (const auto& s : p.sources)
+    forms.push_back(c.mode == fold_mode::swa ? std::nullopt : lerp_form_for(acc_type, s.view->type));
 
   for (int64_t begin = 0; begin < numel; begin += chunk) {
     const int64_t length = std::min(chunk, numel - begin);

@@ -47,7 +47,6 @@ class flat_input {
 bool native_average_covers(const fold_config& c, const tensor_plan& p);
 class prefetcher;
 // `ahead`, when given, is told after each slice how far the inputs have been read.
-void native_average(const fold_config& c, const tensor_plan& p, const chunk_writer& write,
-                    prefetcher* ahead = nullptr);
+void native_average(const fold_config& c, const tensor_plan& p, const chunk_writer& write, prefetcher* ahead = nullptr);
 
 }  // namespace swavg

@@ -64,17 +64,17 @@ constexpr auto nonfinite_bf16 = nonfinite_bits<uint16_t, 0x7f80u>;
 #define SWAVG_AVX2_CLONES 1
 template <typename acc_t, typename in_t>
 __attribute__((target("avx2,fma"))) void swa_loop_avx2(acc_t* __restrict acc, const in_t* __restrict x, int64_t n,
-                                                      acc_t divisor) {
+                                                       acc_t divisor) {
   swa_loop(acc, x, n, divisor);
 }
 template <typename acc_t, typename in_t>
 __attribute__((target("avx2,fma"))) void lerp_loop_avx2(acc_t* __restrict acc, const in_t* __restrict x, int64_t n,
-                                                       acc_t weight, lerp_form form) {
+                                                        acc_t weight, lerp_form form) {
   lerp_loop(acc, x, n, weight, form);
 }
 template <typename to_t, typename from_t>
 __attribute__((target("avx2,fma"))) void convert_loop_avx2(to_t* __restrict dst, const from_t* __restrict src,
-                                                          int64_t n) {
+                                                           int64_t n) {
   convert_loop(dst, src, n);
 }
 #endif

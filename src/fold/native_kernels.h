@@ -45,8 +45,7 @@ bool native_swa_step(dtype acc_type, void* acc, dtype x_type, const void* x, int
 
 // acc = lerp(acc, x converted to acc's dtype, weight) in the given form; dtypes as above, plus
 // float64 into float32 (Tensor.to() rounds x first, as here). Returns false for other dtypes.
-bool native_lerp_step(dtype acc_type, void* acc, dtype x_type, const void* x, int64_t n, double weight,
-                      lerp_form form);
+bool native_lerp_step(dtype acc_type, void* acc, dtype x_type, const void* x, int64_t n, double weight, lerp_form form);
 
 // dst = src converted, as Tensor.to(); any dtype to itself (a copy), and among float16, bfloat16,
 // float32 and float64. Returns false for other pairs.

@@ -54,11 +54,11 @@ class prefetcher {
   struct stream {  // one input file, its byte ranges in the order they will be read
     const mapped_file* file;
     std::vector<range> ranges;
-    size_t next = 0;           // first range not fully requested
-    uint64_t next_done = 0;    // bytes of ranges[next] already requested
-    uint64_t requested = 0;    // bytes requested so far, in reading order
-    uint64_t consumed = 0;     // bytes read so far, in reading order
-    uint64_t listed = 0;       // bytes of all ranges
+    size_t next = 0;         // first range not fully requested
+    uint64_t next_done = 0;  // bytes of ranges[next] already requested
+    uint64_t requested = 0;  // bytes requested so far, in reading order
+    uint64_t consumed = 0;   // bytes read so far, in reading order
+    uint64_t listed = 0;     // bytes of all ranges
   };
   struct use {  // a view of a tensor: its stream, the stream's bytes before it, its own bytes
     size_t stream;

@@ -63,10 +63,14 @@ std::vector<tensor_rule> parse_rules(const std::string& json_text, const std::st
     rule.pattern = r["match"].get<std::string>();
     rule.regex = compile_pattern(rule.pattern, where);
     const std::string action = r["action"].get<std::string>();
-    if (action == "average") rule.action = tensor_action::average;
-    else if (action == "latest") rule.action = tensor_action::latest;
-    else if (action == "first") rule.action = tensor_action::first;
-    else if (action == "drop") rule.action = tensor_action::drop;
+    if (action == "average")
+      rule.action = tensor_action::average;
+    else if (action == "latest")
+      rule.action = tensor_action::latest;
+    else if (action == "first")
+      rule.action = tensor_action::first;
+    else if (action == "drop")
+      rule.action = tensor_action::drop;
     else
       throw usage_error(fmt::format("{}: action must be average, latest, first or drop, got '{}'", where, action));
     if (r.contains("decay")) {

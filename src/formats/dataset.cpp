@@ -20,7 +20,6 @@ namespace {
 constexpr char kNpyMagic[] = "\x93NUMPY";
 constexpr size_t kNpyMagicSize = 6;
 
-
 // The subset of Python literal syntax numpy writes in .npy headers: a dict of string keys whose
 // values are strings, True/False or tuples of integers.
 class npy_literal {
@@ -143,14 +142,16 @@ dtype npy_dtype(const std::string& descr, const std::string& path) {
   for (const auto& e : kCodes) {
     if (code != e.code) continue;
     if (order == '>' && itemsize(e.type) > 1)
-      throw input_error(fmt::format("{}: .npy array is big-endian ('{}'); swavg reads little-endian data: "
-                                    "save it with arr.astype(arr.dtype.newbyteorder('<'))",
-                                    path, descr));
+      throw input_error(
+          fmt::format("{}: .npy array is big-endian ('{}'); swavg reads little-endian data: "
+                      "save it with arr.astype(arr.dtype.newbyteorder('<'))",
+                      path, descr));
     return e.type;
   }
-  throw input_error(fmt::format("{}: .npy dtype '{}' is not supported (supported: float16/32/64, int8/16/32/64, "
-                                "uint8, bool, complex64/128)",
-                                path, descr));
+  throw input_error(
+      fmt::format("{}: .npy dtype '{}' is not supported (supported: float16/32/64, int8/16/32/64, "
+                  "uint8, bool, complex64/128)",
+                  path, descr));
 }
 
 std::vector<int64_t> fortran_strides(const std::vector<int64_t>& shape) {
@@ -183,9 +184,10 @@ dataset read_npy(const std::shared_ptr<const mapped_file>& file) {
   const uint64_t needed = array_bytes(h.shape, h.type, path);
   const uint64_t available = file->size() - h.data_offset;
   if (available < needed)
-    throw input_error(fmt::format("{}: .npy header says {} {} ({} bytes) but the file holds {} bytes after the header "
-                                  "(truncated?)",
-                                  path, dtype_name(h.type), shape_string(h.shape), needed, available));
+    throw input_error(
+        fmt::format("{}: .npy header says {} {} ({} bytes) but the file holds {} bytes after the header "
+                    "(truncated?)",
+                    path, dtype_name(h.type), shape_string(h.shape), needed, available));
   if (available > needed) spdlog::debug("{}: {} bytes after the array are ignored", path, available - needed);
   dataset d;
   d.path = path;
@@ -241,9 +243,10 @@ dataset read_torch_data(const std::shared_ptr<const mapped_file>& file, const st
       }
     }
     if (!chosen)
-      throw input_error(fmt::format("{}: the {} at the top level holds no tensor (entries: {}); choose one with "
-                                    "--data-key",
-                                    path, pickle_type_name(*root), quoted_list(keys)));
+      throw input_error(
+          fmt::format("{}: the {} at the top level holds no tensor (entries: {}); choose one with "
+                      "--data-key",
+                      path, pickle_type_name(*root), quoted_list(keys)));
     spdlog::info("{}: took the input tensor at '{}' (choose another with --data-key)", path, d.key);
   } else {
     throw input_error(fmt::format("{}: the top level is a {}, expected a tensor or a list, tuple or dict holding one",
@@ -332,8 +335,8 @@ npy_header parse_npy_header(const uint8_t* data, size_t size, const std::string&
   if (size < start) throw input_error(path + ": .npy file truncated inside its preamble");
   const uint64_t length = length_size == 2 ? load_le<uint16_t>(data + 8) : load_le<uint32_t>(data + 8);
   if (!range_inside(start, length, size))
-    throw input_error(fmt::format("{}: .npy header of {} bytes runs past the end of the file ({} bytes)", path, length,
-                                  size));
+    throw input_error(
+        fmt::format("{}: .npy header of {} bytes runs past the end of the file ({} bytes)", path, length, size));
   std::string_view text(reinterpret_cast<const char*>(data + start), length);
   if (text.find('\0') != std::string_view::npos)
     throw input_error(path + ": malformed .npy header: it holds a NUL byte");

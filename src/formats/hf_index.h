@@ -45,7 +45,7 @@ std::optional<weights_names> weights_names_from_name(const std::string& name);
 const char* weights_stem(file_format format, weights_names names);
 
 struct hf_index {
-  std::optional<uint64_t> total_size;                          // metadata.total_size, when present
+  std::optional<uint64_t> total_size;                           // metadata.total_size, when present
   std::vector<std::pair<std::string, std::string>> weight_map;  // tensor -> shard file, in the file's order
 };
 

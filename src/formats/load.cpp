@@ -35,12 +35,14 @@ file_format detect(const std::shared_ptr<const mapped_file>& f) {
   // A .safetensors file that does not look like one goes to the parser anyway, which says what is wrong.
   if (looks_like_safetensors(f->data(), f->size()) || has_safetensors_extension(path)) return file_format::safetensors;
   if (f->size() >= 2 && f->data()[0] == 0x80 && f->data()[1] <= 5)
-    throw input_error(path + ": legacy torch.save format (a bare pickle stream, PyTorch < 1.6 or "
-                             "_use_new_zipfile_serialization=False) is not supported; re-save it with torch.save in "
-                             "PyTorch >= 1.6");
-  throw input_error(fmt::format("{}: not a PyTorch checkpoint, TorchScript archive or safetensors file (starts "
-                                "with {})",
-                                path, leading_bytes(*f)));
+    throw input_error(path +
+                      ": legacy torch.save format (a bare pickle stream, PyTorch < 1.6 or "
+                      "_use_new_zipfile_serialization=False) is not supported; re-save it with torch.save in "
+                      "PyTorch >= 1.6");
+  throw input_error(
+      fmt::format("{}: not a PyTorch checkpoint, TorchScript archive or safetensors file (starts "
+                  "with {})",
+                  path, leading_bytes(*f)));
 }
 
 state_dict load_single_file(const std::string& path, const load_options& options) {
@@ -85,7 +87,9 @@ state_dict load_state_dict(const std::string& path, const load_options& options)
   }
   strip_prefixes(sd, options.strip_prefixes);
   for (const auto& o : sd.opaque)
-    spdlog::debug("{}: '{}' is a {} object, kept opaque (never called; an entry of the state dict is carried as pickle data)", path, o.path, o.type);
+    spdlog::debug(
+        "{}: '{}' is a {} object, kept opaque (never called; an entry of the state dict is carried as pickle data)",
+        path, o.path, o.type);
   return sd;
 }
 

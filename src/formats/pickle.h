@@ -44,7 +44,7 @@ namespace swavg {
 struct pickle_node;
 
 struct pickle_storage_ref {
-  std::string key;       // record name under data/ ("0", "1", ...)
+  std::string key;  // record name under data/ ("0", "1", ...)
   dtype type = dtype::float32;
   std::string location;  // "cpu", "cuda:0", ...
   uint64_t numel = 0;    // elements of `type` as declared in the persistent id
@@ -66,16 +66,16 @@ enum class pickle_kind : uint8_t {
   integer,      // fits int64: int_value
   big_integer,  // does not fit int64: text holds the little-endian two's complement bytes
   floating,
-  string,       // text (UTF-8)
-  bytes,        // text (raw bytes)
+  string,  // text (UTF-8)
+  bytes,   // text (raw bytes)
   list,
   tuple,
   set,
-  dict,         // items in insertion order
-  global,       // a reference to module.name (text), not yet called
-  storage,      // a persistent id that named a storage
+  dict,     // items in insertion order
+  global,   // a reference to module.name (text), not yet called
+  storage,  // a persistent id that named a storage
   tensor,
-  opaque,       // the result of calling or building something not allowed (text: module.name)
+  opaque,  // the result of calling or building something not allowed (text: module.name)
 };
 
 // How an opaque node came to be, kept so that a writer can emit the same pickle data again and a
@@ -95,7 +95,7 @@ struct pickle_node {
   int64_t int_value = 0;
   double float_value = 0.0;
   std::string text;
-  std::vector<pickle_node*> items;                              // list, tuple, set; opaque: APPENDed
+  std::vector<pickle_node*> items;                             // list, tuple, set; opaque: APPENDed
   std::vector<std::pair<pickle_node*, pickle_node*>> entries;  // dict; opaque: SETITEMed, in order
   bool ordered = false;                                        // dict built as collections.OrderedDict
   pickle_node* attributes = nullptr;  // dict state set by BUILD on a dict (OrderedDict._metadata)

@@ -34,11 +34,10 @@ struct known_dtype {
 };
 
 const known_dtype kKnownDtypes[] = {
-    {"BOOL", 1, dtype::bool_},    {"U8", 1, dtype::uint8},      {"I8", 1, dtype::int8},
-    {"I16", 2, dtype::int16},     {"U16", 2, std::nullopt},     {"F16", 2, dtype::float16},
-    {"BF16", 2, dtype::bfloat16}, {"I32", 4, dtype::int32},     {"U32", 4, std::nullopt},
-    {"F32", 4, dtype::float32},   {"F64", 8, dtype::float64},   {"I64", 8, dtype::int64},
-    {"U64", 8, std::nullopt},     {"F8_E4M3", 1, std::nullopt}, {"F8_E5M2", 1, std::nullopt},
+    {"BOOL", 1, dtype::bool_}, {"U8", 1, dtype::uint8},      {"I8", 1, dtype::int8},       {"I16", 2, dtype::int16},
+    {"U16", 2, std::nullopt},  {"F16", 2, dtype::float16},   {"BF16", 2, dtype::bfloat16}, {"I32", 4, dtype::int32},
+    {"U32", 4, std::nullopt},  {"F32", 4, dtype::float32},   {"F64", 8, dtype::float64},   {"I64", 8, dtype::int64},
+    {"U64", 8, std::nullopt},  {"F8_E4M3", 1, std::nullopt}, {"F8_E5M2", 1, std::nullopt},
 };
 
 const known_dtype* find_dtype(const std::string& name) {
@@ -84,9 +83,7 @@ std::optional<uint64_t> as_non_negative(const json& j) {
   return std::nullopt;
 }
 
-std::string offsets_string(uint64_t begin, uint64_t end) {
-  return fmt::format("[{}, {}]", begin, end);
-}
+std::string offsets_string(uint64_t begin, uint64_t end) { return fmt::format("[{}, {}]", begin, end); }
 
 struct entry {
   std::string name;
@@ -244,8 +241,7 @@ safetensors_content read_safetensors(const std::shared_ptr<const mapped_file>& f
   header_parser p(path);
   const uint8_t* data = file->data();
   const uint64_t size = file->size();
-  if (size < 8)
-    p.fail(fmt::format("file is {} bytes, too short for a safetensors header length (8 bytes)", size));
+  if (size < 8) p.fail(fmt::format("file is {} bytes, too short for a safetensors header length (8 bytes)", size));
   const uint64_t n = load_le<uint64_t>(data);
   if (n > kMaxSafetensorsHeader)
     p.fail(fmt::format("header length {} exceeds the limit of {} bytes", n, kMaxSafetensorsHeader));
@@ -302,8 +298,7 @@ safetensors_content read_safetensors(const std::shared_ptr<const mapped_file>& f
     if (e.begin < expected)
       p.fail(fmt::format("{} overlap tensor {} at {}", where, quote_name(previous->name),
                          offsets_string(previous->begin, previous->end)));
-    if (e.end > data_len)
-      p.fail(fmt::format("{} are out of range: the data section has {} bytes", where, data_len));
+    if (e.end > data_len) p.fail(fmt::format("{} are out of range: the data section has {} bytes", where, data_len));
     expected = e.end;
     previous = &e;
   }
@@ -344,8 +339,7 @@ safetensors_writer::safetensors_writer(atomic_file& out, const std::vector<spec>
   if (!metadata.empty()) {
     nlohmann::json m = nlohmann::json::object();
     for (const auto& [k, v] : metadata) {
-      if (!valid_utf8(k) || !valid_utf8(v))
-        fail(fmt::format("metadata entry {} is not valid UTF-8", quote_name(k)));
+      if (!valid_utf8(k) || !valid_utf8(v)) fail(fmt::format("metadata entry {} is not valid UTF-8", quote_name(k)));
       m[k] = v;
     }
     text += nlohmann::json(kMetadataKey).dump() + ":" + m.dump();
@@ -360,8 +354,7 @@ safetensors_writer::safetensors_writer(atomic_file& out, const std::vector<spec>
     if (!valid_utf8(s.name)) fail(fmt::format("tensor name {} is not valid UTF-8", quote_name(s.name)));
     if (!names.insert(s.name).second) fail("duplicate tensor name " + quote_name(s.name));
     const char* type = safetensors_dtype_name(s.type);
-    if (!type)
-      fail(fmt::format("safetensors cannot hold {} tensor {}", dtype_name(s.type), quote_name(s.name)));
+    if (!type) fail(fmt::format("safetensors cannot hold {} tensor {}", dtype_name(s.type), quote_name(s.name)));
     std::optional<uint64_t> nbytes = itemsize(s.type);
     for (int64_t dim : s.shape) {
       if (dim < 0)
@@ -372,8 +365,8 @@ safetensors_writer::safetensors_writer(atomic_file& out, const std::vector<spec>
     if (!end) fail(fmt::format("tensor {} of shape {} is too large", quote_name(s.name), shape_string(s.shape)));
     if (text.size() > 1) text += ',';
     text += nlohmann::json(s.name).dump();
-    text += fmt::format(":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}", type,
-                        fmt::join(s.shape, ","), expected_, *end);
+    text += fmt::format(":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}", type, fmt::join(s.shape, ","),
+                        expected_, *end);
     expected_ = *end;
   }
   text += '}';

@@ -24,9 +24,10 @@ void check_objects_fit(const std::string& path, output_format format, const std:
   if (format != output_format::safetensors || objects.empty()) return;
   std::vector<std::string> names;
   for (const auto& o : objects) names.push_back(fmt::format("{} ({})", o.name, o.type));
-  throw usage_error(fmt::format("{}: safetensors holds tensors only, not the non-tensor entries {}; write torch.save "
-                                "(--format torch) to keep them or pass --drop-objects to leave them out",
-                                path, quoted_list(names)));
+  throw usage_error(
+      fmt::format("{}: safetensors holds tensors only, not the non-tensor entries {}; write torch.save "
+                  "(--format torch) to keep them or pass --drop-objects to leave them out",
+                  path, quoted_list(names)));
 }
 
 std::map<std::string, std::string> inherited_metadata(const std::vector<const state_dict*>& inputs) {
@@ -74,8 +75,8 @@ struct tensor_sink::impl {
   std::unique_ptr<torch_writer> torch;
   std::unique_ptr<safetensors_writer> safetensors;
   std::vector<std::string> storage_keys;  // torch: each spec's storage record
-  size_t current = 0;      // index of the tensor being written
-  uint64_t remaining = 0;  // its bytes still to come
+  size_t current = 0;                     // index of the tensor being written
+  uint64_t remaining = 0;                 // its bytes still to come
   bool open = false;
 
   impl(const std::string& path, output_format f, std::vector<tensor_spec> s,
@@ -163,8 +164,7 @@ void tensor_sink::commit() {
   if (impl_->open || impl_->current != impl_->specs.size())
     throw error(exit_code::internal, "tensor_sink: committed before all tensors were written");
   if (impl_->torch) {
-    if (!impl_->metadata.empty())
-      impl_->torch->add_record(kSwavgRecord, nlohmann::json(impl_->metadata).dump(1));
+    if (!impl_->metadata.empty()) impl_->torch->add_record(kSwavgRecord, nlohmann::json(impl_->metadata).dump(1));
     impl_->torch->finish();
   } else {
     impl_->safetensors->finish();

@@ -46,7 +46,8 @@ class problems {
     if (list_.size() == 1) throw input_error(fmt::format("{}: {}", head, list_.front()));
     std::string text = fmt::format("{}: {} problems:", head, list_.size());
     for (size_t i = 0; i < std::min(list_.size(), kMaxListedProblems); ++i) text += "\n  " + list_[i];
-    if (list_.size() > kMaxListedProblems) text += fmt::format("\n  ... and {} more", list_.size() - kMaxListedProblems);
+    if (list_.size() > kMaxListedProblems)
+      text += fmt::format("\n  ... and {} more", list_.size() - kMaxListedProblems);
     throw input_error(text);
   }
 
@@ -118,8 +119,8 @@ class index_parser : public nlohmann::json_sax<json> {
   bool in_map_value() const { return !skip_ && depth_ == map_depth_; }
 
   void not_a_name(const char* type) {
-    found_.add(fmt::format("weight_map: tensor {} maps to {}, expected a shard file name (a string)", in_quotes(dom_.key),
-                           type));
+    found_.add(fmt::format("weight_map: tensor {} maps to {}, expected a shard file name (a string)",
+                           in_quotes(dom_.key), type));
   }
 
   bool add(json&& v) {
@@ -159,9 +160,9 @@ class index_parser : public nlohmann::json_sax<json> {
   std::string path_;
   problems& found_;
   json_dom dom_;
-  int depth_ = 0;             // containers open, the weight map and skipped ones included
-  int map_depth_ = -1;        // depth_ inside the weight map, -1 outside it
-  int skip_ = 0;              // open containers inside a weight-map value
+  int depth_ = 0;       // containers open, the weight map and skipped ones included
+  int map_depth_ = -1;  // depth_ inside the weight map, -1 outside it
+  int skip_ = 0;        // open containers inside a weight-map value
   bool map_seen_ = false;
   std::unordered_set<std::string> map_keys_;
   std::vector<std::pair<std::string, std::string>> entries_;
@@ -185,8 +186,8 @@ std::optional<uint64_t> total_size_of(const std::string& path, const json& metad
   if (!metadata.contains("total_size")) return std::nullopt;
   const json& t = metadata["total_size"];
   const auto bad = [&](const char* why) {
-    return input_error(fmt::format("{}: metadata.total_size is {}: {}, expected a non-negative integer (bytes)", path,
-                                   t.dump(), why));
+    return input_error(
+        fmt::format("{}: metadata.total_size is {}: {}, expected a non-negative integer (bytes)", path, t.dump(), why));
   };
   if (t.is_number_unsigned()) return t.get<uint64_t>();
   if (t.is_number_integer()) throw bad("negative");
@@ -348,16 +349,16 @@ checkpoint_location locate_checkpoint(const std::string& path) {
 
 hf_index parse_hf_index(const std::string& path, std::string_view bytes) {
   if (bytes.size() > kMaxIndexBytes)
-    throw input_error(fmt::format("{}: index is {} bytes, more than the limit of {} bytes", path, bytes.size(),
-                                  kMaxIndexBytes));
+    throw input_error(
+        fmt::format("{}: index is {} bytes, more than the limit of {} bytes", path, bytes.size(), kMaxIndexBytes));
   if (auto bad = invalid_utf8_at(bytes)) throw input_error(fmt::format("{}: not valid UTF-8 (byte {})", path, *bad));
   if (bytes.find('\0') != std::string_view::npos) throw input_error(path + ": not valid JSON: it holds a NUL byte");
   problems found;
   index_parser parser(path, found);
   const json doc = parser.parse(bytes);
   if (!doc.is_object())
-    throw input_error(fmt::format("{}: the index is {}, expected a JSON object with a weight_map", path,
-                                  type_with_article(doc)));
+    throw input_error(
+        fmt::format("{}: the index is {}, expected a JSON object with a weight_map", path, type_with_article(doc)));
   if (!doc.contains("weight_map")) throw input_error(path + ": the index has no weight_map");
   if (!parser.saw_map())
     throw input_error(fmt::format("{}: weight_map is {}, expected an object of tensor name -> shard file", path,
@@ -382,8 +383,8 @@ hf_index parse_hf_index(const std::string& path, std::string_view bytes) {
 hf_index read_hf_index(const std::string& path) {
   auto file = mapped_file::open(path);
   if (file->size() > kMaxIndexBytes)
-    throw input_error(fmt::format("{}: index is {} bytes, more than the limit of {} bytes", path, file->size(),
-                                  kMaxIndexBytes));
+    throw input_error(
+        fmt::format("{}: index is {} bytes, more than the limit of {} bytes", path, file->size(), kMaxIndexBytes));
   const hf_index index =
       parse_hf_index(path, std::string_view(reinterpret_cast<const char*>(file->data()), file->size()));
   file->throw_if_faulted();
@@ -417,7 +418,8 @@ state_dict load_sharded(const std::string& path, const std::string& index_path, 
   problems found;
   for (size_t s = 0; s < shards.size(); ++s)
     if (!exists(path_in_folder(folder, shards[s])))
-      found.add(fmt::format("shard {} is missing (listed for tensor {})", in_quotes(shards[s]), in_quotes(*first_tensor[s])));
+      found.add(
+          fmt::format("shard {} is missing (listed for tensor {})", in_quotes(shards[s]), in_quotes(*first_tensor[s])));
   found.throw_if_any(index_path);
 
   state_dict out;
@@ -445,8 +447,8 @@ state_dict load_sharded(const std::string& path, const std::string& index_path, 
     for (auto& t : sd.tensors) {
       auto [it, added] = read_from.emplace(t.name, s);
       if (!added) {
-        found.add(fmt::format("tensor {} is in shard {} and in {}", in_quotes(t.name), in_quotes(shards[it->second]),
-                              where));
+        found.add(
+            fmt::format("tensor {} is in shard {} and in {}", in_quotes(t.name), in_quotes(shards[it->second]), where));
         continue;
       }
       const auto listed = shard_of.find(t.name);
@@ -478,9 +480,10 @@ state_dict load_sharded(const std::string& path, const std::string& index_path, 
     uint64_t sum = 0;
     for (const auto& t : out.tensors) sum += t.view.nbytes();
     if (sum != *index.total_size)
-      spdlog::warn("{}: metadata.total_size is {} but the shards' tensors hold {} bytes (older transformers counted a "
-                   "bool as 1/8 byte); the index is read anyway",
-                   index_path, *index.total_size, sum);
+      spdlog::warn(
+          "{}: metadata.total_size is {} but the shards' tensors hold {} bytes (older transformers counted a "
+          "bool as 1/8 byte); the index is read anyway",
+          index_path, *index.total_size, sum);
   }
   spdlog::debug("{}: {} tensors in {} shards", index_path, out.tensors.size(), shards.size());
   return out;

@@ -10,8 +10,8 @@
 namespace swavg {
 
 sharded_sink::sharded_sink(std::string folder, const shard_layout& layout,
-                           const std::map<std::string, std::string>& metadata, size_t worker_index,
-                           size_t worker_count, bool hashed)
+                           const std::map<std::string, std::string>& metadata, size_t worker_index, size_t worker_count,
+                           bool hashed)
     : folder_(std::move(folder)),
       layout_(layout),
       metadata_(metadata),

@@ -14,8 +14,7 @@
 
 namespace swavg {
 
-const std::vector<std::string> kStateDictKeys = {"state_dict_ema", "model_ema", "ema",
-                                                 "state_dict",     "model",     "module"};
+const std::vector<std::string> kStateDictKeys = {"state_dict_ema", "model_ema", "ema", "state_dict", "model", "module"};
 const char* const kSwavgRecord = "swavg.json";
 
 namespace {
@@ -240,10 +239,9 @@ const pickle_node* resolve_pickle_path(const pickle_node* root, const std::strin
       end = dot;
     }
     if (!next)
-      throw usage_error(fmt::format("{}: {} '{}': no entry '{}' in {}; entries there: {}", file, option, dotted,
-                                    rest.substr(0, rest.find('.')),
-                                    walked.empty() ? "the top level" : fmt::format("'{}'", walked),
-                                    quoted_list(entry_names(node))));
+      throw usage_error(fmt::format(
+          "{}: {} '{}': no entry '{}' in {}; entries there: {}", file, option, dotted, rest.substr(0, rest.find('.')),
+          walked.empty() ? "the top level" : fmt::format("'{}'", walked), quoted_list(entry_names(node))));
     walked = join(walked, rest.substr(0, used));
     rest = used < rest.size() ? rest.substr(used + 1) : "";
     node = next;
@@ -350,9 +348,10 @@ state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const
     if (!chosen) {
       std::string what = is_dict(root) ? "top-level keys: " + quoted_list(entry_names(root))
                                        : "the top level is a " + pickle_type_name(*root);
-      throw input_error(fmt::format("{}: no state dict found (expected a dict of tensors at the top level or under one "
-                                    "of {}); {}; choose one with --key",
-                                    path, quoted_list(kStateDictKeys), what));
+      throw input_error(
+          fmt::format("{}: no state dict found (expected a dict of tensors at the top level or under one "
+                      "of {}); {}; choose one with --key",
+                      path, quoted_list(kStateDictKeys), what));
     }
   }
 
@@ -360,12 +359,13 @@ state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const
   std::unordered_set<std::string> names;
   for (const auto& [k, v] : chosen->entries) {
     if (const char* what = non_dense_tensor(v))
-      throw input_error(fmt::format("{}: '{}' is {} ({}); swavg averages dense tensors only", path,
-                                    pickle_key_text(k), what, v->text));
+      throw input_error(fmt::format("{}: '{}' is {} ({}); swavg averages dense tensors only", path, pickle_key_text(k),
+                                    what, v->text));
     if (is_tensor(v) && !is_string(k))
-      throw input_error(fmt::format("{}: the state dict holds a tensor under the key {} of type {}; swavg needs "
-                                    "string names for tensors",
-                                    path, pickle_key_text(k), k ? pickle_type_name(*k) : "None"));
+      throw input_error(
+          fmt::format("{}: the state dict holds a tensor under the key {} of type {}; swavg needs "
+                      "string names for tensors",
+                      path, pickle_key_text(k), k ? pickle_type_name(*k) : "None"));
     if (is_tensor(v)) {
       if (!names.insert(k->text).second)
         throw input_error(fmt::format("{}: tensor name '{}' appears twice", path, k->text));

@@ -150,7 +150,6 @@ class pickle_emitter {
   }
 };
 
-
 // Emits non-tensor entries again as the pickle data they were read from: containers and scalars as
 // themselves, opaque objects as the GLOBAL, REDUCE/NEWOBJ, BUILD, APPENDS and SETITEMS they were
 // built with. Nothing is interpreted. Shared and cyclic structures go through the memo as Python's
@@ -189,9 +188,10 @@ class object_emitter {
     const size_t dot = dotted.rfind('.');
     if (dot == std::string::npos || dot == 0 || dot + 1 == dotted.size()) refuse("bad global name " + dotted);
     if (runs_code_when_loaded(dotted))
-      refuse(fmt::format("it refers to {}, which runs code or touches files when the file is loaded; "
-                         "--drop-objects leaves such entries out",
-                         dotted));
+      refuse(
+          fmt::format("it refers to {}, which runs code or touches files when the file is loaded; "
+                      "--drop-objects leaves such entries out",
+                      dotted));
     out_.global(dotted.substr(0, dot), dotted.substr(dot + 1));
   }
 
@@ -270,7 +270,8 @@ class object_emitter {
   void object(const pickle_node* n, int depth) {
     if (memoized(n)) return;
     if (!n->call) refuse(fmt::format("the {} object has no recorded construction", n->text));
-    if (!building_.insert(n).second) refuse(fmt::format("the {} object is among its own construction arguments", n->text));
+    if (!building_.insert(n).second)
+      refuse(fmt::format("the {} object is among its own construction arguments", n->text));
     const pickle_call& c = *n->call;
     node(c.callee, depth + 1);
     out_.mark();

@@ -43,16 +43,16 @@ uint64_t code_budget(const torchscript_limits& limits, uint64_t file_size) {
   return with_base ? std::min(*with_base, limits.max_code_total) : limits.max_code_total;
 }
 
-std::string inflate_record(const zip_reader& zip, const zip_entry& e, const torchscript_limits& limits,
-                           uint64_t total, uint64_t& budget, const std::string& path) {
+std::string inflate_record(const zip_reader& zip, const zip_entry& e, const torchscript_limits& limits, uint64_t total,
+                           uint64_t& budget, const std::string& path) {
   if (e.size > limits.max_code_record)
     throw input_error(fmt::format("{}: code record '{}' declares {} bytes; swavg reads code records of at most {}",
                                   path, e.name, e.size, limits.max_code_record));
   if (e.size > budget)
-    throw input_error(fmt::format("{}: code record '{}' ({} bytes) takes the code read past {} bytes in all "
-                                  "(code limit: {} bytes per byte of the file + {}, at most {})",
-                                  path, e.name, e.size, total, limits.code_per_input_byte,
-                                  limits.code_base, limits.max_code_total));
+    throw input_error(
+        fmt::format("{}: code record '{}' ({} bytes) takes the code read past {} bytes in all "
+                    "(code limit: {} bytes per byte of the file + {}, at most {})",
+                    path, e.name, e.size, total, limits.code_per_input_byte, limits.code_base, limits.max_code_total));
   budget -= e.size;
   if (e.method == 0) {
     const zip_entry& s = zip.stored(e.name);
@@ -225,7 +225,10 @@ class class_index {
  public:
   class_index(const zip_reader& zip, const std::string& prefix, const std::string& path,
               const torchscript_limits& limits, uint64_t file_size)
-      : zip_(zip), code_(prefix + "code/"), path_(path), limits_(limits),
+      : zip_(zip),
+        code_(prefix + "code/"),
+        path_(path),
+        limits_(limits),
         total_(code_budget(limits, file_size)),
         budget_(total_) {}
 

@@ -17,8 +17,8 @@
  * parameter or buffer. A parameter or buffer whose value is None is left out, as LibTorch does.
  *
  * Checks: every bound the torch.save reader applies to storages and views (torch_storage_reader),
- * code records inflated only up to a bound proportional to the file's size and checked against their size and CRC, module nesting
- * limited to kMaxTorchScriptDepth, each module object walked once (no memo-shared or cyclic module
+ * code records inflated only up to a bound proportional to the file's size and checked against their size and CRC,
+ * module nesting limited to kMaxTorchScriptDepth, each module object walked once (no memo-shared or cyclic module
  * objects). What cannot be read as data is an input_error: a class with __setstate__, a declared
  * parameter missing from the state or not a tensor, a class without code or declarations.
  *

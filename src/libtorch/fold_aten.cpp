@@ -65,7 +65,8 @@ bool probe_lerp(dtype acc_type, dtype in_type, lerp_form form) {
   for (int64_t i = 0; i < kProbe; ++i) {
     const int scale = static_cast<int>(next() % 61) - 30;
     a[i] = std::ldexp(unit(), scale);
-    b[i] = (i % 7 == 0) ? a[i] * (1 + std::ldexp(unit(), -20)) : std::ldexp(unit(), scale + static_cast<int>(next() % 5) - 2);
+    b[i] = (i % 7 == 0) ? a[i] * (1 + std::ldexp(unit(), -20))
+                        : std::ldexp(unit(), scale + static_cast<int>(next() % 5) - 2);
     if (i % 11 == 0) a[i] = 0.0;
     if (i % 13 == 5) b[i] = -0.0;
     if (i % 17 == 3) a[i] = -0.0;
@@ -98,7 +99,8 @@ std::optional<lerp_form> lerp_form_for(dtype acc, dtype in) {
           break;
         }
     spdlog::debug("lerp of {} into {}: {}", dtype_name(in), dtype_name(acc),
-                  k == static_cast<int8_t>(lerp_form::one_minus_w)   ? "x - (x - avg) * (1 - w) as one FMA (swavg's kernel)"
+                  k == static_cast<int8_t>(lerp_form::one_minus_w)
+                      ? "x - (x - avg) * (1 - w) as one FMA (swavg's kernel)"
                   : k == static_cast<int8_t>(lerp_form::w_minus_one) ? "fma(w - 1, x - avg, x) (swavg's kernel)"
                                                                      : "not reproduced, ATen computes it");
   }
@@ -152,7 +154,8 @@ void aten_average(const fold_config& c, const tensor_plan& p, const chunk_writer
         diff.div_(at::scalar_tensor(k + 1, at::TensorOptions().dtype(at::kLong).device(device)));
         acc.add_(diff);
       } else {
-        acc.lerp_(x.scalar_type() == acc_type ? x : x.to(acc_type), fold_weight(c, p.rule_decay, input, k, weight_total));
+        acc.lerp_(x.scalar_type() == acc_type ? x : x.to(acc_type),
+                  fold_weight(c, p.rule_decay, input, k, weight_total));
       }
       ++k;
       // Done with these input bytes: drop their pages so memory does not grow with the inputs.

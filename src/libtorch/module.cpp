@@ -43,9 +43,10 @@ std::shared_ptr<Module> load_module(const std::string& path) {
 std::shared_ptr<Module> load_model(const std::string& path) {
   const file_format format = detect_format(path);
   if (format != file_format::torchscript)
-    throw input_error(fmt::format("{}: is a {}, not a TorchScript module: --model needs a file written by torch.jit.save "
-                                  "(of torch.jit.script or torch.jit.trace)",
-                                  path, format == file_format::torch ? "torch.save checkpoint" : "safetensors file"));
+    throw input_error(
+        fmt::format("{}: is a {}, not a TorchScript module: --model needs a file written by torch.jit.save "
+                    "(of torch.jit.script or torch.jit.trace)",
+                    path, format == file_format::torch ? "torch.save checkpoint" : "safetensors file"));
   return load_module(path);
 }
 

@@ -46,13 +46,15 @@ at::Tensor to_tensor(const tensor_view& v) {
     return copy.as_strided(v.shape, v.strides, v.offset);
   }
   auto owner = v.owner;
-  return at::from_blob(const_cast<uint8_t*>(first), v.shape, v.strides, [owner](void*) {}, options);
+  return at::from_blob(
+      const_cast<uint8_t*>(first), v.shape, v.strides, [owner](void*) {}, options);
 }
 
 at::Device to_device(const device_spec& d, const std::string& option) {
   if (d.is_cpu()) return at::Device(at::kCPU);
   if (!at::hasCUDA())
-    throw usage_error(fmt::format("{} {}: this swavg was built without CUDA or no GPU is visible", option, device_name(d)));
+    throw usage_error(
+        fmt::format("{} {}: this swavg was built without CUDA or no GPU is visible", option, device_name(d)));
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d.index));
 }
 

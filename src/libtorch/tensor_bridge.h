@@ -1,7 +1,7 @@
 /*
- * The one place where swavg's vocabulary (tensor_view, dtype, device_spec) meets LibTorch's. A view becomes an at::Tensor over the same bytes
- * (no copy; the tensor keeps the view's owner alive); an at::Tensor becomes a view that keeps the
- * tensor alive.
+ * The one place where swavg's vocabulary (tensor_view, dtype, device_spec) meets LibTorch's. A view becomes an
+ * at::Tensor over the same bytes (no copy; the tensor keeps the view's owner alive); an at::Tensor becomes a view that
+ * keeps the tensor alive.
  */
 #pragma once
 

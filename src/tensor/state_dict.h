@@ -42,23 +42,23 @@ class pickle_document;
 // A non-tensor entry of the state dict taken ("_extra_state", "epoch"), carried into outputs that
 // can hold it as the same pickle data.
 struct object_entry {
-  std::string name;                 // the key as text (a non-string key reads as "<type>" or its int)
-  std::string type;                 // "int", "dict", "argparse.Namespace", ...
-  const pickle_node* key = nullptr;    // the key and the value, in `document`
+  std::string name;                  // the key as text (a non-string key reads as "<type>" or its int)
+  std::string type;                  // "int", "dict", "argparse.Namespace", ...
+  const pickle_node* key = nullptr;  // the key and the value, in `document`
   const pickle_node* value = nullptr;
-  std::string file;                 // the file it was read from, for messages
+  std::string file;  // the file it was read from, for messages
 };
 
 struct state_dict {
   std::string path;  // the file it came from
   file_format format = file_format::torch;
-  std::string key;   // dotted path of the dict taken ("" for the top level)
+  std::string key;  // dotted path of the dict taken ("" for the top level)
   std::vector<named_tensor> tensors;
-  std::vector<other_entry> others;  // non-tensor entries inside the dict taken
-  std::vector<object_entry> objects;  // the same entries as pickle data, for writers
+  std::vector<other_entry> others;                  // non-tensor entries inside the dict taken
+  std::vector<object_entry> objects;                // the same entries as pickle data, for writers
   std::shared_ptr<const pickle_document> document;  // keeps `objects` alive
-  std::vector<other_entry> opaque;  // objects swavg does not interpret, anywhere in the file
-  std::map<std::string, std::string> metadata;  // safetensors __metadata__ / swavg's own record
+  std::vector<other_entry> opaque;                  // objects swavg does not interpret, anywhere in the file
+  std::map<std::string, std::string> metadata;      // safetensors __metadata__ / swavg's own record
 };
 
 }  // namespace swavg

@@ -29,9 +29,7 @@ bool tensor_view::is_contiguous() const {
   return true;
 }
 
-const uint8_t* tensor_view::data() const {
-  return storage + static_cast<uint64_t>(offset) * itemsize(type);
-}
+const uint8_t* tensor_view::data() const { return storage + static_cast<uint64_t>(offset) * itemsize(type); }
 
 void gather_contiguous(const tensor_view& v, void* dst) {
   const size_t item = itemsize(v.type);
@@ -56,7 +54,8 @@ void gather_contiguous(const tensor_view& v, void* dst) {
       std::memcpy(out, src, static_cast<size_t>(row) * item);
       out += static_cast<size_t>(row) * item;
     } else {
-      for (int64_t i = 0; i < row; ++i, out += item) std::memcpy(out, src + i * step * static_cast<int64_t>(item), item);
+      for (int64_t i = 0; i < row; ++i, out += item)
+        std::memcpy(out, src + i * step * static_cast<int64_t>(item), item);
     }
     for (size_t d = index.size(); d-- > 0;) {
       if (++index[d] < v.shape[d]) break;
@@ -96,8 +95,8 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
   return strides;
 }
 
-std::string check_view_bounds(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
-                              int64_t offset, uint64_t storage_numel) {
+std::string check_view_bounds(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides, int64_t offset,
+                              uint64_t storage_numel) {
   if (shape.size() != strides.size()) return fmt::format("has {} sizes but {} strides", shape.size(), strides.size());
   if (offset < 0) return "has negative storage offset " + std::to_string(offset);
   uint64_t numel = 1;

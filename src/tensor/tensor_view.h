@@ -55,8 +55,8 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
 // Checks that a view with these sizes, strides and offset stays inside a storage of
 // `storage_numel` elements: no negative values, no overflow. Returns an empty string when it fits,
 // else what is wrong ("needs elements up to 120 but the storage has 100").
-std::string check_view_bounds(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
-                              int64_t offset, uint64_t storage_numel);
+std::string check_view_bounds(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides, int64_t offset,
+                              uint64_t storage_numel);
 
 // "[3, 64, 7, 7]"
 std::string shape_string(const std::vector<int64_t>& shape);

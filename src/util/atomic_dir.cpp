@@ -180,7 +180,8 @@ void publish_dir(const std::string& from, const std::string& target_in, bool rep
   }
   if (!S_ISDIR(st.st_mode))
     throw usage_error(fmt::format("{}: exists and is not a folder; swavg replaces only folders here", target));
-  if (!replace) throw usage_error(fmt::format("{}: the output folder exists and is not empty; pass --force to replace it", target));
+  if (!replace)
+    throw usage_error(fmt::format("{}: the output folder exists and is not empty; pass --force to replace it", target));
   if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
     fsync_path(parent_dir(target));
     remove_tree(from);  // now the old folder

@@ -12,12 +12,12 @@ namespace swavg {
 
 enum class exit_code : int {
   ok = 0,
-  internal = 1,   // a bug or an unexpected failure
-  usage = 2,      // bad command line
-  bad_input = 3,  // an input file is malformed, unsupported or unsafe
-  mismatch = 4,   // inputs disagree with each other (names, shapes, dtypes)
-  io = 5,         // cannot read or write a file (missing, permissions, disk full)
-  incomplete = 6, // a shard-parallel job is not finished: finalize before every worker wrote its part
+  internal = 1,    // a bug or an unexpected failure
+  usage = 2,       // bad command line
+  bad_input = 3,   // an input file is malformed, unsupported or unsafe
+  mismatch = 4,    // inputs disagree with each other (names, shapes, dtypes)
+  io = 5,          // cannot read or write a file (missing, permissions, disk full)
+  incomplete = 6,  // a shard-parallel job is not finished: finalize before every worker wrote its part
 };
 
 class error : public std::runtime_error {

@@ -76,7 +76,6 @@ size_t utf8_sequence(std::string_view s, size_t i, uint32_t& cp, bool allow_surr
   return len;
 }
 
-
 std::string printable(std::string_view s) { return escape(s, false); }
 
 std::string printable_lines(std::string_view s) { return escape(s, true); }

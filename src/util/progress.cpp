@@ -33,8 +33,8 @@ void progress::draw(bool final) {
   const int filled = static_cast<int>(fraction * kWidth);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const double mb_per_s = seconds > 0 ? static_cast<double>(done_) / 1e6 / seconds : 0.0;
-  std::fprintf(stderr, "\r%s [%.*s%*s] %3.0f%% %.0f MB/s%s", label_.c_str(), filled,
-               "##############################", kWidth - filled, "", fraction * 100, mb_per_s, final ? "\n" : "");
+  std::fprintf(stderr, "\r%s [%.*s%*s] %3.0f%% %.0f MB/s%s", label_.c_str(), filled, "##############################",
+               kWidth - filled, "", fraction * 100, mb_per_s, final ? "\n" : "");
   std::fflush(stderr);
 }
 

@@ -1,6 +1,5 @@
 #include "util/sha256.h"
 
-
 #include <fmt/format.h>
 
 #include <atomic>
@@ -75,14 +74,14 @@ bool cpu_has_sha() {
 // The 64 rounds as 16 groups of 4 (sha256rnds2 does 2), the message schedule kept 4 groups ahead
 // with sha256msg1/msg2, as Intel's SHA extensions reference code lays them out.
 __attribute__((target("sha,sse4.1,ssse3"))) void sha_ni_blocks(std::array<uint32_t, 8>& state, const uint8_t* p,
-                                                             size_t count) {
+                                                               size_t count) {
   const __m128i kMask = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
   __m128i tmp = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[0]));
   __m128i state1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[4]));
-  tmp = _mm_shuffle_epi32(tmp, 0xB1);           // CDAB
-  state1 = _mm_shuffle_epi32(state1, 0x1B);     // EFGH
+  tmp = _mm_shuffle_epi32(tmp, 0xB1);                // CDAB
+  state1 = _mm_shuffle_epi32(state1, 0x1B);          // EFGH
   __m128i state0 = _mm_alignr_epi8(tmp, state1, 8);  // ABEF
-  state1 = _mm_blend_epi16(state1, tmp, 0xF0);  // CDGH
+  state1 = _mm_blend_epi16(state1, tmp, 0xF0);       // CDGH
   for (; count > 0; --count, p += 64) {
     const __m128i abef = state0, cdgh = state1;
     __m128i m[4];
@@ -132,8 +131,7 @@ void sha256::set_hardware(bool on) {
 #endif
 }
 
-sha256::sha256()
-    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+sha256::sha256() : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
 
 void sha256::blocks(const uint8_t* p, size_t count) {
 #ifdef SWAVG_SHA_NI

@@ -17,8 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
       state_dict sd = read_torch_file(file, key);
       volatile uint64_t sum = 0;
-      for (const auto& t : sd.tensors)
-        sum = sum + fuzz::touch_view(t.view, file->data(), file->data() + file->size());
+      for (const auto& t : sd.tensors) sum = sum + fuzz::touch_view(t.view, file->data(), file->data() + file->size());
     } catch (const error&) {
     }
   }
