@@ -92,17 +92,22 @@ TORCH_1_13_PYTHON = os.environ.get("SWAVG_TORCH_1_13_PYTHON", "/usr/bin/python3"
 _FIRST_BUFFERS_SCRIPT = r"""
 import sys, torch
 sys.path.insert(0, sys.argv[1])
-from reference import model_for, state_dict_of
-run, out, paths = sys.argv[2], sys.argv[3], sys.argv[4:]
+from reference import averaged_model_from_first
 assert torch.__version__.startswith("1.13"), torch.__version__
-model = model_for(run)
-model.load_state_dict(state_dict_of(paths[0]))
-avg = torch.optim.swa_utils.AveragedModel(model, use_buffers=False)
-for p in paths:
-    model.load_state_dict(state_dict_of(p))
-    avg.update_parameters(model)
-torch.save(avg.module.state_dict(), out)
+torch.save(averaged_model_from_first(sys.argv[2], sys.argv[4:]), sys.argv[3])
 """
+
+
+def averaged_model_from_first(run, paths):
+    """AveragedModel(model, use_buffers=False) built from the first checkpoint and updated with
+    each, under this process's torch: the averaged module's state dict."""
+    model = model_for(run)
+    model.load_state_dict(state_dict_of(paths[0]))
+    avg = torch.optim.swa_utils.AveragedModel(model, use_buffers=False)
+    for p in paths:
+        model.load_state_dict(state_dict_of(p))
+        avg.update_parameters(model)
+    return avg.module.state_dict()
 
 
 def averaged_model_1_13(run, paths, out):
@@ -110,13 +115,7 @@ def averaged_model_1_13(run, paths, out):
     first checkpoint and updated with each: 1.13 keeps the buffers it deep-copied at construction.
     Runs in this process under torch 1.13, else in TORCH_1_13_PYTHON (writing `out`)."""
     if torch.__version__.startswith("1.13"):
-        model = model_for(run)
-        model.load_state_dict(state_dict_of(paths[0]))
-        avg = torch.optim.swa_utils.AveragedModel(model, use_buffers=False)
-        for p in paths:
-            model.load_state_dict(state_dict_of(p))
-            avg.update_parameters(model)
-        return avg.module.state_dict()
+        return averaged_model_from_first(run, paths)
     subprocess.run([TORCH_1_13_PYTHON, "-c", _FIRST_BUFFERS_SCRIPT, os.path.dirname(os.path.abspath(__file__)),
                     run, out, *paths], check=True, timeout=600)
     return torch.load(out, weights_only=True)
