@@ -50,7 +50,9 @@ at::Tensor flat_tensor(const tensor_view& v) {
 // Values that separate the candidate lerp forms: mixed signs and magnitudes (some overflowing
 // 16-bit types), zeros of both signs, near-equal pairs, weights on both branches; and enough of them
 // for ATen to split the work between threads, so that every vector tail it leaves is probed too
-// (LibTorch 2.x rounds tails differently from vector lanes, which no elementwise kernel can match).
+// (LibTorch 2.x rounds tails differently from vector lanes, which no elementwise kernel can match:
+// its vector lanes are fma(w - 1, x - avg, x), its scalar tail x - (x - avg) * (1 - w), which at
+// w = 1 give zeros of different signs; then no form is found and ATen's lerp folds).
 bool probe_lerp(dtype acc_type, dtype in_type, lerp_form form) {
   constexpr int64_t kProbe = 100003;
   std::vector<double> a(kProbe), b(kProbe);
@@ -70,15 +72,21 @@ bool probe_lerp(dtype acc_type, dtype in_type, lerp_form form) {
     if (i % 11 == 0) a[i] = 0.0;
     if (i % 13 == 5) b[i] = -0.0;
     if (i % 17 == 3) a[i] = -0.0;
+    if (i % 29 == 7 || i >= kProbe - 2) a[i] = b[i] = -0.0;  // at w = 1 the forms differ only in this zero's sign
   }
   const auto options = at::TensorOptions().dtype(at::kDouble);
   const at::Tensor start = at::from_blob(a.data(), {kProbe}, options).to(to_scalar_type(acc_type));
   const at::Tensor end = at::from_blob(b.data(), {kProbe}, options).to(to_scalar_type(in_type));
-  for (double w : {1e-3, 0.1, 0.3, 0.4999, 0.5, 0.7, 0.9, 0.999, 1.0}) {
-    at::Tensor expected = start.clone().lerp_(end.to(start.scalar_type()), w);
-    at::Tensor got = start.clone();
-    if (!native_lerp_step(acc_type, got.data_ptr(), in_type, end.data_ptr(), kProbe, w, form)) return false;
-    if (std::memcmp(expected.data_ptr(), got.data_ptr(), got.nbytes()) != 0) return false;
+  // The whole probe, and a short one that ATen runs in its scalar tail loop alone.
+  for (int64_t n : {kProbe, int64_t{15}}) {
+    const at::Tensor s = start.narrow(0, 0, n);
+    const at::Tensor e = end.narrow(0, 0, n).contiguous();
+    for (double w : {1e-3, 0.1, 0.3, 0.4999, 0.5, 0.7, 0.9, 0.999, 1.0}) {
+      at::Tensor expected = s.clone().lerp_(e.to(s.scalar_type()), w);
+      at::Tensor got = s.clone();
+      if (!native_lerp_step(acc_type, got.data_ptr(), in_type, e.data_ptr(), n, w, form)) return false;
+      if (std::memcmp(expected.data_ptr(), got.data_ptr(), got.nbytes()) != 0) return false;
+    }
   }
   return true;
 }
