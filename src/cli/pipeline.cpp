@@ -136,6 +136,7 @@ fold_report run_directory_job(const fold_job& job) {
   const worker_id& w = job.worker;
   validate_config(c, job.inputs.size(), !job.resume.empty());
   check_device(c.device);
+  require_lerp_kernels(c);
   output_folder out(job.output, job.max_shard_size, w.index, w.count, job.force);
   check_directory_paths(job, out, files_read(job));
   const output_format format = job.format.value_or(output_format::safetensors);
@@ -183,6 +184,7 @@ fold_report run_fold_job(const fold_job& job) {
   const fold_config& c = job.config;
   validate_config(c, job.inputs.size(), !job.resume.empty());
   check_device(c.device);
+  require_lerp_kernels(c);
   check_paths(job, files_read(job));
   const output_format format = choose_output_format(job.output, job.format);
 

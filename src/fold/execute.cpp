@@ -19,6 +19,7 @@
 #include "fold/prefetch.h"
 #include "formats/torch_file.h"
 #include "util/error.h"
+#include "util/version.h"
 #include "util/progress.h"
 
 namespace swavg {
@@ -165,6 +166,16 @@ void require_kernels(const fold_config& c, const fold_plan& plan) {
                                    dtype_name(p.outcome.input_type), dtype_name(p.outcome.accumulate_type),
                                    device_name(c.device)));
 }
+
+}  // namespace
+
+void require_lerp_kernels(const fold_config& c) {
+  if (c.mode != fold_mode::swa && !lerp_form_for(dtype::float32, dtype::float32))
+    require_libtorch(fmt::format("{} (ATen's lerp: swavg's kernels know no lerp form of LibTorch {})",
+                                 c.mode == fold_mode::ema ? "ema" : "average --weights", SWAVG_LIBTORCH_VERSION));
+}
+
+namespace {
 
 std::vector<tensor_spec> output_specs(const fold_config& c, const fold_plan& plan,
                                       const std::vector<std::optional<size_t>>& ties) {

@@ -70,6 +70,11 @@ struct fold_result {
 // kernels here do not cover).
 fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_target& target);
 
+// Before any input is read: an EMA or weighted fold where swavg's kernels know no lerp form of this
+// LibTorch (the binary without LibTorch, built for LibTorch 2.x) needs ATen's lerp, so the job is
+// handed to swavg-torch up front rather than after the inputs were mapped and planned.
+void require_lerp_kernels(const fold_config& c);
+
 // The record stored beside the average for --resume.
 resume_record make_resume_record(const fold_config& c, const fold_plan& plan, const fold_inputs& in);
 

@@ -95,8 +95,13 @@ def net_from(sd):
     return net
 
 
+# AveragedModel(use_buffers=False) keeps the buffers it deep-copied from the first model in
+# PyTorch 1.13 (--buffers first) and copies the latest model's in at every update in 2.x (--buffers
+# latest): the tests compare with the torch they run under.
+USE_BUFFERS_FALSE = "first" if torch.__version__.startswith("1.") else "latest"
+
 def averaged_model_reference(states, fn, use_buffers):
-    """AveragedModel(model, avg_fn=fn) updated with each checkpoint: PyTorch 1.13's own code."""
+    """AveragedModel(model, avg_fn=fn) updated with each checkpoint: the running torch's own code."""
     models = [net_from(sd) for sd in states]
     avg = torch.optim.swa_utils.AveragedModel(models[0], avg_fn=fn, use_buffers=use_buffers)
     for m in models:
@@ -207,26 +212,26 @@ class AveragedModelTest(AvgFnTest):
 
     def test_module_form(self):
         states, paths = self.checkpoints(torch.float32)
-        got = self.average("--avg-fn", self.fns["module"], "--buffers", "first", *paths)
+        got = self.average("--avg-fn", self.fns["module"], "--buffers", USE_BUFFERS_FALSE, *paths)
         self.assert_all_bits(got, averaged_model_reference(states, ScheduleModule(), use_buffers=False))
 
     def test_a_function_writing_into_current(self):
         states, paths = self.checkpoints(torch.float32)
-        got = self.average("--avg-fn", self.fns["mutates"], "--buffers", "first", *paths)
+        got = self.average("--avg-fn", self.fns["mutates"], "--buffers", USE_BUFFERS_FALSE, *paths)
         self.assert_all_bits(got, averaged_model_reference(states, mutates_current, use_buffers=False))
         for i, path in enumerate(paths):
             self.assertTrue(same_bits(torch.load(path)["fc1.weight"], checkpoint_state(i, torch.float32)["fc1.weight"]))
 
     def test_the_default_function_is_swavg_average(self):
         states, paths = self.checkpoints(torch.float32)
-        got = self.average("--avg-fn", self.fns["swa"], "--buffers", "first", *paths, out="fn.pt")
+        got = self.average("--avg-fn", self.fns["swa"], "--buffers", USE_BUFFERS_FALSE, *paths, out="fn.pt")
         self.assert_all_bits(got, averaged_model_reference(states, None, use_buffers=False))
-        plain = self.average("--buffers", "first", *paths, out="plain.pt")
+        plain = self.average("--buffers", USE_BUFFERS_FALSE, *paths, out="plain.pt")
         self.assert_all_bits(got, plain)
 
     def test_accumulate_float32(self):
         states, paths = self.checkpoints(torch.float16)
-        got = self.average("--avg-fn", self.fns["schedule"], "--buffers", "first", "--accumulate", "float32", *paths)
+        got = self.average("--avg-fn", self.fns["schedule"], "--buffers", USE_BUFFERS_FALSE, "--accumulate", "float32", *paths)
         wide = averaged_model_reference([{k: v.float() if v.is_floating_point() else v for k, v in sd.items()}
                                          for sd in states], schedule_avg, use_buffers=False)
         want = {k: v.half() if v.is_floating_point() else v for k, v in wide.items()}

@@ -291,7 +291,7 @@ class PosthocEmaTest(TempDirTest):
         for s in ("0.28", "0.3", "0", "-0.05", "nan", "inf", "abc"):
             self.assert_refused(2, "--sigma-rel", s, *self.snapshots)
         # just below the bound is accepted
-        self.posthoc("--sigma-rel", repr(np.nextafter(0.28, 0)), *self.snapshots)
+        self.posthoc("--sigma-rel", repr(float(np.nextafter(0.28, 0))), *self.snapshots)
 
     def test_at_before_every_snapshot(self):
         err = self.assert_refused(2, "--sigma-rel", "0.1", "--at", EVERY - 1, *self.snapshots)
@@ -510,7 +510,7 @@ class PowerSigmaRelTest(TempDirTest):
             self.assertEqual(p.returncode, 2, (args, p.stderr))
             self.assertFalse(os.path.exists(self.path("bad.pt")), args)
         # the last valid sigma_rel below the bound
-        self.ema("--power-sigma-rel", repr(np.nextafter(0.28, 0)), "--snapshot-times", "10,20,35", *paths, out="ok.pt")
+        self.ema("--power-sigma-rel", repr(float(np.nextafter(0.28, 0))), "--snapshot-times", "10,20,35", *paths, out="ok.pt")
 
 
 if __name__ == "__main__":
