@@ -170,7 +170,7 @@ class AvgFnTest(TempDirTest):
 class AveragedModelTest(AvgFnTest):
     def check(self, dtype, use_buffers):
         states, paths = self.checkpoints(dtype)
-        buffers = "average" if use_buffers else "first"  # 1.13's use_buffers=False keeps the first's
+        buffers = "average" if use_buffers else USE_BUFFERS_FALSE
         got = self.average("--avg-fn", self.fns["schedule"], "--buffers", buffers, *paths)
         want = averaged_model_reference(states, schedule_avg, use_buffers)
         self.assertEqual(list(got), list(want))
