@@ -42,10 +42,10 @@ void convert_to_folder(const convert_options& o) {
   std::map<std::string, std::string> metadata;
   if (format == output_format::safetensors) metadata = inherited_metadata({&sd});
   folder_files extra;
-  const std::string source = checkpoint_folder(o.input);
-  if (!source.empty()) extra = classify_folder(source);
+  const checkpoint_location source = locate_checkpoint(o.input);
+  if (!source.folder.empty()) extra = classify_folder(source.folder);
 
-  out.stage(source, extra.copied, locate_checkpoint(o.input).names);
+  out.stage(source.folder, extra.copied, source.names);
   output_sink& sink = out.open(format, std::move(specs), metadata);
   std::vector<uint8_t> copy;
   for (const auto& t : sd.tensors) {

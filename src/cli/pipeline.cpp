@@ -144,12 +144,13 @@ fold_report run_directory_job(const fold_job& job) {
   const fold_inputs in = load_fold_inputs(job);
   const fold_config folded = config_for(job, in);
   folder_files extra;
-  const std::string source_folder = checkpoint_folder(job.inputs.back());
+  const checkpoint_location source = locate_checkpoint(job.inputs.back());
+  const std::string& source_folder = source.folder;
   if (!source_folder.empty()) extra = classify_folder(source_folder);
   for (const auto& name : extra.skipped)
     spdlog::info("{}/{}: not copied (weights, an index or not a file)", source_folder, name);
 
-  out.stage(source_folder, extra.copied, locate_checkpoint(job.inputs.back()).names);
+  out.stage(source_folder, extra.copied, source.names);
   const fold_result result = run_fold(folded, in, fold_target{out.path(), format, job.drop_objects, &out});
   out.finish();
   if (!out.plain())
