@@ -149,10 +149,12 @@ TEST_CASE("every problem of an index is in one message", "[sharded_input]") {
 
 TEST_CASE("the index's bounds: size, shard names, tensor names, nesting", "[sharded_input]") {
   const std::string small = R"({"weight_map": {"a": "s"}})";
-  std::string at_limit = small + std::string(kMaxIndexBytes - small.size(), ' ');
+  // Literal sizes: a limit moved by one byte must fail here, so not derived from kMaxIndexBytes.
+  std::string at_limit = small + std::string(67108864 - small.size(), ' ');
   CHECK_NOTHROW(parse_hf_index("i", at_limit));
   at_limit += ' ';
-  CHECK_THAT(error_of([&] { parse_hf_index("i", at_limit); }), Catch::Contains("more than the limit"));
+  CHECK_THAT(error_of([&] { parse_hf_index("i", at_limit); }),
+             Catch::Contains("index is 67108865 bytes, more than the limit of 67108864 bytes"));
 
   const std::string longest_shard(kMaxShardNameBytes, 's');
   CHECK_NOTHROW(parse_hf_index("i", R"({"weight_map": {"a": ")" + longest_shard + "\"}}"));
@@ -257,17 +259,60 @@ TEST_CASE("folders: which file is read, and a folder without a checkpoint", "[sh
   CHECK_THAT(error_of([&] { load_state_dict(d.path); }),
              Catch::Contains("'config.json', 'f10'") && Catch::Contains("and 3 more"));
 
-  write_shard(d / kTorchSingleName, {{"single_bin", 1}});  // not a torch file, but never read below
-  write_shard(d / kSafetensorsSingleName, {{"single", 1}});
-  CHECK(load_state_dict(d.path).tensors.front().name == "single");  // safetensors first
-  CHECK(checkpoint_files(d.path) == std::vector<std::string>{d / kSafetensorsSingleName});
+  // transformers' from_pretrained order, each file added taking over from the ones before:
+  // pytorch_model.bin.index.json < pytorch_model.bin < model.safetensors.index.json < model.safetensors.
   write_shard(d / "p.safetensors", {{"from_pt_index", 1}});
   write_file(d / kTorchIndexName, index_with(R"({"from_pt_index": "p.safetensors"})"));
-  CHECK(load_state_dict(d.path).tensors.front().name == "from_pt_index");  // an index before a single file
+  CHECK(load_state_dict(d.path).tensors.front().name == "from_pt_index");
+  write_shard(d / kTorchSingleName, {{"single_bin", 1}});  // safetensors bytes: read by content
+  CHECK(load_state_dict(d.path).tensors.front().name == "single_bin");
   write_shard(d / "s.safetensors", {{"from_st_index", 1}});
   write_file(d / kSafetensorsIndexName, index_with(R"({"from_st_index": "s.safetensors"})"));
-  CHECK(load_state_dict(d.path).tensors.front().name == "from_st_index");  // safetensors index first
+  CHECK(load_state_dict(d.path).tensors.front().name == "from_st_index");
+  write_shard(d / kSafetensorsSingleName, {{"single", 1}});
+  CHECK(load_state_dict(d.path).tensors.front().name == "single");
+  CHECK(checkpoint_files(d.path) == std::vector<std::string>{d / kSafetensorsSingleName});
   CHECK(load_state_dict(d / kTorchIndexName).tensors.front().name == "from_pt_index");
+}
+
+TEST_CASE("folders: config.json's transformers_weights is read first, as from_pretrained reads it", "[sharded_input]") {
+  temp_dir d;
+  write_shard(d / kSafetensorsSingleName, {{"single", 1}});
+  write_shard(d / "custom.safetensors", {{"named", 1}});
+  write_file(d / "config.json", R"({"transformers_weights": "custom.safetensors"})");
+  CHECK(load_state_dict(d.path).tensors.front().name == "named");
+  write_shard(d / "c.safetensors", {{"named_index", 1}});
+  write_file(d / "custom.safetensors.index.json", index_with(R"({"named_index": "c.safetensors"})"));
+  write_file(d / "config.json", R"({"transformers_weights": "custom.safetensors.index.json"})");
+  CHECK(load_state_dict(d.path).tensors.front().name == "named_index");
+  for (const char* other : {R"({"transformers_weights": null})", "{}", "not json", "[1]"}) {
+    write_file(d / "config.json", other);
+    CHECK(load_state_dict(d.path).tensors.front().name == "single");
+  }
+  struct bad_case {
+    const char* config;
+    const char* message;
+    exit_code code;
+  };
+  for (const bad_case& c : std::vector<bad_case>{
+           {R"({"transformers_weights": "../custom.safetensors"})", "inside the folder", exit_code::bad_input},
+           {R"({"transformers_weights": "/custom.safetensors"})", "inside the folder", exit_code::bad_input},
+           {R"({"transformers_weights": "custom.bin"})", "a .safetensors file or index", exit_code::bad_input},
+           {R"({"transformers_weights": ".safetensors"})", "a .safetensors file or index", exit_code::bad_input},
+           {R"({"transformers_weights": 3})", "found 3", exit_code::bad_input},
+           {R"({"transformers_weights": "gone.safetensors"})", "not a file in", exit_code::io},
+       }) {
+    write_file(d / "config.json", c.config);
+    exit_code code = exit_code::ok;
+    CHECK_THAT(error_of([&] { load_state_dict(d.path); }, &code), Catch::Contains(c.message));
+    CHECK(code == c.code);
+  }
+  // The size read of config.json, at its edge (literal: 16 MiB).
+  const std::string named = R"({"transformers_weights": "custom.safetensors"})";
+  write_file(d / "config.json", named + std::string(16777216 - named.size(), ' '));
+  CHECK(load_state_dict(d.path).tensors.front().name == "named");
+  write_file(d / "config.json", named + std::string(16777217 - named.size(), ' '));
+  CHECK_THAT(error_of([&] { load_state_dict(d.path); }), Catch::Contains("larger than 16777216 bytes"));
 }
 
 TEST_CASE("an index that cannot be read", "[sharded_input]") {

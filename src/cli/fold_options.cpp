@@ -125,7 +125,12 @@ void run_fold_command(fold_options o) {
   }
   o.job.worker = resolve_worker(o.shard, o.shard_count, o.job.directory, [](const char* n) { return std::getenv(n); });
   o.job.inputs = select_inputs(o.selection);
-  if (!o.rules_file.empty()) o.job.config.rules = load_rules(o.rules_file);
+  if (!o.rules_file.empty()) {
+    o.job.config.rules = load_rules(o.rules_file);
+    o.job.also_read.push_back(o.rules_file);
+  }
+  if (!o.selection.inputs_from.empty() && o.selection.inputs_from != "-")
+    o.job.also_read.push_back(o.selection.inputs_from);
   if (o.complete) o.complete(o.job);
   o.job.report_file = o.report_file;
   std::optional<bn_step> bn;

@@ -6,11 +6,12 @@
 #include <climits>
 
 #include <algorithm>
-#include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "util/error.h"
+#include "util/read_file.h"
 
 namespace swavg {
 namespace {
@@ -70,8 +71,7 @@ std::vector<std::string> select_inputs(const input_selection& s) {
       listed = read_lines(std::cin);
       stdin_list() = std::make_unique<std::vector<std::string>>(listed);
     } else {
-      std::ifstream in(s.inputs_from);
-      if (!in) throw io_error(s.inputs_from + ": cannot open --inputs-from list");
+      std::istringstream in(read_text_file(s.inputs_from));
       listed = read_lines(in);
     }
     paths.insert(paths.end(), listed.begin(), listed.end());

@@ -3,9 +3,23 @@
 #include <charconv>
 
 namespace swavg {
+namespace {
+
+// `--shard "$SHARD"` with SHARD unset must not read as an absent --shard: an empty value is a usage
+// error for every option and argument, before the option's own check.
+CLI::Validator non_empty_value() {
+  return CLI::Validator(
+      [](std::string& value) {
+        return value.empty() ? std::string("expected a value, got an empty string") : std::string();
+      },
+      "");
+}
+
+}  // namespace
 
 void one_value_per_use(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_type_size_max() > 0) opt->check(non_empty_value(), "non-empty");
     if (!opt->nonpositional()) continue;
     opt->allow_extra_args(false);
     // --help would show "TEXT ...", which reads as several values after one flag.

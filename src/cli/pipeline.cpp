@@ -12,6 +12,7 @@
 #include "formats/output_folder.h"
 #include "formats/sharded_input.h"
 #include "formats/torchscript.h"
+#include "util/atomic_dir.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/paths.h"
@@ -19,23 +20,40 @@
 namespace swavg {
 namespace {
 
+// The files and folders --resume reads, unless it is `output` itself (the rolling average, which
+// replaces what it resumed): then none, and the output may be it.
+std::vector<std::string> resume_reads(const fold_job& job, bool folder_output) {
+  if (job.resume.empty()) return {};
+  std::vector<std::string> files = checkpoint_files(job.resume);
+  const bool rolling =
+      folder_output ? real_path(without_trailing_slash(job.resume)) == real_path(without_trailing_slash(job.output))
+                    : files.size() == 1 && same_file(files.front(), job.output);
+  if (rolling) return {};
+  files.push_back(job.resume);
+  return files;
+}
+
 // Refuses, before anything is read, outputs that are inputs, exist (without --force), are not
 // regular files, or are one another. `inputs`: every file the job reads besides --resume.
 void check_paths(const fold_job& job, const std::vector<std::string>& inputs) {
   check_distinct_paths({{"--report", job.report_file}, {"-o", job.output}});
   check_distinct_paths({{"--report", job.report_file}, {"--resume", job.resume}});
-  check_output_path(job.output, inputs, job.force);
-  if (job.report_file.empty()) return;
   std::vector<std::string> read = inputs;
+  for (auto& f : resume_reads(job, false)) read.push_back(std::move(f));
+  check_output_path(job.output, read, job.force);
+  if (job.report_file.empty()) return;
   if (!job.resume.empty()) read.push_back(job.resume);
   check_output_path(job.report_file, read, true);
 }
 
-// Every file the inputs read: a sharded checkpoint's index and shards, so no output can be one.
+// Every file the inputs read (a sharded checkpoint's index and shards) and the arguments themselves
+// (a folder holds them), so no output can be or lie in one.
 std::vector<std::string> input_files(const fold_job& job) {
   std::vector<std::string> files;
-  for (const auto& in : job.inputs)
+  for (const auto& in : job.inputs) {
     for (auto& f : checkpoint_files(in)) files.push_back(std::move(f));
+    files.push_back(in);
+  }
   return files;
 }
 
@@ -66,7 +84,9 @@ void check_directory_paths(const fold_job& job, const output_folder& out, const 
   check_distinct_paths({{"--report", job.report_file}, {"--resume", job.resume}});
   out.refuse_missing_parent();
   out.refuse_not_folder(" (-o DIR/ writes a Hugging Face folder)");
-  out.refuse_inputs_inside(inputs);
+  std::vector<std::string> read = inputs;
+  for (auto& f : resume_reads(job, true)) read.push_back(std::move(f));
+  out.refuse_inputs_inside(read);
   if (!job.report_file.empty())
     for (const auto& folder : out.folders())
       if (is_under(real_path(job.report_file), real_path(folder)))
@@ -74,7 +94,6 @@ void check_directory_paths(const fold_job& job, const output_folder& out, const 
                                       job.report_file, folder));
   out.refuse_non_empty();
   if (!job.report_file.empty()) {
-    std::vector<std::string> read = inputs;
     if (!job.resume.empty()) read.push_back(job.resume);
     check_output_path(job.report_file, read, true);
   }
@@ -102,6 +121,7 @@ fold_config config_for(const fold_job& job, const fold_inputs& in) {
 // Every file a fold job reads besides --resume: no output may be one of them.
 std::vector<std::string> files_read(const fold_job& job) {
   std::vector<std::string> files = input_files(job);
+  files.insert(files.end(), job.also_read.begin(), job.also_read.end());
   if (!job.model.empty()) files.push_back(job.model);
   if (job.config.avg_fn) files.push_back(job.config.avg_fn->path);
   return files;

@@ -4,10 +4,12 @@
  * BatchNorm recomputation: the fold goes to a temp file beside the output, and only the final,
  * updated state dict is renamed into place, so the output is never a half-finished average.
  *
- * Every path is checked before anything is read: the output (and --report) neither an input nor a
- * non-regular file, --report neither the output nor the resumed file (through symlinks and hard
- * links too). The output may be the resumed file: `--resume ema.pt -o ema.pt --force` is the rolling
- * EMA, safe because the resumed file stays mapped while its successor is renamed over it.
+ * Every path is checked before anything is read: the output (and --report) neither a file the job
+ * reads (the inputs and their shards, --resume, --rules, --inputs-from, --model, --avg-fn, --data)
+ * nor inside a folder it reads, nor holding one (a folder output), nor a non-regular file; --report
+ * neither the output nor the resumed file (through symlinks and hard links too). The output may be
+ * the resumed file or folder itself: `--resume ema.pt -o ema.pt --force` is the rolling EMA, safe
+ * because the resumed files stay mapped while their successor is renamed over them.
  */
 #pragma once
 
@@ -33,10 +35,11 @@ struct fold_job {
   std::string output;
   std::optional<output_format> format;  // default: from the output's extension
   bool force = false;
-  std::string resume;         // an earlier output to continue from
-  std::string model;          // TorchScript whose parameter/buffer split is used
-  bool drop_objects = false;  // leave non-tensor entries out of the output (--drop-objects)
-  std::string report_file;    // --report: written by the caller, its path checked with the others here
+  std::string resume;                  // an earlier output to continue from
+  std::string model;                   // TorchScript whose parameter/buffer split is used
+  std::vector<std::string> also_read;  // --rules, --inputs-from: read too, so never an output
+  bool drop_objects = false;           // leave non-tensor entries out of the output (--drop-objects)
+  std::string report_file;             // --report: written by the caller, its path checked with the others here
   fold_config config;
   // A Hugging Face folder output (-o DIR/): shards of at most max_shard_size bytes, this worker's
   // share only when worker.count > 1 (into OUT.partial/, published by `swavg finalize`).

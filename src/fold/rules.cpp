@@ -3,12 +3,11 @@
 #include <fmt/format.h>
 #include <re2/re2.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "util/decimal.h"
 #include "util/error.h"
+#include "util/read_file.h"
 
 namespace swavg {
 
@@ -85,13 +84,7 @@ std::vector<tensor_rule> parse_rules(const std::string& json_text, const std::st
   return rules;
 }
 
-std::vector<tensor_rule> load_rules(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw io_error(path + ": cannot open rules file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_rules(ss.str(), path);
-}
+std::vector<tensor_rule> load_rules(const std::string& path) { return parse_rules(read_text_file(path), path); }
 
 const tensor_rule* match_rule(const std::vector<tensor_rule>& rules, const std::string& name) {
   for (const auto& r : rules)

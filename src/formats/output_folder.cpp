@@ -98,7 +98,15 @@ void output_folder::refuse_not_folder(const std::string& hint) const {
 void output_folder::refuse_inputs_inside(const std::vector<std::string>& inputs) const {
   const std::vector<std::string> written = folders();
   for (const auto& arg : inputs) {
-    std::vector<std::string> files = checkpoint_files(arg);
+    struct stat st {};
+    if (::stat(arg.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+      for (const auto& folder : written)
+        if (is_under(folder_resolved(folder), real_path(arg)))
+          throw usage_error(
+              fmt::format("{}/: inside the input folder '{}'; swavg never writes into what it reads, even with --force",
+                          folder, arg));
+    std::vector<std::string> files =
+        S_ISDIR(st.st_mode) || S_ISREG(st.st_mode) ? checkpoint_files(arg) : std::vector<std::string>{};
     files.push_back(arg);
     for (const auto& f : files)
       for (const auto& folder : written)

@@ -20,6 +20,7 @@
 #include "util/error.h"
 #include "util/mapped_file.h"
 #include "util/printable.h"
+#include "util/read_file.h"
 
 namespace swavg {
 namespace {
@@ -29,6 +30,7 @@ using json = nlohmann::json;
 constexpr int kMaxJsonDepth = 128;
 constexpr size_t kMaxListedProblems = 20;
 constexpr size_t kMaxListedEntries = 10;
+constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;  // a config.json read for "transformers_weights"
 
 std::string in_quotes(const std::string& s) { return fmt::format("'{}'", printable(s)); }
 
@@ -244,16 +246,59 @@ std::string listed(const std::vector<std::string>& names) {
   return text;
 }
 
-// The four weight files a folder may hold under `names`, in the order they are preferred.
-std::vector<std::string> weight_candidates(weights_names names) {
-  return {index_file_name(file_format::safetensors, names), index_file_name(file_format::torch, names),
-          single_file_name(file_format::safetensors, names), single_file_name(file_format::torch, names)};
+// The weights config.json names as "transformers_weights", which from_pretrained reads before any
+// other file: a .safetensors file or index inside the folder. A config.json that is not JSON is the
+// library's to refuse; swavg reads no other field.
+std::optional<std::string> explicit_weights(const std::string& folder) {
+  const std::string config = path_in_folder(folder, "config.json");
+  if (!is_regular(config)) return std::nullopt;
+  const nlohmann::json j = nlohmann::json::parse(read_text_file(config, kMaxConfigBytes), nullptr, false);
+  if (!j.is_object() || !j.contains("transformers_weights") || j["transformers_weights"].is_null()) return std::nullopt;
+  const nlohmann::json& named = j["transformers_weights"];
+  const std::string name = named.is_string() ? named.get<std::string>() : std::string();
+  const auto ends_with = [&name](const std::string& suffix) {
+    return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  const bool inside = !name.empty() && name.front() != '/' && name != ".." && name.rfind("../", 0) != 0 &&
+                      name.find("/../") == std::string::npos;
+  if (!inside || !(ends_with(".safetensors") || ends_with(".safetensors.index.json")))
+    throw input_error(
+        fmt::format("{}: \"transformers_weights\" must name a .safetensors file or index inside the "
+                    "folder, found {}",
+                    config, printable(named.dump())));
+  if (!is_regular(path_in_folder(folder, name)))
+    throw io_error(fmt::format("{}: names \"transformers_weights\": \"{}\", which is not a file in {}", config,
+                               printable(name), folder));
+  return name;
+}
+
+struct weight_candidate {
+  std::string name;
+  bool index;
+  file_format format;
+};
+
+// The weight files a folder may hold under `names`, in the order the library that writes them
+// reads them: transformers' from_pretrained (modeling_utils' _get_resolved_checkpoint_files) takes
+// model.safetensors, then its index, then pytorch_model.bin, then its index; diffusers' takes the
+// safetensors index before the single file, then the .bin (and a .bin index last: diffusers reads
+// it only when safetensors is not installed); PEFT's load_peft_weights has no index.
+std::vector<weight_candidate> weight_candidates(weights_names names) {
+  const auto single = [names](file_format f) { return weight_candidate{single_file_name(f, names), false, f}; };
+  const auto index = [names](file_format f) { return weight_candidate{index_file_name(f, names), true, f}; };
+  const file_format st = file_format::safetensors, pt = file_format::torch;
+  switch (names) {
+    case weights_names::transformers: return {single(st), index(st), single(pt), index(pt)};
+    case weights_names::diffusers: return {index(st), single(st), single(pt), index(pt)};
+    case weights_names::peft: return {single(st), single(pt)};
+  }
+  return {};
 }
 
 bool holds_weights(const std::string& folder) {
   for (const weights_names n : kAllWeightsNames)
-    for (const auto& name : weight_candidates(n))
-      if (is_regular(path_in_folder(folder, name))) return true;
+    for (const auto& c : weight_candidates(n))
+      if (is_regular(path_in_folder(folder, c.name))) return true;
   return false;
 }
 
@@ -322,24 +367,34 @@ checkpoint_location locate_checkpoint(const std::string& path) {
     return at;
   }
   at.folder = path.size() > 1 && path.back() == '/' ? path.substr(0, path.size() - 1) : path;
+  if (const auto named = explicit_weights(at.folder)) {
+    (is_index_name(*named) ? at.index : at.file) = path_in_folder(path, *named);
+    return at;
+  }
   std::string chosen;
   std::vector<std::string> others;  // weight files of other names, not read
   for (const weights_names n : kAllWeightsNames) {
-    const std::vector<std::string> candidates = weight_candidates(n);
-    std::vector<bool> present;
-    for (const auto& name : candidates) present.push_back(is_regular(path_in_folder(path, name)));
-    const auto first = std::find(present.begin(), present.end(), true);
-    if (first == present.end()) continue;
+    std::vector<std::string> present;
+    const weight_candidate* first = nullptr;
+    const std::vector<weight_candidate> candidates = weight_candidates(n);
+    for (const auto& c : candidates)
+      if (is_regular(path_in_folder(path, c.name))) {
+        present.push_back(c.name);
+        if (!first) first = &c;
+      }
+    if (!first) continue;
     if (!chosen.empty()) {
-      others.push_back(candidates[first - present.begin()]);
+      others.push_back(first->name);
       continue;
     }
-    const size_t k = first - present.begin();
-    chosen = candidates[k];
+    chosen = first->name;
     at.names = n;
-    (k < 2 ? at.index : at.file) = path_in_folder(path, chosen);
-    const bool st = present[0] || present[2], pt = present[1] || present[3];
-    if (st && pt) spdlog::info("{}: holds safetensors and torch.save weights; reading {}", at.folder, chosen);
+    (first->index ? at.index : at.file) = path_in_folder(path, chosen);
+    if (present.size() > 1)
+      spdlog::info("{}: holds {}; reading {}, as {} does", at.folder, listed(present), chosen,
+                   n == weights_names::transformers ? "transformers' from_pretrained"
+                   : n == weights_names::diffusers  ? "diffusers' from_pretrained"
+                                                    : "PEFT");
   }
   if (chosen.empty()) throw_no_checkpoint(at.folder);
   if (!others.empty())

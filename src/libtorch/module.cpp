@@ -5,16 +5,20 @@
  * formats/torchscript.cpp's, which runs nothing.
  */
 #include <c10/util/Exception.h>
+#include <caffe2/serialize/read_adapter_interface.h>
 #include <torch/csrc/jit/serialization/import.h>
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstring>
 #include <unordered_set>
 
 #include "formats/load.h"
 #include "libtorch/module.h"
 #include "libtorch/tensor_bridge.h"
 #include "util/error.h"
+#include "util/mapped_file.h"
 
 namespace swavg {
 namespace {
@@ -27,12 +31,31 @@ void collect_state(const Module& m, const std::string& prefix, std::vector<std::
   for (const auto& c : m.named_children()) collect_state(c.value, join(prefix, c.name), out);
 }
 
+// LibTorch reads the archive from swavg's mapping of it, never from the path: the file is opened
+// once, as a regular file (util/regular_file.h), so a FIFO or a device named as a model or a
+// function is refused instead of blocking or streaming forever.
+class mapped_reader : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit mapped_reader(std::shared_ptr<const mapped_file> file) : file_(std::move(file)) {}
+  size_t size() const override { return file_->size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char*) const override {
+    if (pos >= file_->size()) return 0;
+    const size_t count = std::min<uint64_t>(n, file_->size() - pos);
+    std::memcpy(buf, file_->data() + pos, count);
+    return count;
+  }
+
+ private:
+  std::shared_ptr<const mapped_file> file_;
+};
+
 }  // namespace
 
 std::shared_ptr<Module> load_module(const std::string& path) {
   auto module = std::make_shared<Module>();
+  auto reader = std::make_shared<mapped_reader>(mapped_file::open(path));
   try {
-    *module = torch::jit::load(path, c10::Device(c10::kCPU));
+    *module = torch::jit::load(reader, c10::Device(c10::kCPU));
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
     throw input_error(fmt::format("{}: cannot load TorchScript archive: {}", path, what.substr(0, what.find('\n'))));

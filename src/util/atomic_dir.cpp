@@ -61,8 +61,16 @@ bool is_empty_dir(const std::string& path) { return list_dir(path).empty(); }
 
 std::string without_trailing_slash(const std::string& path) {
   std::string p = path;
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  return p;
+  for (;;) {
+    while (p.size() > 1 && p.back() == '/') p.pop_back();
+    if (p.size() > 2 && p.compare(p.size() - 2, 2, "/.") == 0)
+      p.resize(p.size() - 1);
+    else
+      break;
+  }
+  const bool relative_part =
+      p == "." || p == "/." || p == ".." || (p.size() > 3 && p.compare(p.size() - 3, 3, "/..") == 0);
+  return relative_part ? real_path(p) : p;
 }
 
 std::vector<std::string> list_dir(const std::string& path) {

@@ -16,7 +16,9 @@
 
 namespace swavg {
 
-// `path` without trailing slashes ("out/" -> "out"; "/" stays).
+// A folder's path without trailing slashes or "." parts ("out/" and "out/./." -> "out"; "/" stays).
+// One whose last part is ".." (or that is "."), which names a folder by where it sits, is resolved:
+// "ckpts/.." -> its real path, so that OUT.partial/ and the staging folder are its siblings.
 std::string without_trailing_slash(const std::string& path);
 
 class staged_dir {

@@ -213,6 +213,14 @@ void check_output_path(const std::string& output, const std::vector<std::string>
     if (folder == special || (std::strcmp(special, "/dev") != 0 && is_under(folder, special)))
       throw usage_error(fmt::format("{}: swavg writes regular files, not devices or streams ({} is in {})", output,
                                     folder_resolved(output), folder));
+  for (const auto& in : inputs) {
+    struct stat st {};
+    if (::stat(in.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && is_under(folder_resolved(output), real_path(in)))
+      throw usage_error(
+          fmt::format("{}: inside the input folder '{}'; swavg never writes into what it reads, even "
+                      "with --force",
+                      output, in));
+  }
   struct stat out {};
   if (::stat(output.c_str(), &out) != 0) return;  // does not exist (yet): fine
   for (const auto& in : inputs) {

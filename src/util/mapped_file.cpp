@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "util/error.h"
+#include "util/regular_file.h"
 #include "util/sigbus_guard.h"
 
 namespace swavg {
@@ -27,21 +28,6 @@ constexpr uint64_t kReleaseBatch = 1024 * 1024;
 constexpr uint64_t kBatchAfter = 4096;
 constexpr int kMaxBatchingFiles = 8;
 int batching_files = 0;
-
-struct fd_guard {
-  int fd;
-  ~fd_guard() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-std::string file_type_name(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
-  return "not a regular file";
-}
 
 // The live mappings (for check_all_unchanged and fault_at) and the first file that faulted.
 struct registry {
@@ -64,29 +50,14 @@ std::string changed_message(const std::string& path, const std::string& how) {
 }  // namespace
 
 std::shared_ptr<const mapped_file> mapped_file::open(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    int err = errno;
-    struct stat lst {};
-    if (err == ENOENT && ::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
-      throw io_error(path + ": dangling symbolic link");
-    if (err == ELOOP) throw io_error(path + ": too many levels of symbolic links");
-    throw io_error(fmt::format("{}: cannot open: {}", path, errno_text(err)));
-  }
-  if (!S_ISREG(st.st_mode))
-    throw input_error(fmt::format("{}: expected a regular file but it is {}", path, file_type_name(st.st_mode)));
-  // O_NONBLOCK: a path swapped for a FIFO between stat and open must not hang us.
-  fd_guard fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
-  if (fd.fd < 0) throw io_error(fmt::format("{}: cannot open: {}", path, errno_text(errno)));
-  if (::fstat(fd.fd, &st) != 0) throw io_error(fmt::format("{}: cannot stat: {}", path, errno_text(errno)));
-  if (!S_ISREG(st.st_mode))
-    throw input_error(fmt::format("{}: expected a regular file but it is {}", path, file_type_name(st.st_mode)));
+  const regular_file file = regular_file::open(path);
+  const struct stat& st = file.status();
 
   std::shared_ptr<mapped_file> m(new mapped_file());
   m->path_ = path;
   m->size_ = static_cast<size_t>(st.st_size);
   if (m->size_ == 0) return m;
-  void* p = ::mmap(nullptr, m->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd.fd, 0);
+  void* p = ::mmap(nullptr, m->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, file.fd(), 0);
   if (p == MAP_FAILED) throw io_error(fmt::format("{}: cannot map {} bytes: {}", path, m->size_, errno_text(errno)));
   m->data_ = static_cast<const uint8_t*>(p);
   m->mapped_ = true;

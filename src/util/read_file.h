@@ -1,6 +1,7 @@
 /*
  * Reading a file front to back with read(2), for what is not memory-mapped: small records (plans,
- * manifests) and files only streamed through (hashed, copied).
+ * manifests, rules) and files only streamed through (hashed, copied). Both open through
+ * util/regular_file.h: a FIFO or a device named here is refused, never read.
  */
 #pragma once
 
@@ -15,7 +16,8 @@ namespace swavg {
 // `take` returns false. io_error when the file cannot be opened or read.
 void read_chunks(const std::string& path, size_t chunk, const std::function<bool(const char*, size_t)>& take);
 
-// A small file's contents (io_error when missing or unreadable, input_error past `max_size`).
+// A small file's contents (io_error when missing or unreadable, input_error when not a regular file
+// or past `max_size`, checked before the first read).
 std::string read_text_file(const std::string& path, uint64_t max_size = 64 << 20);
 
 }  // namespace swavg

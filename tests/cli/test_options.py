@@ -74,6 +74,8 @@ class OptionOrderTest(TempDirTest):
         self.raw_shape = ",".join(str(d) for d in data.shape[1:])
         self.data_pt = self.path("data.pt")
         torch.save({"x": torch.from_numpy(data)}, self.data_pt)
+        self.nested = self.path("nested.pt")
+        torch.save({"model": torch.load(bn("weights.pt"), weights_only=True)}, self.nested)
 
     def function_file(self, kind):
         path = self.path(kind + ".ts")
@@ -249,7 +251,7 @@ class OptionOrderTest(TempDirTest):
         (a torch.save'd dict and --data-key)."""
         return {
             "--model": ["--model", bn("cnn_scripted.ts")], "--data": ["--data", self.raw],
-            "--checkpoint": ["--checkpoint", bn("weights.pt")], "--key": ["--key", ""],
+            "--checkpoint": ["--checkpoint", self.nested], "--key": ["--key", "model"],
             "--strip-prefix": ["--strip-prefix", "module."], "--data-key": None,
             "--shape": ["--shape", self.raw_shape], "--dtype": ["--dtype", "float32"],
             "--batch-size": ["--batch-size", "16"], "--drop-last": ["--drop-last"],
@@ -271,7 +273,7 @@ class OptionOrderTest(TempDirTest):
             swavg("update-bn", *[x for g in order for x in g])
             results.append(load_output(self.path("u.pt")))
             with open(self.path("u.json")) as f:
-                self.assertEqual(json.load(f)["checkpoint"], bn("weights.pt"))
+                self.assertEqual(json.load(f)["checkpoint"], self.nested)
         torch_data = [g for g in groups if g[0] not in ("--shape", "--dtype", "--data")]
         swavg("update-bn", "--data-key", "x", *[x for g in torch_data for x in g], "--data", self.data_pt)
         results.append(load_output(self.path("u.pt")))
@@ -316,6 +318,50 @@ def options_of_app():
             flags = m.group(1).split(",")
             names.append([f for f in flags if f.startswith("--")][0])
     return [n for n in names if n not in SKIPPED]
+
+
+SUBCOMMANDS = ("average", "ema", "inspect", "convert", "update-bn", "finalize", "posthoc-ema")
+
+
+def value_options_of(command):
+    """The options of `swavg COMMAND --help` that take a value (a type follows their names)."""
+    names = []
+    for line in swavg(command, "--help").stdout.splitlines():
+        m = re.match(r"^\s{1,4}(-[^\s]+)\s+([A-Z]{3,})(?=[\s:,]|$)", line)
+        if m:
+            flags = m.group(1).split(",")
+            names.append(([f for f in flags if f.startswith("--")] or flags)[0])
+    return names
+
+
+class EmptyValueTest(TempDirTest):
+    def test_every_option_refuses_an_empty_value(self):
+        # `--shard "$SHARD"` with SHARD unset: an empty value is a usage error, never an absent option.
+        seen = 0
+        for command in SUBCOMMANDS:
+            options = value_options_of(command)
+            self.assertEqual(bool(options), command != "finalize", command)
+            for option in options:
+                for argv in ([option, ""], [option + "="]):
+                    with self.subTest(command=command, argv=argv):
+                        p = swavg(command, *argv, check=False)
+                        self.assertEqual(p.returncode, 2, p.stderr)
+                        self.assertIn(option, p.stderr)
+                        # CLI11 reads `--opt=` as the value missing; `--opt ''` reaches the option's own
+                        # check (which names the value) or, for free text, ours.
+                        said = ("empty", "got ''") if len(argv) == 2 else ("missing",)
+                        self.assertTrue(any(s in p.stderr for s in said), p.stderr)
+                        seen += 1
+        self.assertGreater(seen, 60)
+
+    def test_an_empty_input_path_is_a_usage_error(self):
+        for command in ("average", "ema", "inspect", "finalize"):
+            with self.subTest(command=command):
+                out = ["-o", self.path("x.pt")] if command in ("average", "ema") else []
+                p = swavg(command, "", *out, check=False)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn("empty", p.stderr)
+        self.assertFalse(os.path.exists(self.path("x.pt")))
 
 
 class RepeatableOptionTest(TempDirTest):
