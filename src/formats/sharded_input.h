@@ -37,9 +37,9 @@ struct checkpoint_location {
 
 // Whether `path` is an index file by its name (ends in ".index.json").
 bool is_index_name(const std::string& path);
-// Resolves a folder to its index or single file (transformers' preference: safetensors first; for
-// each of transformers', diffusers' and PEFT's names, in that order) and an index file to its
-// folder. Throws input_error for a folder holding none, naming what it holds; for a diffusers
+// Resolves a folder to the index or single file its library loads (config.json's
+// "transformers_weights", else from_pretrained's order for transformers' names, then diffusers',
+// then PEFT's) and an index file to its folder. Throws input_error for a folder holding none, naming what it holds; for a diffusers
 // pipeline (model_index.json, no weights of its own), naming its component folders to average.
 checkpoint_location locate_checkpoint(const std::string& path);
 

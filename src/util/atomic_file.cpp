@@ -213,6 +213,13 @@ void check_output_path(const std::string& output, const std::vector<std::string>
     if (folder == special || (std::strcmp(special, "/dev") != 0 && is_under(folder, special)))
       throw usage_error(fmt::format("{}: swavg writes regular files, not devices or streams ({} is in {})", output,
                                     folder_resolved(output), folder));
+  struct stat out {};
+  const bool exists = ::stat(output.c_str(), &out) == 0;
+  for (const auto& in : inputs) {
+    struct stat st {};
+    if (exists && ::stat(in.c_str(), &st) == 0 && same_inode(st, out))
+      throw usage_error(fmt::format("{}: the output is the input '{}'; swavg never overwrites its inputs", output, in));
+  }
   for (const auto& in : inputs) {
     struct stat st {};
     if (::stat(in.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && is_under(folder_resolved(output), real_path(in)))
@@ -221,13 +228,7 @@ void check_output_path(const std::string& output, const std::vector<std::string>
                       "with --force",
                       output, in));
   }
-  struct stat out {};
-  if (::stat(output.c_str(), &out) != 0) return;  // does not exist (yet): fine
-  for (const auto& in : inputs) {
-    struct stat st {};
-    if (::stat(in.c_str(), &st) == 0 && same_inode(st, out))
-      throw usage_error(fmt::format("{}: the output is the input '{}'; swavg never overwrites its inputs", output, in));
-  }
+  if (!exists) return;  // does not exist (yet): fine
   if (!S_ISREG(out.st_mode))
     throw usage_error(fmt::format("{}: the output is {}; swavg replaces only regular files, even with --force", output,
                                   file_type(out.st_mode)));
