@@ -128,6 +128,17 @@ class KillTest(FinalizeTest):
                 self.assert_published(out)
                 shutil.rmtree(out)
 
+    def test_a_retry_after_the_rename_checks_what_was_published(self):
+        for name in ("model.safetensors.index.json", "config.json"):
+            with self.subTest(name=name):
+                out = self.fresh("r_" + name)
+                p = run(["finalize", out + "/"], env=plain_env(SWAVG_FINALIZE_KILL_AT="renamed"))
+                self.assertEqual(p.returncode, -9, p.stderr)
+                with open(os.path.join(out, name), "ab") as f:
+                    f.write(b" ")
+                self.assert_fails(run(["finalize", out + "/"]), 5, "is not what it published")
+                self.assertTrue(os.path.exists(out + ".swavg-finalize.json"))
+
     def test_a_worker_refuses_while_a_killed_finalize_has_its_record(self):
         out = self.fresh()
         p = run(["finalize", out + "/"], env=plain_env(SWAVG_FINALIZE_KILL_AT="manifests"))
@@ -266,7 +277,7 @@ class TamperTest(FinalizeTest):
         out = self.fresh()
         partial = out + ".partial"
         log = self.path("strace.log")
-        p = subprocess.run(["strace", "-f", "-o", log, "-e", "trace=openat,fsync,rename,renameat,renameat2",
+        p = subprocess.run(["strace", "-f", "-o", log, "-e", "trace=openat,fsync,rename,renameat,renameat2,unlink,unlinkat",
                             SWAVG, "finalize", out + "/"], capture_output=True, text=True, timeout=TIMEOUT,
                            env=plain_env())
         if p.returncode != 0 and "ptrace" in p.stderr:
@@ -287,10 +298,12 @@ class TamperTest(FinalizeTest):
             return any(("fsync(%s)" % fd) in l for fd in fd_list for l in lines)
 
         before = calls[:rename]
-        # The last fsync before the rename is of OUT.partial/ itself (opened as a folder).
-        self.assertTrue(fsynced(before, fds(before, partial)), "OUT.partial/ not fsynced before its rename")
-        last_fsync = [l for l in before if "fsync(" in l][-1]
-        self.assertIn(last_fsync.split("fsync(")[1].split(")")[0], fds(before, partial))
+        # After its last change (the plan unlinked) and before the rename, OUT.partial/ is fsynced.
+        unlinks = [i for i, l in enumerate(before) if "unlink" in l and '"%s/' % partial in l]
+        self.assertTrue(unlinks, "\n".join(before[-20:]))
+        self.assertIn("swavg-plan.json", before[unlinks[-1]])
+        self.assertTrue(fsynced(before[unlinks[-1]:], fds(before, partial)),
+                        "OUT.partial/ not fsynced between its last change and its rename")
         after = calls[rename:]
         self.assertTrue(fsynced(after, fds(after, self.tmp)), "the parent is not fsynced after the rename")
 
