@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -199,6 +201,79 @@ TEST_CASE("plan and manifest round trips, and malformed ones", "[sharded_output]
       parse_manifest(R"({"plan_hash":"x","index":0,"count":1,"files":[{"name":"f","size":1,"sha256":"zz"}]})", "m"),
       input_error);
   CHECK(manifest_name(3, 16) == "swavg-worker-3-of-16.json");
+}
+
+TEST_CASE("plans and manifests: bounds at their edges, missing fields, options", "[sharded_output]") {
+  auto plan_with = [](const std::string& workers, size_t shards) {
+    std::string list;
+    for (size_t k = 0; k < shards; ++k)
+      list += fmt::format("{}{{\"file\":\"s{}\",\"bytes\":1,\"tensors\":[\"t{}\"]}}", k ? "," : "", k, k);
+    return fmt::format(
+        R"({{"swavg_plan":1,"format":"torch","max_shard_size":1,"workers":{},"total_size":{},"shards":[{}],"copied":[]}})",
+        workers, shards, list);
+  };
+  CHECK(parse_plan(plan_with("1000000", 1), "plan").workers == 1000000);
+  CHECK_THROWS_WITH(parse_plan(plan_with("1000001", 1), "plan"), Catch::Contains("plan: 1000001 workers"));
+  CHECK_THROWS_AS(parse_plan(plan_with("1000000000000", 1), "plan"), input_error);
+  CHECK_THROWS_AS(parse_plan(plan_with("-1", 1), "plan"), input_error);
+  CHECK(parse_plan(plan_with("2", 99999), "plan").layout.shards.size() == 99999);
+  CHECK_THROWS_WITH(parse_plan(plan_with("2", 100000), "plan"), Catch::Contains("100000 shards (at most 99999)"));
+  CHECK_THROWS_WITH(
+      parse_plan(R"({"swavg_plan":1,"format":"torch","max_shard_size":1,"workers":1,"total_size":0,"copied":[]})",
+                 "the/plan.json"),
+      Catch::Contains("the/plan.json: no \"shards\" field"));
+  CHECK_THROWS_WITH(
+      parse_plan(
+          R"({"swavg_plan":1,"format":"torch","max_shard_size":1,"workers":1,"total_size":0,"shards":{},"copied":[]})",
+          "p"),
+      Catch::Contains("\"shards\" is not a list"));
+
+  const std::string good = std::string(64, 'a');
+  auto manifest = [&](const std::string& index, const std::string& count) {
+    return fmt::format(R"({{"plan_hash":"{}","index":{},"count":{},"files":[]}})", good, index, count);
+  };
+  CHECK(parse_manifest(manifest("999999", "1000000"), "m").count == 1000000);
+  CHECK_THROWS_AS(parse_manifest(manifest("0", "1000001"), "m"), input_error);
+  CHECK_THROWS_AS(parse_manifest(manifest("0", "1099511627776"), "m"), input_error);
+  CHECK_THROWS_AS(parse_manifest(manifest("2", "2"), "m"), input_error);
+  CHECK_THROWS_WITH(parse_manifest(R"({"plan_hash":"x","index":0,"count":1})", "the/manifest.json"),
+                    Catch::Contains("the/manifest.json: no \"files\" field"));
+
+  auto layout = plan_layout(output_format::torch, {spec("a", 4)}, 8);
+  const std::string text = plan_json(layout, {}, {}, 2, {{"--weights", "1,3"}, {"--int", "latest"}});
+  CHECK(text.find("\"--weights\": \"1,3\"") != std::string::npos);
+  CHECK(parse_plan(text, "plan").workers == 2);
+  CHECK(text != plan_json(layout, {}, {}, 2, {{"--weights", "3,1"}, {"--int", "latest"}}));
+}
+
+TEST_CASE("job file names are reserved", "[sharded_output]") {
+  for (const char* name : {"swavg-plan.json", "swavg-worker-0-of-2.json", "swavg-worker-.json",
+                           "out.swavg-finalize.json", "x.swavg-tmp-1"})
+    CHECK(is_job_file_name(name));
+  for (const char* name : {"config.json", "swavg-plan.json.bak", "my-swavg-plan.json", "swavg-worker.txt"})
+    CHECK_FALSE(is_job_file_name(name));
+}
+
+TEST_CASE("a second plan names the first option that differs", "[sharded_output]") {
+  const std::string dir = "plan_once_case";
+  remove_tree(dir);
+  ::mkdir(dir.c_str(), 0755);
+  auto layout = plan_layout(output_format::torch, {spec("a", 4)}, 8);
+  const std::string first =
+      plan_json(layout, {}, {}, 2, {{"the mode", "swa"}, {"--buffers", "latest"}, {"--int", "latest"}});
+  CHECK(write_plan_once(dir, first) == write_plan_once(dir, first));
+  CHECK_THROWS_WITH(
+      write_plan_once(
+          dir, plan_json(layout, {}, {}, 2, {{"the mode", "swa"}, {"--buffers", "average"}, {"--int", "first"}})),
+      Catch::Contains("--buffers differs: 'average' here, 'latest' in the plan there"));
+  CHECK_THROWS_WITH(
+      write_plan_once(
+          dir, plan_json(layout, {}, {}, 3, {{"the mode", "swa"}, {"--buffers", "latest"}, {"--int", "latest"}})),
+      Catch::Contains("\"workers\" differs: 3 here, 2"));
+  CHECK_THROWS_AS(write_plan_once(dir, plan_json(layout, {{"x", "y"}}, {}, 2,
+                                                 {{"the mode", "swa"}, {"--buffers", "latest"}, {"--int", "latest"}})),
+                  mismatch_error);
+  remove_tree(dir);
 }
 
 TEST_CASE("worker ownership: shard k belongs to worker (k-1) mod N", "[sharded_output]") {

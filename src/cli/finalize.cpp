@@ -1,6 +1,7 @@
 /*
  * `swavg finalize OUT/`: publishes what shard-parallel workers left in OUT.partial/ once every one of
- * them is done (formats/worker_files.h checks the plan, the manifests and the files).
+ * them is done (formats/worker_files.h checks the plan, the manifests and the files, and makes it safe
+ * to run again, concurrently or after a kill).
  */
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -37,8 +38,9 @@ command setup_finalize(CLI::App& parent) {
   app->add_flag("--force", o->force, "Replace an existing non-empty OUT/");
   app->add_flag("--json", o->json, "Print the JSON report on stdout");
   app->footer(
-      "Exit codes: 6 while a worker's manifest is missing (nothing published), 4 for manifests of another plan, "
-      "5 for a file missing or changed.");
+      "Exit codes: 6 while a worker's manifest is missing or a worker or another finalize holds OUT.partial/ "
+      "(nothing published; run it again), 3 for a malformed plan or manifest, 4 for manifests of another plan, 5 "
+      "for a file missing or changed. A finalize killed at any point is finished by the next one.");
   return {app, [o] { run_finalize(*o); }};
 }
 

@@ -1,11 +1,13 @@
 #include "cli/pipeline.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <sys/stat.h>
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 
 #include "fold/aten.h"
 #include "fold/execute.h"
@@ -16,6 +18,8 @@
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/paths.h"
+#include "util/sha256.h"
+#include "util/version.h"
 
 namespace swavg {
 namespace {
@@ -148,6 +152,67 @@ fold_report report_of(const fold_job& job, const fold_config& c, output_format f
   return report;
 }
 
+const char* int_policy_option(int_policy p) {
+  return p == int_policy::first ? "first" : p == int_policy::error ? "error" : "latest";
+}
+
+const char* accumulate_option(accumulate_policy a) {
+  switch (a) {
+    case accumulate_policy::native: return "native";
+    case accumulate_policy::float32: return "float32";
+    case accumulate_policy::float64: return "float64";
+    case accumulate_policy::automatic: break;
+  }
+  return "auto";
+}
+
+std::string numbers(const std::vector<double>& values) { return fmt::format("{}", fmt::join(values, ",")); }
+
+// The job's identity for the plan: every option that changes an output byte, as the command line
+// names it, in its order (worker_files.h). Workers that differ in any are of different jobs.
+job_options job_identity(const fold_job& job, const fold_config& c, output_format format) {
+  job_options o;
+  o.emplace_back("swavg's version", SWAVG_VERSION);
+  o.emplace_back("the mode", mode_name(c.mode));
+  if (c.mode == fold_mode::ema && c.power_ema) {
+    o.emplace_back("--power-sigma-rel", fmt::format("{}", c.power_ema->sigma_rel));
+    o.emplace_back("--snapshot-times", numbers(c.power_ema->times));
+    o.emplace_back("the resumed time", fmt::format("{}", c.power_ema->start_time));
+  } else if (c.mode == fold_mode::ema) {
+    o.emplace_back("--decay", fmt::format("{}", c.decay));
+    o.emplace_back("--warmup", warmup_name(c.warmup));
+    if (c.warmup == warmup_kind::power) {
+      o.emplace_back("--inv-gamma", fmt::format("{}", c.inv_gamma));
+      o.emplace_back("--power", fmt::format("{}", c.power));
+    }
+    if (c.warmup != warmup_kind::none) o.emplace_back("--min-decay", fmt::format("{}", c.min_decay));
+  }
+  if (c.mode == fold_mode::weighted) o.emplace_back("--weights", numbers(c.weights));
+  if (c.avg_fn) o.emplace_back(avg_fn_option(c.avg_fn->kind), "sha256 " + c.avg_fn->sha256);
+  o.emplace_back("--buffers", buffer_policy_name(c.buffers));
+  o.emplace_back("--buffer", fmt::format("{}", fmt::join(c.buffer_patterns, "\n")));
+  o.emplace_back("--model", job.model.empty() ? "" : "sha256 " + sha256_file(job.model));
+  o.emplace_back("--int", int_policy_option(c.ints));
+  auto rules = nlohmann::ordered_json::array();
+  for (const auto& r : c.rules) {
+    nlohmann::ordered_json rule = {{"match", r.pattern}, {"action", action_name(r.action)}};
+    if (r.decay) rule["decay"] = *r.decay;
+    rules.push_back(rule);
+  }
+  o.emplace_back("--rules", rules.dump());
+  o.emplace_back("--accumulate", accumulate_option(c.accumulate));
+  o.emplace_back("--output-dtype", c.output_dtype ? dtype_name(*c.output_dtype) : "");
+  o.emplace_back("--allow-missing", c.allow_missing ? "yes" : "no");
+  o.emplace_back("--allow-nonfinite", c.allow_nonfinite ? "yes" : "no");
+  o.emplace_back("--key", job.load.key);
+  o.emplace_back("--strip-prefix", fmt::format("{}", fmt::join(job.load.strip_prefixes, "\n")));
+  o.emplace_back("--layout", layout_name(c.layout));
+  o.emplace_back("--drop-objects", job.drop_objects ? "yes" : "no");
+  o.emplace_back("--format", output_format_name(format));
+  o.emplace_back("--max-shard-size", std::to_string(job.max_shard_size));
+  return o;
+}
+
 // -o DIR/: the shards (this worker's), the files copied from the last input's folder, and the index,
 // staged and published (plain run) or left in OUT.partial/ with a manifest (worker of several).
 fold_report run_directory_job(const fold_job& job) {
@@ -170,7 +235,7 @@ fold_report run_directory_job(const fold_job& job) {
   for (const auto& name : extra.skipped)
     spdlog::info("{}/{}: not copied (weights, an index or not a file)", source_folder, name);
 
-  out.stage(source_folder, extra.copied, source.names);
+  out.stage(source_folder, extra.copied, source.names, job_identity(job, folded, format));
   const fold_result result = run_fold(folded, in, fold_target{out.path(), format, job.drop_objects, &out});
   out.finish();
   if (!out.plain())

@@ -16,9 +16,9 @@
 #include <optional>
 #include <string>
 
-namespace swavg {
+#include "formats/worker_files.h"  // kMaxWorkers
 
-inline constexpr int64_t kMaxWorkers = 1'000'000;
+namespace swavg {
 
 struct worker_id {
   size_t index = 0;

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "formats/load.h"
 #include "formats/sharded_output.h"
@@ -38,8 +39,10 @@ folder_files classify_folder(const std::string& folder) {
   for (const auto& name : list_dir(folder)) {
     struct stat st {};
     const std::string path = folder + "/" + name;
-    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || is_weight_file_name(name) ||
-        name.find(".swavg-") != std::string::npos)
+    const bool skip = ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || is_weight_file_name(name);
+    if (!skip && is_job_file_name(name) && name.find(".swavg-tmp-") == std::string::npos)
+      spdlog::warn("{}: not copied: named like a file of swavg's own (a plan, a manifest or finalize's record)", path);
+    if (skip || is_job_file_name(name))
       out.skipped.push_back(name);
     else
       out.copied.push_back(name);
@@ -123,11 +126,16 @@ void output_folder::refuse_non_empty() const {
   refuse_non_empty_folder(out_, out_ + "/", force_, plain() ? "" : " (and to swavg finalize)");
 }
 
-void output_folder::stage(std::string source, std::vector<std::string> copied, weights_names names) {
+void output_folder::stage(std::string source, std::vector<std::string> copied, weights_names names,
+                          job_options options) {
   source_ = std::move(source);
   copied_ = std::move(copied);
   names_ = names;
-  if (plain()) stage_ = std::make_unique<staged_dir>(out_);
+  options_ = std::move(options);
+  if (plain())
+    stage_ = std::make_unique<staged_dir>(out_);
+  else
+    lock_ = std::make_unique<partial_lock>(out_);
 }
 
 const std::string& output_folder::where() const { return plain() ? stage_->path() : partial_; }
@@ -135,7 +143,10 @@ const std::string& output_folder::where() const { return plain() ? stage_->path(
 output_sink& output_folder::open(output_format format, std::vector<tensor_spec> specs,
                                  const std::map<std::string, std::string>& metadata) {
   layout_ = plan_layout(format, std::move(specs), max_shard_size_, names_);
-  const std::string plan = plan_json(*layout_, metadata, copied_, worker_count_);
+  if (layout_->shards.size() > kMaxShards)
+    throw usage_error(fmt::format("{}/: --max-shard-size {} makes {} shards, more than the {} a folder may have", out_,
+                                  max_shard_size_, layout_->shards.size(), kMaxShards));
+  const std::string plan = plan_json(*layout_, metadata, copied_, worker_count_, options_);
   if (plain()) {
     plan_hash_ = sha256_hex(plan.data(), plan.size());
   } else {

@@ -22,13 +22,15 @@
 
 #include "formats/output_sink.h"
 #include "formats/shard_layout.h"
+#include "formats/worker_files.h"
 
 namespace swavg {
 
 class sharded_sink;
 class staged_dir;
 
-// Files of an input folder: what is copied to the output (not weights) and what is skipped.
+// Files of an input folder: what is copied to the output (not weights) and what is skipped (a file
+// named like one of the job's, is_job_file_name, with a warning).
 struct folder_files {
   std::vector<std::string> copied;
   std::vector<std::string> skipped;  // weights, indexes, folders, special files
@@ -70,10 +72,13 @@ class output_folder {
 
   // 2. Stages OUT/ (a plain run; a worker writes into OUT.partial/, created with the plan).
   // `copied`: names of files in the folder `source` that worker 0 copies beside the shards;
-  // `names`: the weights' file names (the input folder's library).
-  void stage(std::string source, std::vector<std::string> copied, weights_names names = weights_names::transformers);
-  // 3. Plans the shards of `specs` (in `format`, with `metadata` in each), writes the plan and opens
-  // this worker's shards: write() every tensor the sink owns(), in order, then commit().
+  // `names`: the weights' file names (the input folder's library); `options`: the job's, written
+  // into the plan (worker_files.h). A worker of several takes its lock on OUT.partial/ here.
+  void stage(std::string source, std::vector<std::string> copied, weights_names names = weights_names::transformers,
+             job_options options = {});
+  // 3. Plans the shards of `specs` (in `format`, with `metadata` in each; usage_error past
+  // kMaxShards), writes the plan and opens this worker's shards: write() every tensor the sink
+  // owns(), in order, then commit().
   output_sink& open(output_format format, std::vector<tensor_spec> specs,
                     const std::map<std::string, std::string>& metadata);
   // 4. After the sink's commit: the copies, then the index and OUT/ published, or the manifest.
@@ -96,6 +101,8 @@ class output_folder {
   std::string source_;
   std::vector<std::string> copied_;
   weights_names names_ = weights_names::transformers;
+  job_options options_;
+  std::unique_ptr<partial_lock> lock_;
   std::optional<shard_layout> layout_;
   std::string plan_hash_;
   std::unique_ptr<sharded_sink> sink_;

@@ -1,8 +1,10 @@
 /*
- * The workers' plan and manifests, and finalize (worker_files.h).
+ * The workers' plan, manifests and lock, and finalize with its record (worker_files.h).
  */
 #include "formats/worker_files.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,15 +13,23 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <utility>
 
 #include "formats/hf_index.h"
 #include "formats/output_folder.h"
 #include "formats/torch_file.h"
 #include "util/atomic_dir.h"
+#include "util/atomic_file.h"
 #include "util/checked.h"
 #include "util/error.h"
+#include "util/paths.h"
 #include "util/read_file.h"
 #include "util/sha256.h"
 
@@ -27,6 +37,8 @@ namespace swavg {
 namespace {
 
 constexpr int kPlanVersion = 1;
+constexpr int kRecordVersion = 1;
+constexpr uint64_t kMaxRecordBytes = 256 << 20;
 
 template <typename T>
 T field(const nlohmann::json& j, const char* key, const std::string& path) {
@@ -36,6 +48,12 @@ T field(const nlohmann::json& j, const char* key, const std::string& path) {
   } catch (const nlohmann::json::exception&) {
     throw input_error(fmt::format("{}: field \"{}\" has the wrong type", path, key));
   }
+}
+
+const nlohmann::json& list_field(const nlohmann::json& j, const char* key, const std::string& path) {
+  if (!j.is_object() || !j.contains(key)) throw input_error(fmt::format("{}: no \"{}\" field", path, key));
+  if (!j.at(key).is_array()) throw input_error(fmt::format("{}: \"{}\" is not a list", path, key));
+  return j.at(key);
 }
 
 nlohmann::json parse_json(const std::string& text, const std::string& path) {
@@ -50,14 +68,114 @@ bool is_hex_digest(const std::string& s) {
   return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(c) && !std::isupper(c); });
 }
 
+class fd_holder {
+ public:
+  fd_holder() = default;
+  explicit fd_holder(int fd) : fd_(fd) {}
+  ~fd_holder() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  fd_holder(const fd_holder&) = delete;
+  fd_holder(fd_holder&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  fd_holder& operator=(fd_holder&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_ = -1;
+};
+
+// A job file's contents, std::nullopt when it does not exist. Never follows a symlink nor opens a
+// FIFO or device for reading (input_error): it is opened non-blocking and checked a regular file.
+std::optional<std::string> read_job_file(const std::string& path, uint64_t max_size) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return std::nullopt;
+    throw io_error(fmt::format("{}: cannot stat: {}", path, errno_text(errno)));
+  }
+  if (!S_ISREG(st.st_mode))
+    throw input_error(fmt::format("{}: not a regular file (a link, FIFO, device or folder); refused", path));
+  fd_holder fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC));
+  if (fd.get() < 0) {
+    if (errno == ENOENT) return std::nullopt;
+    throw io_error(fmt::format("{}: cannot open: {}", path, errno_text(errno)));
+  }
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+    throw input_error(fmt::format("{}: not a regular file (a link, FIFO, device or folder); refused", path));
+  if (static_cast<uint64_t>(st.st_size) > max_size)
+    throw input_error(fmt::format("{}: {} bytes, more than the {} a job file may have", path, st.st_size, max_size));
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd.get(), &text[got], text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw io_error(fmt::format("{}: cannot read: {}", path, errno_text(errno)));
+    if (n == 0) throw io_error(fmt::format("{}: changed while being read", path));
+    got += static_cast<size_t>(n);
+  }
+  return text;
+}
+
+bool same_file(int fd, const std::string& path) {
+  struct stat a {
+  }, b{};
+  return ::fstat(fd, &a) == 0 && ::lstat(path.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+// Opens and flocks `path` (a folder or a regular file) without waiting. An fd of -1 when it does not
+// exist; incomplete_error `busy` when another process holds a conflicting lock.
+fd_holder lock_path(const std::string& path, int op, bool folder, const std::string& busy) {
+  fd_holder fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | (folder ? O_DIRECTORY : 0)));
+  if (fd.get() < 0) {
+    if (errno == ENOENT) return fd_holder();
+    throw io_error(fmt::format("{}: cannot open: {}", path, errno_text(errno)));
+  }
+  while (::flock(fd.get(), op | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    if (errno == EWOULDBLOCK) throw incomplete_error(busy);
+    throw io_error(fmt::format("{}: cannot lock: {}", path, errno_text(errno)));
+  }
+  return fd;
+}
+
+void step(const char* name) {
+  const char* at = std::getenv("SWAVG_FINALIZE_KILL_AT");
+  if (at != nullptr && std::strcmp(at, name) == 0) ::raise(SIGKILL);
+}
+
+void fsync_fd(int fd, const std::string& path) {
+  if (::fsync(fd) != 0) throw io_error(fmt::format("{}: fsync failed: {}", path, errno_text(errno)));
+}
+
+void fsync_folder(const std::string& path) {
+  fd_holder fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) throw io_error(fmt::format("{}: cannot open: {}", path, errno_text(errno)));
+  fsync_fd(fd.get(), path);
+}
+
+void unlink_if_there(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+    throw io_error(fmt::format("{}: cannot remove: {}", path, errno_text(errno)));
+}
+
 }  // namespace
+
+bool is_job_file_name(const std::string& name) {
+  const std::string prefix = kManifestPrefix, suffix = ".json";
+  return name == kPlanName || name.find(".swavg-") != std::string::npos ||
+         (name.size() >= prefix.size() + suffix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0);
+}
 
 std::string manifest_name(size_t index, size_t count) {
   return fmt::format("{}{}-of-{}.json", kManifestPrefix, index, count);
 }
 
 std::string plan_json(const shard_layout& layout, const std::map<std::string, std::string>& metadata,
-                      const std::vector<std::string>& copied, size_t workers) {
+                      const std::vector<std::string>& copied, size_t workers, const job_options& options) {
   nlohmann::ordered_json j;
   j["swavg_plan"] = kPlanVersion;
   j["format"] = output_format_name(layout.format);
@@ -65,6 +183,9 @@ std::string plan_json(const shard_layout& layout, const std::map<std::string, st
   j["workers"] = workers;
   j["total_size"] = layout.total_size;
   if (layout.names != weights_names::transformers) j["weights_names"] = weights_names_name(layout.names);
+  auto opts = nlohmann::ordered_json::object();
+  for (const auto& [name, value] : options) opts[name] = value;
+  j["options"] = opts;
   auto shards = nlohmann::ordered_json::array();
   for (const auto& s : layout.shards) {
     auto names = nlohmann::ordered_json::array();
@@ -87,7 +208,10 @@ job_plan parse_plan(const std::string& text, const std::string& path) {
     throw input_error(fmt::format("{}: unknown format '{}'", path, format));
   p.layout.format = format == "torch" ? output_format::torch : output_format::safetensors;
   p.layout.max_shard_size = field<uint64_t>(j, "max_shard_size", path);
-  p.workers = field<size_t>(j, "workers", path);
+  const uint64_t workers = field<uint64_t>(j, "workers", path);
+  if (workers == 0 || workers > static_cast<uint64_t>(kMaxWorkers))
+    throw input_error(fmt::format("{}: {} workers (expected 1 to {})", path, workers, kMaxWorkers));
+  p.workers = static_cast<size_t>(workers);
   p.layout.total_size = field<uint64_t>(j, "total_size", path);
   p.copied = field<std::vector<std::string>>(j, "copied", path);
   if (j.contains("weights_names")) {
@@ -96,16 +220,19 @@ job_plan parse_plan(const std::string& text, const std::string& path) {
     if (!known) throw input_error(fmt::format("{}: unknown weights_names '{}'", path, names));
     p.layout.names = *known;
   }
-  if (p.workers == 0) throw input_error(fmt::format("{}: 0 workers", path));
-  if (!j.at("shards").is_array() || j.at("shards").empty()) throw input_error(fmt::format("{}: no shards", path));
+  if (j.contains("options")) field<std::map<std::string, std::string>>(j, "options", path);
+  const nlohmann::json& shards = list_field(j, "shards", path);
+  if (shards.empty()) throw input_error(fmt::format("{}: no shards", path));
+  if (shards.size() > kMaxShards)
+    throw input_error(fmt::format("{}: {} shards (at most {})", path, shards.size(), kMaxShards));
   std::set<std::string> files;
   uint64_t total = 0;
-  for (const auto& s : j.at("shards")) {
+  for (const auto& s : shards) {
     output_shard shard;
     shard.file = field<std::string>(s, "file", path);
     shard.bytes = field<uint64_t>(s, "bytes", path);
     if (shard.file.empty() || shard.file.find('/') != std::string::npos || shard.file[0] == '.' ||
-        !files.insert(shard.file).second)
+        is_job_file_name(shard.file) || !files.insert(shard.file).second)
       throw input_error(fmt::format("{}: bad shard file name '{}'", path, shard.file));
     for (const auto& name : field<std::vector<std::string>>(s, "tensors", path)) {
       shard.specs.push_back(p.layout.specs.size());
@@ -118,9 +245,12 @@ job_plan parse_plan(const std::string& text, const std::string& path) {
   }
   if (total != p.layout.total_size)
     throw input_error(fmt::format("{}: total_size {} is not the shards' sum {}", path, p.layout.total_size, total));
+  const std::string index = p.layout.indexed() ? output_index_name(p.layout.format, p.layout.names) : "";
   for (const auto& c : p.copied)
-    if (c.empty() || c.find('/') != std::string::npos || c == "." || c == ".." || files.count(c))
+    if (c.empty() || c.find('/') != std::string::npos || c == "." || c == ".." || files.count(c) || c == index ||
+        is_job_file_name(c) || !files.insert(c).second)
       throw input_error(fmt::format("{}: bad copied file name '{}'", path, c));
+  if (!index.empty() && files.count(index)) throw input_error(fmt::format("{}: bad shard file name '{}'", path, index));
   return p;
 }
 
@@ -139,10 +269,13 @@ worker_manifest parse_manifest(const std::string& text, const std::string& path)
   const nlohmann::json j = parse_json(text, path);
   worker_manifest m;
   m.plan_hash = field<std::string>(j, "plan_hash", path);
-  m.index = field<size_t>(j, "index", path);
-  m.count = field<size_t>(j, "count", path);
-  if (!j.at("files").is_array()) throw input_error(fmt::format("{}: \"files\" is not a list", path));
-  for (const auto& f : j.at("files")) {
+  const uint64_t index = field<uint64_t>(j, "index", path), count = field<uint64_t>(j, "count", path);
+  if (count == 0 || count > static_cast<uint64_t>(kMaxWorkers) || index >= count)
+    throw input_error(
+        fmt::format("{}: worker {} of {} (expected 0 <= index < count <= {})", path, index, count, kMaxWorkers));
+  m.index = static_cast<size_t>(index);
+  m.count = static_cast<size_t>(count);
+  for (const auto& f : list_field(j, "files", path)) {
     written_file w{field<std::string>(f, "name", path), field<uint64_t>(f, "size", path),
                    field<std::string>(f, "sha256", path)};
     if (!is_hex_digest(w.sha256)) throw input_error(fmt::format("{}: bad sha256 for '{}'", path, w.name));
@@ -153,32 +286,105 @@ worker_manifest parse_manifest(const std::string& text, const std::string& path)
 
 std::string partial_dir_of(const std::string& out) { return without_trailing_slash(out) + kPartialSuffix; }
 
+namespace {
+
+// What differs between two plans, the first option first.
+std::string plan_difference(const std::string& ours_text, const std::string& theirs_text) {
+  nlohmann::ordered_json ours, theirs;
+  try {
+    ours = nlohmann::ordered_json::parse(ours_text);
+    theirs = nlohmann::ordered_json::parse(theirs_text);
+  } catch (const nlohmann::json::exception&) {
+    return "it is not a plan of this swavg";
+  }
+  if (!theirs.is_object()) return "it is not a plan of this swavg";
+  const auto opts = ours.value("options", nlohmann::ordered_json::object());
+  const auto theirs_opts = theirs.contains("options") && theirs["options"].is_object()
+                               ? theirs["options"]
+                               : nlohmann::ordered_json::object();
+  auto shown = [](const nlohmann::ordered_json& o, const std::string& k) {
+    if (!o.contains(k)) return std::string("(not set)");
+    return o[k].is_string() ? "'" + o[k].get<std::string>() + "'" : o[k].dump();
+  };
+  for (auto it = opts.begin(); it != opts.end(); ++it)
+    if (!theirs_opts.contains(it.key()) || theirs_opts[it.key()] != it.value())
+      return fmt::format("{} differs: {} here, {} in the plan there", it.key(), shown(opts, it.key()),
+                         shown(theirs_opts, it.key()));
+  for (auto it = theirs_opts.begin(); it != theirs_opts.end(); ++it)
+    if (!opts.contains(it.key()))
+      return fmt::format("{} differs: {} here, {} in the plan there", it.key(), shown(opts, it.key()),
+                         shown(theirs_opts, it.key()));
+  for (const char* key : {"workers", "format", "max_shard_size"})
+    if (ours.value(key, nlohmann::ordered_json()) != theirs.value(key, nlohmann::ordered_json()))
+      return fmt::format("\"{}\" differs: {} here, {} in the plan there", key,
+                         ours.value(key, nlohmann::ordered_json()).dump(),
+                         theirs.value(key, nlohmann::ordered_json()).dump());
+  return "the inputs differ (their tensors, shapes, dtypes or metadata, or the files copied)";
+}
+
+}  // namespace
+
 std::string write_plan_once(const std::string& partial, const std::string& plan_text) {
   const std::string path = partial + "/" + kPlanName;
-  if (!create_file_once(path, plan_text) && read_text_file(path) != plan_text)
-    throw mismatch_error(fmt::format(
-        "{}/ holds another job's plan ({}): other inputs, options or worker count wrote into it; remove it or "
-        "write elsewhere",
-        partial, path));
+  if (!create_file_once(path, plan_text)) {
+    const auto there = read_job_file(path, kMaxJobFileBytes);
+    if (there && *there != plan_text)
+      throw mismatch_error(
+          fmt::format("{}: another job's plan: {}; every worker of a job takes the same inputs, options and worker "
+                      "count; remove {}/ or write elsewhere",
+                      path, plan_difference(plan_text, *there), partial));
+  }
   return sha256_hex(plan_text.data(), plan_text.size());
+}
+
+partial_lock::partial_lock(const std::string& out_arg) {
+  const std::string out = without_trailing_slash(out_arg);
+  const std::string partial = partial_dir_of(out);
+  const std::string busy = fmt::format(
+      "{}/: a swavg finalize is publishing it; this worker wrote nothing (run it again only if the finalize fails)",
+      partial);
+  for (int attempt = 0; attempt < 3 && fd_ < 0; ++attempt) {
+    ensure_dir(partial);
+    fd_holder fd = lock_path(partial, LOCK_SH, true, busy);
+    if (fd.get() >= 0 && same_file(fd.get(), partial)) fd_ = fd.release();
+  }
+  if (fd_ < 0) throw incomplete_error(fmt::format("{}/: replaced while this worker was locking it", partial));
+  struct stat st {};
+  const std::string record = out + kFinalizeRecordSuffix;
+  if (::lstat(record.c_str(), &st) == 0)
+    throw incomplete_error(fmt::format(
+        "{}: a swavg finalize of {}/ was interrupted: run `swavg finalize {}/` again to finish it; this worker wrote "
+        "nothing",
+        record, out, out));
+}
+
+partial_lock::~partial_lock() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 namespace {
 
+// The texts finalize checks: the plan and each worker's manifest (std::nullopt: not written yet).
+struct job_texts {
+  std::string plan;
+  std::string plan_source;
+  std::vector<std::optional<std::string>> manifests;
+  std::vector<std::string> manifest_sources;
+};
+
 // Checks the manifests against the plan; returns the files they list, in the plan's order.
 std::vector<written_file> check_manifests(const std::string& partial, const job_plan& plan,
-                                          const std::string& plan_hash) {
+                                          const std::string& plan_hash, const job_texts& texts) {
   std::vector<std::string> missing;
   std::map<std::string, written_file> listed;
   std::map<std::string, size_t> lister;
   for (size_t i = 0; i < plan.workers; ++i) {
-    const std::string path = partial + "/" + manifest_name(i, plan.workers);
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
+    const std::string& path = texts.manifest_sources[i];
+    if (!texts.manifests[i]) {
       missing.push_back(std::to_string(i));
       continue;
     }
-    const worker_manifest m = parse_manifest(read_text_file(path), path);
+    const worker_manifest m = parse_manifest(*texts.manifests[i], path);
     if (m.plan_hash != plan_hash)
       throw mismatch_error(
           fmt::format("{}: written for another plan (plan_hash {}, the plan's is {})", path, m.plan_hash, plan_hash));
@@ -192,10 +398,14 @@ std::vector<written_file> check_manifests(const std::string& partial, const job_
       lister[f.name] = i;
     }
   }
-  if (!missing.empty())
-    throw incomplete_error(fmt::format("{}/: worker{} {} of {} ha{} not finished (no manifest); nothing published",
-                                       partial, missing.size() > 1 ? "s" : "", fmt::join(missing, ", "), plan.workers,
-                                       missing.size() > 1 ? "ve" : "s"));
+  if (!missing.empty()) {
+    const size_t shown = std::min<size_t>(missing.size(), 20);
+    const std::string more = missing.size() > shown ? fmt::format(" and {} more", missing.size() - shown) : "";
+    missing.resize(shown);
+    throw incomplete_error(fmt::format("{}/: worker{} {}{} of {} ha{} not finished (no manifest); nothing published",
+                                       partial, shown > 1 ? "s" : "", fmt::join(missing, ", "), more, plan.workers,
+                                       shown > 1 ? "ve" : "s"));
+  }
   std::vector<std::pair<std::string, size_t>> expected;  // file, owner
   for (size_t s = 0; s < plan.layout.shards.size(); ++s)
     expected.emplace_back(plan.layout.shards[s].file, s % plan.workers);
@@ -215,47 +425,157 @@ std::vector<written_file> check_manifests(const std::string& partial, const job_
   return files;
 }
 
-void check_file(const std::string& partial, const written_file& f, bool verify) {
-  const std::string path = partial + "/" + f.name;
+// Empty when `folder`/`f` is a regular file of the manifest's size (and digest, with `verify`), else
+// what is wrong with it.
+std::string file_problem(const std::string& folder, const written_file& f, bool verify) {
+  const std::string path = folder + "/" + f.name;
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
-    throw io_error(fmt::format("{}: missing (its worker's manifest lists it)", path));
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+    return fmt::format("{}: missing or not a regular file (its worker's manifest lists it)", path);
   if (static_cast<uint64_t>(st.st_size) != f.size)
-    throw io_error(fmt::format("{}: {} bytes, its manifest says {}", path, st.st_size, f.size));
+    return fmt::format("{}: {} bytes, its manifest says {}", path, st.st_size, f.size);
   if (verify) {
     const std::string digest = sha256_file(path);
     if (digest != f.sha256)
-      throw io_error(fmt::format("{}: sha256 {}, its manifest says {}: the file changed after its worker wrote it",
-                                 path, digest, f.sha256));
+      return fmt::format("{}: sha256 {}, its manifest says {}: the file changed after its worker wrote it", path,
+                         digest, f.sha256);
   }
+  return "";
 }
 
 bool is_temp_name(const std::string& name) { return name.find(".swavg-tmp-") != std::string::npos; }
+
+std::string record_json(const job_texts& t) {
+  nlohmann::ordered_json j;
+  j["swavg_finalize"] = kRecordVersion;
+  j["plan"] = t.plan;
+  auto manifests = nlohmann::ordered_json::array();
+  for (const auto& m : t.manifests) manifests.push_back(*m);
+  j["manifests"] = manifests;
+  return j.dump() + "\n";
+}
+
+job_texts parse_record(const std::string& text, const std::string& path) {
+  const nlohmann::json j = parse_json(text, path);
+  if (field<int>(j, "swavg_finalize", path) != kRecordVersion)
+    throw input_error(fmt::format("{}: not a finalize record of this swavg", path));
+  job_texts t;
+  t.plan = field<std::string>(j, "plan", path);
+  t.plan_source = path + ": plan";
+  const nlohmann::json& manifests = list_field(j, "manifests", path);
+  if (manifests.size() > static_cast<size_t>(kMaxWorkers))
+    throw input_error(fmt::format("{}: {} manifests (at most {})", path, manifests.size(), kMaxWorkers));
+  for (const auto& m : manifests) {
+    if (!m.is_string()) throw input_error(fmt::format("{}: a manifest that is not a string", path));
+    t.manifest_sources.push_back(fmt::format("{}: manifest {}", path, t.manifests.size()));
+    t.manifests.push_back(m.get<std::string>());
+  }
+  return t;
+}
+
+// True when `out` holds exactly the files of the job, as listed, and its index.
+bool published_as(const std::string& out, const std::vector<written_file>& files, const std::string& index_name,
+                  const std::string& index_text, bool verify) {
+  struct stat st {};
+  if (::lstat(out.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+  std::vector<std::string> expected;
+  for (const auto& f : files) expected.push_back(f.name);
+  if (!index_name.empty()) expected.push_back(index_name);
+  std::sort(expected.begin(), expected.end());
+  if (list_dir(out) != expected) return false;
+  for (const auto& f : files)
+    if (!file_problem(out, f, verify).empty()) return false;
+  if (index_name.empty()) return true;
+  const auto there = read_job_file(out + "/" + index_name, kMaxJobFileBytes);
+  return there && *there == index_text;
+}
 
 }  // namespace
 
 finalize_result finalize_partial(const std::string& out_arg, bool verify, bool force) {
   const std::string out = without_trailing_slash(out_arg);
   const std::string partial = partial_dir_of(out);
+  const std::string record_path = out + kFinalizeRecordSuffix;
+  const std::string busy = fmt::format(
+      "{}/: another swavg holds it (a worker writing its part, or another finalize); nothing published; run "
+      "finalize again once it is done",
+      partial);
   struct stat st {};
-  if (::stat(partial.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw incomplete_error(fmt::format("{}/ does not exist: no worker has written its part of {}/ yet", partial, out));
+  fd_holder lock;
+  if (::lstat(partial.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) throw usage_error(fmt::format("{}: exists and is not a folder", partial));
+    lock = lock_path(partial, LOCK_EX, true, busy);
+    if (lock.get() >= 0 && !same_file(lock.get(), partial))
+      throw incomplete_error(
+          fmt::format("{}/: published or replaced by another swavg while this finalize locked it", partial));
+  }
+  const bool have_partial = lock.get() >= 0;
+  const auto record_text = read_job_file(record_path, kMaxRecordBytes);
+  if (!have_partial) {
+    if (!record_text)
+      throw incomplete_error(
+          fmt::format("{}/ does not exist: no worker has written its part of {}/ yet", partial, out));
+    lock = lock_path(record_path, LOCK_EX, false, busy);
+  }
+  step("locked");
+
+  job_texts texts;
+  finalize_result r;
+  if (record_text) {
+    texts = parse_record(*record_text, record_path);
+  } else {
+    texts.plan_source = partial + "/" + kPlanName;
+    const auto plan = read_job_file(texts.plan_source, kMaxJobFileBytes);
+    if (!plan) throw incomplete_error(fmt::format("{}: missing: no worker has planned the job yet", texts.plan_source));
+    texts.plan = *plan;
+  }
+  r.plan = parse_plan(texts.plan, texts.plan_source);
+  r.plan_hash = sha256_hex(texts.plan.data(), texts.plan.size());
+  if (record_text) {
+    if (texts.manifests.size() != r.plan.workers)
+      throw input_error(fmt::format("{}: {} manifests for a plan of {} workers", record_path, texts.manifests.size(),
+                                    r.plan.workers));
+  } else {
+    for (size_t i = 0; i < r.plan.workers; ++i) {
+      texts.manifest_sources.push_back(partial + "/" + manifest_name(i, r.plan.workers));
+      texts.manifests.push_back(read_job_file(texts.manifest_sources.back(), kMaxJobFileBytes));
+    }
+  }
+  r.files = check_manifests(partial, r.plan, r.plan_hash, texts);
+  const bool indexed = r.plan.layout.indexed();
+  const std::string index_name = indexed ? output_index_name(r.plan.layout.format, r.plan.layout.names) : "";
+  const std::string index_text = indexed ? index_json(r.plan.layout) : "";
+
+  if (record_text) {
+    if (have_partial) {
+      const auto plan_there = read_job_file(partial + "/" + kPlanName, kMaxJobFileBytes);
+      if (plan_there && *plan_there != texts.plan)
+        throw mismatch_error(fmt::format("{}: records a finalize of another plan than {}/{}; remove one of them",
+                                         record_path, partial, kPlanName));
+    }
+    if (published_as(out, r.files, index_name, index_text, verify)) {
+      // Killed after the rename: with --force the folder replaced may be left as OUT.partial/.
+      if (have_partial) remove_tree(partial);
+      unlink_if_there(record_path);
+      fsync_folder(parent_dir(out));
+      if (indexed)
+        r.files.push_back(
+            written_file{index_name, index_text.size(), sha256_hex(index_text.data(), index_text.size())});
+      return r;
+    }
+    if (!have_partial)
+      throw io_error(fmt::format("{}: records a finalize of {}/, but {}/ is gone and {}/ is not what it published",
+                                 record_path, out, partial, out));
+  }
   if (::lstat(out.c_str(), &st) == 0) {
     if (!S_ISDIR(st.st_mode)) throw usage_error(fmt::format("{}: exists and is not a folder", out));
     refuse_non_empty_folder(out, out, force);
   }
-  const std::string plan_path = partial + "/" + kPlanName;
-  if (::stat(plan_path.c_str(), &st) != 0)
-    throw incomplete_error(fmt::format("{}: missing: no worker has planned the job yet", plan_path));
-  const std::string plan_text = read_text_file(plan_path);
-  finalize_result r;
-  r.plan = parse_plan(plan_text, plan_path);
-  r.plan_hash = sha256_hex(plan_text.data(), plan_text.size());
-  r.files = check_manifests(partial, r.plan, r.plan_hash);
 
   std::set<std::string> known{kPlanName};
   for (size_t i = 0; i < r.plan.workers; ++i) known.insert(manifest_name(i, r.plan.workers));
   for (const auto& f : r.files) known.insert(f.name);
+  if (indexed) known.insert(index_name);
   std::vector<std::string> stale, unknown;
   for (const auto& name : list_dir(partial)) {
     if (known.count(name)) continue;
@@ -270,16 +590,36 @@ finalize_result finalize_partial(const std::string& out_arg, bool verify, bool f
   if (!unknown.empty())
     throw mismatch_error(fmt::format("{}/ holds files no manifest lists: {}; remove them or rerun the job", partial,
                                      quoted_list(unknown)));
-  for (const auto& f : r.files) check_file(partial, f, verify);
+  for (const auto& f : r.files)
+    if (const std::string problem = file_problem(partial, f, verify); !problem.empty()) throw io_error(problem);
+  step("checked");
 
   for (const auto& name : stale) {
     ::unlink((partial + "/" + name).c_str());
     r.removed_temps.push_back(name);
   }
-  if (r.plan.layout.indexed()) r.files.push_back(write_index(partial, r.plan.layout));
-  for (size_t i = 0; i < r.plan.workers; ++i) ::unlink((partial + "/" + manifest_name(i, r.plan.workers)).c_str());
-  ::unlink(plan_path.c_str());
+  step("temps");
+  if (indexed) r.files.push_back(write_index(partial, r.plan.layout));
+  step("index");
+  if (!record_text) {
+    const std::string record = record_json(texts);
+    atomic_file file(record_path);
+    file.write(record.data(), record.size());
+    file.commit();
+  }
+  step("record");
+  for (size_t i = 0; i < r.plan.workers; ++i) {
+    unlink_if_there(partial + "/" + manifest_name(i, r.plan.workers));
+    if (i == 0) step("manifest");
+  }
+  step("manifests");
+  unlink_if_there(partial + "/" + kPlanName);
+  step("plan");
+  fsync_fd(lock.get(), partial);
   publish_dir(partial, out, force);
+  step("renamed");
+  unlink_if_there(record_path);
+  fsync_folder(parent_dir(out));
   return r;
 }
 

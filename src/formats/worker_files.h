@@ -2,16 +2,31 @@
  * The files shard-parallel workers leave in OUT.partial/ beside their shards, and `swavg finalize`,
  * which publishes them as OUT/.
  *
- * Every worker writes the same plan (swavg-plan.json: the layout, the metadata, the files copied),
- * made from the inputs' headers and the options only, so the plan's SHA-256 names the job; then its
- * shards and, last, its manifest (swavg-worker-<I>-of-<N>.json: plan hash, index, count, files with
- * size and SHA-256). finalize checks them all against the plan before publishing.
+ * Every worker writes the same plan (swavg-plan.json: the layout, the metadata, the files copied and
+ * the job's options, every one that changes an output byte), made from the inputs' headers and the
+ * options only, so the plan's SHA-256 names the job; then its shards and, last, its manifest
+ * (swavg-worker-<I>-of-<N>.json: plan hash, index, count, files with size and SHA-256). finalize
+ * checks them all against the plan before publishing. No input folder can supply a file of these
+ * names: copying refuses them (is_job_file_name).
+ *
+ * Locks: a worker holds a shared flock on OUT.partial/ while it writes there, finalize an exclusive
+ * one; neither waits: the one that cannot lock exits 6 (incomplete), so a worker's rerun blocks
+ * finalize and two finalizers never write at once (the second exits 6; run it again).
+ *
+ * finalize can be killed at any step and run again: before anything is removed it writes the job's
+ * files, in one record, beside OUT (OUT.swavg-finalize.json); a finalize that finds the record
+ * finishes from it (and removes it), whether OUT.partial/ was renamed yet or not. The index it
+ * writes into OUT.partial/ carries a name no worker writes, and is rewritten by a retry. For the
+ * tests, SWAVG_FINALIZE_KILL_AT=<step> makes finalize SIGKILL itself after that step: locked,
+ * checked, temps, index, record, manifest (the first removed), manifests, plan, renamed.
  */
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "formats/shard_layout.h"
@@ -20,6 +35,19 @@ namespace swavg {
 
 inline constexpr const char* kPlanName = "swavg-plan.json";
 inline constexpr const char* kManifestPrefix = "swavg-worker-";
+inline constexpr const char* kFinalizeRecordSuffix = ".swavg-finalize.json";
+// Bounds on what a plan or manifest may claim, checked before any loop over them.
+inline constexpr int64_t kMaxWorkers = 1'000'000;
+inline constexpr size_t kMaxShards = 99'999;            // model-NNNNN-of-NNNNN
+inline constexpr uint64_t kMaxJobFileBytes = 64 << 20;  // a plan or a manifest
+
+// The options of a job that change an output byte, in the order the command line names them:
+// ("--weights", "0.25,0.75"), ... Workers whose options differ are of different jobs.
+using job_options = std::vector<std::pair<std::string, std::string>>;
+
+// Names of the job's files (the plan, any manifest, finalize's record): never copied from an
+// input folder.
+bool is_job_file_name(const std::string& name);
 
 std::string manifest_name(size_t index, size_t count);  // swavg-worker-<I>-of-<N>.json
 
@@ -32,7 +60,7 @@ struct job_plan {
 // The plan file's text (identical for every worker of the job) and its parse (input_error when it
 // is not one).
 std::string plan_json(const shard_layout& layout, const std::map<std::string, std::string>& metadata,
-                      const std::vector<std::string>& copied, size_t workers);
+                      const std::vector<std::string>& copied, size_t workers, const job_options& options = {});
 job_plan parse_plan(const std::string& text, const std::string& path);
 
 struct worker_manifest {
@@ -47,7 +75,8 @@ worker_manifest parse_manifest(const std::string& text, const std::string& path)
 std::string partial_dir_of(const std::string& out);
 
 // Writes the plan into `partial` unless a worker did already; mismatch_error (exit 4) when the plan
-// there is another job's. Returns the plan's SHA-256.
+// there is another job's, naming the first option that differs (or the worker count, or the
+// inputs). Returns the plan's SHA-256.
 std::string write_plan_once(const std::string& partial, const std::string& plan_text);
 
 struct finalize_result {
@@ -57,11 +86,27 @@ struct finalize_result {
   std::vector<std::string> removed_temps;
 };
 
+// A worker's shared lock on OUT.partial/ (created if missing), held while it lives.
+// incomplete_error (exit 6) while a finalize holds it or left its record beside OUT.
+class partial_lock {
+ public:
+  explicit partial_lock(const std::string& out);
+  ~partial_lock();
+  partial_lock(const partial_lock&) = delete;
+  partial_lock& operator=(const partial_lock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // Checks OUT.partial/ (the plan, every worker's manifest, every file's size and, with `verify`,
-// SHA-256), writes the index, removes the plan and manifests and renames the folder to OUT.
-// incomplete_error (exit 6) while a worker's manifest is missing or a worker is still writing;
-// mismatch_error (4) for a manifest of another plan or count, or files no manifest lists; io_error
-// (5) for a file missing, of another size or another digest. Nothing is published on error.
+// SHA-256), writes the index, records the job beside OUT, removes the plan and manifests, fsyncs
+// the folder and renames it to OUT (then fsyncs OUT's parent), and removes the record.
+// incomplete_error (exit 6) while a worker's manifest is missing, a worker is writing or another
+// finalize runs; input_error (3) for a plan or manifest that is malformed, past the bounds above or
+// not a regular file; mismatch_error (4) for a manifest of another plan or count, or files no
+// manifest lists; io_error (5) for a file missing, of another size or another digest. Nothing is
+// published on error. With the record of a killed finalize, finishes that one.
 finalize_result finalize_partial(const std::string& out, bool verify, bool force);
 
 }  // namespace swavg

@@ -1,7 +1,8 @@
 """swavg on a real Slurm (scripts/slurm_local.sh, started by the ctest fixture slurm_start):
 configs/slurm/average.sbatch submitted as `sbatch --array=0-3 --wait`, then its finalize form with
---dependency=afterok; the published folder must be byte-identical to one plain run. Held tasks
-of a stepped array show finalize refusing (exit 6, nothing published) while a worker's part is
+--dependency=afterok; the published folder must be byte-identical to one plain run. An array
+from 3 (step 1) tells SLURM_ARRAY_TASK_ID - MIN from ID / STEP. Held tasks of a stepped array show
+finalize refusing (exit 6, nothing published) while a worker's part is
 missing.
 
 Where Slurm is not up this exits 77 (ctest: skipped), unless SWAVG_REQUIRE_SLURM=1 (CI)."""
@@ -91,6 +92,16 @@ class SlurmTest(TempDirTest):
         p = self.submit_finalize(job)
         self.assertEqual(p.returncode, 0, self.job_logs(p))
         self.assertFalse(os.path.exists(self.out.rstrip("/") + ".partial"))
+        assert_same_folder(self, self.out, self.ref)
+
+    def test_array_from_a_minimum_above_zero(self):
+        """--array=3-6: SLURM_ARRAY_TASK_MIN 3 and step 1, so task t is worker t - 3 (t / 1 would be
+        out of range, and t - 3 and t / STEP are told apart)."""
+        tasks = list(range(3, 3 + WORKERS))
+        job = self.submit_workers("%d-%d" % (tasks[0], tasks[-1]), "--wait")
+        self.assert_workers_reported(tasks, first=3, step=1)
+        p = self.submit_finalize(job)
+        self.assertEqual(p.returncode, 0, self.job_logs(p))
         assert_same_folder(self, self.out, self.ref)
 
     def test_finalize_refuses_while_a_worker_is_missing(self):
