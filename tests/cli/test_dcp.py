@@ -8,6 +8,7 @@ Hostile folders (scripts/fixtures/dcp.py) exit 3 with nothing written and nothin
 """
 import functools
 import os
+import shutil
 import tempfile
 import unittest
 import warnings
@@ -108,6 +109,26 @@ class DcpTest(TempDirTest):
                 self.assertEqual(list(got.keys()), list(want.keys()))
                 for k in want:
                     self.assert_bits(got[k], want[k], k)
+
+    def test_convert_to_folder(self):
+        out = self.path("hf/")
+        swavg("convert", dcp("rank4_1"), "-o", out)
+        got, _ = load_safetensors(os.path.join(out, "model.safetensors"))
+        want = consolidated("rank4_1")[1]["model"]
+        self.assertEqual(sorted(got), sorted(want))
+        for k in want:
+            self.assert_bits(got[k], want[k], k)
+        self.assertEqual(sorted(os.listdir(out)), ["model.safetensors"])  # none of the DCP files copied
+
+    def test_output_is_not_an_input_file(self):
+        target = self.path("ckpt")
+        shutil.copytree(dcp("run1_0"), target)
+        before = open(os.path.join(target, "__0_0.distcp"), "rb").read()
+        p = swavg("average", target, dcp("run1_1"), "-o", os.path.join(target, "__0_0.distcp"), "--force",
+                  check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("swavg never overwrites its inputs", p.stderr)
+        self.assertEqual(open(os.path.join(target, "__0_0.distcp"), "rb").read(), before)
 
     def test_fsdp2(self):
         self.check_average(["fsdp2_0", "fsdp2_1"])
