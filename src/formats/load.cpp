@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "formats/dcp_input.h"
 #include "formats/safetensors.h"
 #include "formats/sharded_input.h"
 #include "formats/torch_file.h"
@@ -76,8 +77,13 @@ state_dict load_single_file(const std::string& path, const load_options& options
 file_format detect_format(const std::string& path) { return detect(mapped_file::open(path)); }
 
 state_dict load_state_dict(const std::string& path, const load_options& options) {
-  const checkpoint_location at = locate_checkpoint(path);
   state_dict sd;
+  if (is_dcp_folder(path)) {
+    sd = read_dcp_folder(path, options.key);
+    strip_prefixes(sd, options.strip_prefixes);
+    return sd;
+  }
+  const checkpoint_location at = locate_checkpoint(path);
   if (at.index.empty()) {
     sd = load_single_file(at.file, options);
     sd.path = path;
@@ -94,6 +100,7 @@ state_dict load_state_dict(const std::string& path, const load_options& options)
 }
 
 std::vector<std::string> checkpoint_files(const std::string& path) {
+  if (is_dcp_folder(path)) return dcp_files(path);
   const checkpoint_location at = locate_checkpoint(path);
   if (at.index.empty()) return {at.file};
   std::vector<std::string> files{at.index};

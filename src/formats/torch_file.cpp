@@ -258,10 +258,14 @@ bool is_torchscript_archive(const zip_reader& zip) {
 }
 
 torch_archive open_torch_archive(const std::shared_ptr<const mapped_file>& file, const std::string& expected) {
-  const std::string& path = file->path();
+  return open_torch_archive(file, std::make_unique<zip_reader>(read_zip(*file)), file->path(), expected);
+}
+
+torch_archive open_torch_archive(const std::shared_ptr<const mapped_file>& file, std::unique_ptr<zip_reader> zip,
+                                 const std::string& path, const std::string& expected) {
   torch_archive a;
   a.file = file;
-  a.zip = std::make_unique<zip_reader>(read_zip(*file));
+  a.zip = std::move(zip);
   if (is_torchscript_archive(*a.zip))
     throw input_error(fmt::format("{}: is a TorchScript archive (torch.jit.save), expected {}", path, expected));
   a.prefix = a.zip->root() + "/";

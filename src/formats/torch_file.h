@@ -57,6 +57,10 @@ struct torch_archive {
 // Opens a torch.save archive; a TorchScript archive or a big-endian one is an input_error that says
 // `expected` ("a torch.save checkpoint").
 torch_archive open_torch_archive(const std::shared_ptr<const mapped_file>& file, const std::string& expected);
+// The same for an archive `zip` already read over bytes of `file` (a chunk inside a DCP .distcp
+// file); `path` names it in messages.
+torch_archive open_torch_archive(const std::shared_ptr<const mapped_file>& file, std::unique_ptr<zip_reader> zip,
+                                 const std::string& path, const std::string& expected);
 
 // Turns tensor references of one archive into views, checking each storage record once (exists,
 // stored, numel x itemsize bytes, one dtype) and every view's bounds.

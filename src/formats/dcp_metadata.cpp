@@ -1,0 +1,385 @@
+#include "formats/dcp_metadata.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string_view>
+#include <unordered_set>
+
+#include "formats/pickle.h"
+#include "tensor/tensor_view.h"
+#include "util/checked.h"
+#include "util/error.h"
+
+namespace swavg {
+namespace {
+
+constexpr const char* kMetadataModule = "torch.distributed.checkpoint.metadata.";
+constexpr const char* kShardModule =
+    "torch.distributed._shard.sharded_tensor.metadata.";  // torch 2.0's TensorProperties
+constexpr const char* kStorageInfo = "torch.distributed.checkpoint.filesystem._StorageInfo";
+constexpr const char* kMemFormat = "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING";
+
+// The torch globals a TensorProperties may name: dtypes (swavg reads some of them; the others are
+// refused by name later) and layouts.
+constexpr const char* kTorchValues[] = {"float32",         "float64",
+                                        "float16",         "bfloat16",
+                                        "int64",           "int32",
+                                        "int16",           "int8",
+                                        "uint8",           "bool",
+                                        "complex64",       "complex128",
+                                        "complex32",       "uint16",
+                                        "uint32",          "uint64",
+                                        "float8_e4m3fn",   "float8_e5m2",
+                                        "float8_e4m3fnuz", "float8_e5m2fnuz",
+                                        "float8_e8m0fnu",  "float4_e2m1fn_x2",
+                                        "qint8",           "quint8",
+                                        "qint32",          "quint4x2",
+                                        "quint2x4",        "strided",
+                                        "sparse_coo",      "sparse_csr",
+                                        "sparse_csc",      "sparse_bsr",
+                                        "sparse_bsc",      "_mkldnn",
+                                        "jagged"};
+
+constexpr const char* kClasses[] = {"Metadata",         "TensorStorageMetadata", "ChunkStorageMetadata",
+                                    "TensorProperties", "BytesStorageMetadata",  "MetadataIndex",
+                                    "StorageMeta",      "_MEM_FORMAT_ENCODING"};
+
+constexpr const char* kOtherGlobals[] = {
+    kStorageInfo,        "torch.Size",          "torch.serialization._get_layout", "builtins.getattr",
+    "pathlib.PosixPath", "pathlib.WindowsPath", "pathlib.PurePosixPath",           "pathlib.PureWindowsPath"};
+
+bool starts_with(const std::string& s, const char* prefix) { return s.compare(0, std::strlen(prefix), prefix) == 0; }
+
+bool allowed_global(const std::string& name) {
+  for (const char* c : kClasses)
+    if (name == std::string(kMetadataModule) + c) return true;
+  if (name == std::string(kShardModule) + "TensorProperties" ||
+      name == std::string(kShardModule) + "MEM_FORMAT_ENCODING")
+    return true;
+  for (const char* g : kOtherGlobals)
+    if (name == g) return true;
+  if (starts_with(name, "torch."))
+    for (const char* v : kTorchValues)
+      if (name.size() == 6 + std::strlen(v) && name.compare(6, std::string::npos, v) == 0) return true;
+  return false;
+}
+
+bool is_mem_format_class(const pickle_node* n) {
+  return n && n->kind == pickle_kind::global &&
+         (n->text == kMemFormat || n->text == std::string(kShardModule) + "MEM_FORMAT_ENCODING");
+}
+
+// Every global the document reaches must be on the allow list, and the two calls DCP's own
+// pickles make (getattr on the memory-format enum, _get_layout on a layout name) only so.
+void check_globals(const pickle_node* root, const std::string& path) {
+  std::vector<const pickle_node*> todo{root};
+  std::unordered_set<const pickle_node*> seen;
+  auto refuse = [&](const std::string& name, const std::string& why) {
+    throw input_error(
+        fmt::format("{}: refers to '{}', {}; a DCP .metadata holds only torch.distributed.checkpoint's metadata "
+                    "classes, torch.Size and torch dtypes (nothing was run)",
+                    path, name, why));
+  };
+  while (!todo.empty()) {
+    const pickle_node* n = todo.back();
+    todo.pop_back();
+    if (!n || !seen.insert(n).second) continue;
+    switch (n->kind) {
+      case pickle_kind::global:
+        if (!allowed_global(n->text)) refuse(n->text, "which is not on the allow list");
+        break;
+      case pickle_kind::opaque:
+        if (!allowed_global(n->text)) refuse(n->text, "which is not on the allow list");
+        if (n->text == "builtins.getattr" &&
+            !(n->call && n->call->args.size() == 2 && is_mem_format_class(n->call->args[0]) &&
+              n->call->args[1]->kind == pickle_kind::string))
+          refuse(n->text, "called on something other than _MEM_FORMAT_ENCODING");
+        if (n->text == "torch.serialization._get_layout" &&
+            !(n->call && n->call->args.size() == 1 && n->call->args[0]->kind == pickle_kind::string &&
+              starts_with(n->call->args[0]->text, "torch.") && allowed_global(n->call->args[0]->text)))
+          refuse(n->text, "called on something other than a layout name");
+        break;
+      case pickle_kind::tensor:
+      case pickle_kind::storage: refuse("a tensor", "which a .metadata never holds"); break;
+      default: break;
+    }
+    for (const pickle_node* c : n->items) todo.push_back(c);
+    for (const auto& [k, v] : n->entries) {
+      todo.push_back(k);
+      todo.push_back(v);
+    }
+    todo.push_back(n->attributes);
+    if (n->call) {
+      todo.push_back(n->call->callee);
+      for (const pickle_node* a : n->call->args) todo.push_back(a);
+      todo.push_back(n->call->kwargs);
+      todo.push_back(n->call->state);
+    }
+  }
+}
+
+class reader {
+ public:
+  explicit reader(const std::string& path) : path_(path) {}
+
+  [[noreturn]] void fail(const std::string& where, const std::string& what) const {
+    throw input_error(fmt::format("{}: {}: {}", path_, where, what));
+  }
+
+  static std::string type_of(const pickle_node* n) { return n ? pickle_type_name(*n) : "nothing"; }
+
+  static bool is_instance(const pickle_node* n, const char* cls) {
+    if (!n || n->kind != pickle_kind::opaque) return false;
+    return n->text == std::string(kMetadataModule) + cls ||
+           (std::strcmp(cls, "TensorProperties") == 0 && n->text == std::string(kShardModule) + cls);
+  }
+
+  const pickle_node* instance(const pickle_node* n, const char* cls, const std::string& where) const {
+    if (!is_instance(n, cls)) fail(where, fmt::format("expected a {}, found {}", cls, type_of(n)));
+    return n;
+  }
+
+  // A dataclass field: its BUILD state's entry, or nullptr when absent (the class default).
+  static const pickle_node* field(const pickle_node* obj, std::string_view name) {
+    if (!obj || !obj->call || !obj->call->state || obj->call->state->kind != pickle_kind::dict) return nullptr;
+    for (const auto& [k, v] : obj->call->state->entries)
+      if (k && k->kind == pickle_kind::string && k->text == name) return v;
+    return nullptr;
+  }
+
+  const pickle_node* required(const pickle_node* obj, const char* name, const std::string& where) const {
+    const pickle_node* v = field(obj, name);
+    if (!v) fail(where, fmt::format("no '{}' field", name));
+    return v;
+  }
+
+  const std::string& text(const pickle_node* n, const std::string& where) const {
+    if (!n || n->kind != pickle_kind::string) fail(where, fmt::format("expected a str, found {}", type_of(n)));
+    return n->text;
+  }
+
+  uint64_t count(const pickle_node* n, const std::string& where) const {
+    if (!n || n->kind != pickle_kind::integer || n->int_value < 0)
+      fail(where, fmt::format("expected a non-negative int, found {}",
+                              n && n->kind == pickle_kind::integer ? std::to_string(n->int_value) : type_of(n)));
+    return static_cast<uint64_t>(n->int_value);
+  }
+
+  // torch.Size((...)) or a plain tuple of non-negative ints.
+  std::vector<int64_t> dims(const pickle_node* n, const std::string& where) const {
+    const pickle_node* t = n;
+    if (n && n->kind == pickle_kind::opaque && n->text == "torch.Size" && n->call && !n->call->constructed) {
+      if (n->call->args.size() != 1) fail(where, "torch.Size takes one tuple");
+      t = n->call->args[0];
+    }
+    if (!t || (t->kind != pickle_kind::tuple && t->kind != pickle_kind::list))
+      fail(where, fmt::format("expected a torch.Size, found {}", type_of(n)));
+    std::vector<int64_t> out;
+    for (const pickle_node* d : t->items) out.push_back(static_cast<int64_t>(count(d, where)));
+    return out;
+  }
+
+  dtype dtype_of(const pickle_node* props, const std::string& where) const {
+    const pickle_node* state = props->call ? props->call->state : nullptr;
+    const pickle_node* d = nullptr;
+    if (state && state->kind == pickle_kind::tuple && !state->items.empty())
+      d = state->items[0];  // TensorProperties.__getstate__: (dtype, layout, requires_grad, memory_format, pin_memory)
+    else
+      d = field(props, "dtype");
+    if (!d || d->kind != pickle_kind::global || !starts_with(d->text, "torch."))
+      fail(where, fmt::format("TensorProperties holds no torch dtype (found {})", type_of(d)));
+    const std::optional<dtype> t = dtype_from_name(std::string_view(d->text).substr(6));
+    if (!t) fail(where, fmt::format("dtype {} is not one swavg reads", d->text));
+    return *t;
+  }
+
+  dcp_storage storage(const pickle_node* info, const std::string& where) const {
+    if (!info || info->kind != pickle_kind::opaque || info->text != kStorageInfo)
+      fail(where, fmt::format("expected a _StorageInfo, found {}", type_of(info)));
+    dcp_storage s;
+    s.relative_path = text(required(info, "relative_path", where), where + ": relative_path");
+    const std::string& p = s.relative_path;
+    if (p.empty() || p == "." || p == ".." || p.find('/') != std::string::npos || p.find('\\') != std::string::npos ||
+        p.find('\0') != std::string::npos)
+      fail(where, fmt::format("relative_path '{}' is not a file name inside the checkpoint folder", p));
+    s.offset = count(required(info, "offset", where), where + ": offset");
+    s.length = count(required(info, "length", where), where + ": length");
+    if (const pickle_node* t = field(info, "transform_descriptors")) {
+      const bool none = t->kind == pickle_kind::none ||
+                        ((t->kind == pickle_kind::list || t->kind == pickle_kind::tuple) && t->items.empty());
+      if (!none)
+        fail(where,
+             "the chunk was written through storage extensions (transform_descriptors, e.g. compression); "
+             "swavg reads plain torch.save chunks only");
+    }
+    return s;
+  }
+
+ private:
+  const std::string& path_;
+};
+
+std::string storage_key(const std::string& fqn, const std::vector<int64_t>* offsets) {
+  std::string k = fqn;
+  k += '\0';
+  if (offsets)
+    for (int64_t o : *offsets) k += std::to_string(o) + ',';
+  else
+    k += "none";
+  return k;
+}
+
+}  // namespace
+
+std::string check_chunk_tiling(const std::vector<int64_t>& size, const std::vector<dcp_chunk>& chunks) {
+  const size_t nd = size.size();
+  auto name = [](size_t i, const dcp_chunk& c) {
+    return fmt::format("chunk {} (offsets {}, sizes {})", i, shape_string(c.offsets), shape_string(c.sizes));
+  };
+  uint64_t numel = 1;
+  for (int64_t d : size) {
+    auto m = checked_mul(numel, static_cast<uint64_t>(d));
+    if (!m) return fmt::format("size {} has more than 2^64 elements", shape_string(size));
+    numel = *m;
+  }
+  uint64_t covered = 0;
+  std::vector<size_t> nonempty;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const dcp_chunk& c = chunks[i];
+    if (c.offsets.size() != nd || c.sizes.size() != nd)
+      return fmt::format("{} has {} dimensions, the tensor {}", name(i, c), std::max(c.offsets.size(), c.sizes.size()),
+                         nd);
+    uint64_t n = 1;
+    for (size_t d = 0; d < nd; ++d) {
+      if (c.offsets[d] < 0 || c.sizes[d] < 0) return fmt::format("{} has a negative offset or size", name(i, c));
+      const uint64_t end = static_cast<uint64_t>(c.offsets[d]) + static_cast<uint64_t>(c.sizes[d]);
+      if (end > static_cast<uint64_t>(size[d]))
+        return fmt::format("{} ends at {} in dimension {}, past the tensor's size {}", name(i, c), end, d, size[d]);
+      n *= static_cast<uint64_t>(c.sizes[d]);  // bounded by numel: inside the tensor
+    }
+    if (n) nonempty.push_back(i);
+    auto sum = checked_add(covered, n);
+    if (!sum) return "the chunks hold more than 2^64 elements";
+    covered = *sum;
+  }
+  if (nd == 0) {
+    if (nonempty.size() > 1)
+      return fmt::format("{} overlaps {}", name(nonempty[1], chunks[nonempty[1]]),
+                         name(nonempty[0], chunks[nonempty[0]]));
+  } else {
+    std::sort(nonempty.begin(), nonempty.end(),
+              [&](size_t a, size_t b) { return chunks[a].offsets[0] < chunks[b].offsets[0]; });
+    for (size_t x = 0; x < nonempty.size(); ++x) {
+      const dcp_chunk& a = chunks[nonempty[x]];
+      for (size_t y = x + 1; y < nonempty.size(); ++y) {
+        const dcp_chunk& b = chunks[nonempty[y]];
+        if (b.offsets[0] >= a.offsets[0] + a.sizes[0]) break;
+        bool meet = true;
+        for (size_t d = 1; d < nd && meet; ++d)
+          meet = b.offsets[d] < a.offsets[d] + a.sizes[d] && a.offsets[d] < b.offsets[d] + b.sizes[d];
+        if (meet) {
+          const size_t i = std::min(nonempty[x], nonempty[y]), j = std::max(nonempty[x], nonempty[y]);
+          return fmt::format("{} overlaps {}", name(j, chunks[j]), name(i, chunks[i]));
+        }
+      }
+    }
+  }
+  if (covered != numel)
+    return fmt::format("the chunks cover {} of the {} elements of size {}: a chunk is missing", covered, numel,
+                       shape_string(size));
+  return "";
+}
+
+dcp_metadata parse_dcp_metadata(const uint8_t* data, size_t size, const std::string& path) {
+  const std::unique_ptr<pickle_document> doc = unpickle(data, size, path);
+  const pickle_node* root = doc->root();
+  check_globals(root, path);
+  reader r(path);
+  r.instance(root, "Metadata", "the top level");
+
+  // storage_data: MetadataIndex -> _StorageInfo
+  std::map<std::string, dcp_storage> stored;
+  const pickle_node* sdata = reader::field(root, "storage_data");
+  if (!sdata || sdata->kind != pickle_kind::dict)
+    r.fail("storage_data", fmt::format("expected a dict of _StorageInfo, found {}", reader::type_of(sdata)));
+  for (const auto& [k, v] : sdata->entries) {
+    r.instance(k, "MetadataIndex", "a storage_data key");
+    const std::string& fqn = r.text(r.required(k, "fqn", "a storage_data key"), "a storage_data key's fqn");
+    const pickle_node* off = reader::field(k, "offset");
+    const std::string where = fmt::format("storage_data['{}']", fqn);
+    std::optional<std::vector<int64_t>> offsets;
+    if (off && off->kind != pickle_kind::none) offsets = r.dims(off, where + ": offset");
+    const std::string key = storage_key(fqn, offsets ? &*offsets : nullptr);
+    if (!stored.emplace(key, r.storage(v, where)).second)
+      r.fail(where, fmt::format("the chunk at offsets {} is listed twice", offsets ? shape_string(*offsets) : "none"));
+  }
+
+  // planner_data: fqn -> the path of keys in the nested state dict (DefaultSavePlanner's flattening)
+  std::map<std::string, std::vector<std::string>> paths;
+  if (const pickle_node* pd = reader::field(root, "planner_data"); pd && pd->kind == pickle_kind::dict) {
+    for (const auto& [k, v] : pd->entries) {
+      if (!k || k->kind != pickle_kind::string || !v || (v->kind != pickle_kind::tuple && v->kind != pickle_kind::list))
+        continue;
+      std::vector<std::string> p;
+      for (const pickle_node* c : v->items) {
+        if (c->kind == pickle_kind::string)
+          p.push_back(c->text);
+        else if (c->kind == pickle_kind::integer)
+          p.push_back(std::to_string(c->int_value));
+        else
+          r.fail(fmt::format("planner_data['{}']", k->text), "a path element that is neither str nor int");
+      }
+      paths[k->text] = std::move(p);
+    }
+  }
+
+  dcp_metadata md;
+  if (const pickle_node* v = reader::field(root, "version"); v && v->kind == pickle_kind::string) md.version = v->text;
+  const pickle_node* sdm = reader::field(root, "state_dict_metadata");
+  if (!sdm || sdm->kind != pickle_kind::dict)
+    r.fail("state_dict_metadata", fmt::format("expected a dict, found {}", reader::type_of(sdm)));
+  std::unordered_set<std::string> names;
+  for (const auto& [k, v] : sdm->entries) {
+    dcp_entry e;
+    e.fqn = r.text(k, "a state_dict_metadata key");
+    if (!names.insert(e.fqn).second) r.fail(fmt::format("'{}'", e.fqn), "listed twice");
+    const std::string where = fmt::format("'{}'", e.fqn);
+    if (auto it = paths.find(e.fqn); it != paths.end()) e.path = it->second;
+    if (reader::is_instance(v, "BytesStorageMetadata")) {
+      auto it = stored.find(storage_key(e.fqn, nullptr));
+      if (it == stored.end()) r.fail(where, "a non-tensor entry without a storage_data entry");
+      e.storage = it->second;
+    } else {
+      r.instance(v, "TensorStorageMetadata", where);
+      e.is_tensor = true;
+      const pickle_node* props = r.instance(r.required(v, "properties", where), "TensorProperties", where);
+      e.type = r.dtype_of(props, where);
+      e.size = r.dims(r.required(v, "size", where), where + ": size");
+      const pickle_node* chunks = r.required(v, "chunks", where);
+      if (chunks->kind != pickle_kind::list && chunks->kind != pickle_kind::tuple)
+        r.fail(where, fmt::format("chunks: expected a list, found {}", reader::type_of(chunks)));
+      for (size_t i = 0; i < chunks->items.size(); ++i) {
+        const std::string cw = fmt::format("{}: chunk {}", where, i);
+        const pickle_node* c = r.instance(chunks->items[i], "ChunkStorageMetadata", cw);
+        dcp_chunk chunk;
+        chunk.offsets = r.dims(r.required(c, "offsets", cw), cw + ": offsets");
+        chunk.sizes = r.dims(r.required(c, "sizes", cw), cw + ": sizes");
+        auto it = stored.find(storage_key(e.fqn, &chunk.offsets));
+        if (it == stored.end())
+          r.fail(cw, fmt::format("no storage_data entry for the chunk at offsets {}", shape_string(chunk.offsets)));
+        chunk.storage = it->second;
+        e.chunks.push_back(std::move(chunk));
+      }
+      const std::string tiling = check_chunk_tiling(e.size, e.chunks);
+      if (!tiling.empty()) r.fail(where, tiling);
+    }
+    md.entries.push_back(std::move(e));
+  }
+  return md;
+}
+
+}  // namespace swavg

@@ -1,0 +1,198 @@
+"""PyTorch Distributed Checkpoint (DCP) folders as swavg inputs, against torch itself.
+
+The reference for every folder is torch's own consolidation,
+torch.distributed.checkpoint.format_utils.dcp_to_torch_save, then the average in Python with
+torch.optim.swa_utils' expression (reference.swa_fold) or the EMA lerp (reference.ema_fold); and,
+for what swavg carries beyond the tensors, swavg run on those consolidated torch.save files.
+Hostile folders (scripts/fixtures/dcp.py) exit 3 with nothing written and nothing run.
+"""
+import functools
+import os
+import shutil
+import tempfile
+import unittest
+import warnings
+
+import torch
+
+from common import TempDirTest, fixture, same_bits, swavg
+from reference import ema_decays, ema_fold, load_output, load_safetensors, swa_fold
+
+HOSTILE = {
+    "overlap": "overlaps chunk 0",
+    "missing_chunk": "a chunk is missing",
+    "past_end": "past the end of the file",
+    "offset_past_end": "past the end of the file",
+    "dtype": "holds float32, but .metadata declares float64",
+    "shape": "holds a tensor of shape [3], but .metadata declares sizes [1, 3]",
+    "off_allow_list": "'argparse.Namespace', which is not on the allow list",
+    "payload": "'posix.system', which is not on the allow list",
+    "chunk_payload": "expected the chunk's tensor",
+    "escape": "not a file name inside the checkpoint folder",
+}
+
+_SCRATCH = tempfile.mkdtemp(prefix="swavg-dcp-ref-")
+
+
+def dcp(name):
+    return fixture(os.path.join("dcp", name))
+
+
+@functools.lru_cache(maxsize=None)
+def consolidated(name):
+    """torch's own dcp_to_torch_save of a fixture folder: (path of the .pt, the object it holds)."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    out = os.path.join(_SCRATCH, name + ".pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp_to_torch_save(dcp(name), out)
+    return out, torch.load(out, weights_only=False)
+
+
+def flat(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flat(v, prefix + str(k) + "."))
+        else:
+            out[prefix + str(k)] = v
+    return out
+
+
+def fold(f, tensors, *args):
+    """f's fold as swavg claims it: bfloat16 and float16 accumulated in float32, rounded once."""
+    if tensors[0].dtype in (torch.bfloat16, torch.float16):
+        return f(tensors, *args, acc_dtype=torch.float32).to(tensors[0].dtype)
+    return f(tensors, *args)
+
+
+class DcpTest(TempDirTest):
+    def assert_bits(self, got, want, name):
+        self.assertEqual(got.dtype, want.dtype, name)
+        self.assertEqual(tuple(got.shape), tuple(want.shape), name)
+        if not same_bits(got, want):
+            self.fail("%s: not bit-exact, max |diff| %g" % (name, (got.double() - want.double()).abs().max()))
+
+    def check_average(self, names, *extra, key="model", out_name="avg.pt"):
+        out = self.path(out_name)
+        swavg("average", *[dcp(n) for n in names], *extra, "-o", out, "--force")
+        got = load_safetensors(os.path.join(out, "model.safetensors"))[0] if out.endswith("/") else load_output(out)
+        refs = [flat(consolidated(n)[1][key]) for n in names]
+        tensors = [k for k, v in refs[0].items() if isinstance(v, torch.Tensor)]
+        self.assertEqual(sorted(k for k, v in got.items() if isinstance(v, torch.Tensor)), sorted(tensors))
+        for k in tensors:
+            with self.subTest(tensor=k):
+                self.assert_bits(got[k], fold(swa_fold, [r[k] for r in refs]), k)
+        return got
+
+    def test_one_process_run(self):
+        self.check_average(["run1_0", "run1_1", "run1_2"])
+
+    def test_two_and_four_ranks(self):
+        self.check_average(["rank2_0", "rank2_1"])
+        self.check_average(["rank4_0", "rank4_1"])
+
+    def test_layouts_mix(self):
+        # rank<N>_<i> and run1_<i> hold the same values, saved over 2, 4 and 1 processes
+        got = self.check_average(["rank4_0", "rank2_1", "run1_2"])
+        want = self.check_average(["run1_0", "run1_1", "run1_2"], out_name="same.pt")
+        for k in want:
+            self.assert_bits(got[k], want[k], k)
+
+    def test_shards_as_torch_reads_them(self):
+        for name in ("rank2_0", "rank4_0", "fsdp2_0"):
+            with self.subTest(name=name):
+                out = self.path(name + ".pt")
+                swavg("convert", dcp(name), "-o", out, "--force")
+                got = load_output(out)
+                want = consolidated(name)[1]["model"]
+                self.assertEqual(list(got.keys()), list(want.keys()))
+                for k in want:
+                    self.assert_bits(got[k], want[k], k)
+
+    def test_convert_to_folder(self):
+        out = self.path("hf/")
+        swavg("convert", dcp("rank4_1"), "-o", out)
+        got, _ = load_safetensors(os.path.join(out, "model.safetensors"))
+        want = consolidated("rank4_1")[1]["model"]
+        self.assertEqual(sorted(got), sorted(want))
+        for k in want:
+            self.assert_bits(got[k], want[k], k)
+        self.assertEqual(sorted(os.listdir(out)), ["model.safetensors"])  # none of the DCP files copied
+
+    def test_output_is_not_an_input_file(self):
+        target = self.path("ckpt")
+        shutil.copytree(dcp("run1_0"), target)
+        before = open(os.path.join(target, "__0_0.distcp"), "rb").read()
+        p = swavg("average", target, dcp("run1_1"), "-o", os.path.join(target, "__0_0.distcp"), "--force",
+                  check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("swavg never overwrites its inputs", p.stderr)
+        self.assertEqual(open(os.path.join(target, "__0_0.distcp"), "rb").read(), before)
+
+    def test_fsdp2(self):
+        self.check_average(["fsdp2_0", "fsdp2_1"])
+
+    def test_key(self):
+        self.check_average(["rank2_0", "rank2_1"], "--key", "model")
+        got = self.check_average(["rank4_0", "rank4_1"], "--key", "optimizer", key="optimizer")
+        self.assertIn("state.embed.weight.exp_avg", got)
+        p = swavg("average", dcp("run1_0"), dcp("run1_1"), "--key", "nothing", "-o", self.path("x.pt"), check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("'model', 'optimizer', 'step'", p.stderr)
+        self.assertFalse(os.path.exists(self.path("x.pt")))
+
+    def test_folder_output(self):
+        self.check_average(["rank2_0", "rank2_1"], out_name="out/")
+
+    def test_ema(self):
+        names = ["rank4_0", "rank2_1", "run1_2"]
+        out = self.path("ema.pt")
+        swavg("ema", "--decay", "0.9", *[dcp(n) for n in names], "-o", out, "--force")
+        got = load_output(out)
+        refs = [consolidated(n)[1]["model"] for n in names]
+        decays = ema_decays(len(names), 0.9)
+        for k in refs[0]:
+            with self.subTest(tensor=k):
+                self.assert_bits(got[k], fold(ema_fold, [r[k] for r in refs], decays), k)
+
+    def test_same_as_consolidated_files(self):
+        # everything swavg writes (tensors and the non-tensor entries it carries) is what it writes
+        # from torch's own consolidation of the same folders
+        cases = [(("rank2_0", "rank4_1"), []), (("rank2_0", "rank4_1"), ["--key", "optimizer.state.embed.weight"]),
+                 (("flat_0", "flat_1"), [])]
+        for names, key in cases:
+            with self.subTest(names=names, key=key):
+                a, b = self.path("dcp.pt"), self.path("pt.pt")
+                swavg("average", *[dcp(n) for n in names], *key, "-o", a, "--force")
+                swavg("average", *[consolidated(n)[0] for n in names], *key, "-o", b, "--force")
+                got, want = torch.load(a, weights_only=False), torch.load(b, weights_only=False)
+                self.assertEqual(list(flat(got).keys()), list(flat(want).keys()))
+                for k, v in flat(want).items():
+                    if isinstance(v, torch.Tensor):
+                        self.assert_bits(flat(got)[k], v, k)
+                    else:
+                        self.assertEqual(flat(got)[k], v, k)
+
+    def test_hostile(self):
+        marker = dcp("PAYLOAD_RAN")
+        for name, message in HOSTILE.items():
+            with self.subTest(case=name):
+                out = self.path(name + ".pt")
+                partner = "flat_1" if name == "past_end" else "run1_1"
+                p = swavg("average", dcp("hostile_" + name), dcp(partner), "-o", out, check=False)
+                self.assertEqual(p.returncode, 3, p.stderr)
+                self.assertIn("swavg: error:", p.stderr)
+                self.assertIn(message, p.stderr)
+                self.assertFalse(os.path.exists(out))
+                self.assertFalse(os.path.exists(marker))
+        for name in ("overlap", "missing_chunk"):  # the error names the tensor and the chunk
+            p = swavg("average", dcp("hostile_" + name), dcp("run1_1"), "-o", self.path("x.pt"), check=False)
+            self.assertIn("'model.embed.weight'", p.stderr)
+        p = swavg("average", dcp("hostile_dtype"), dcp("run1_1"), "-o", self.path("x.pt"), check=False)
+        self.assertIn("__0_0.distcp", p.stderr)
+        self.assertIn("tensor 'model.norm.weight' chunk 0", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
