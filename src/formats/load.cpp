@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "formats/deepspeed_checkpoint.h"
+#include "formats/megatron_checkpoint.h"
 #include "formats/safetensors.h"
 #include "formats/sharded_input.h"
 #include "formats/torch_file.h"
@@ -76,6 +78,12 @@ state_dict load_single_file(const std::string& path, const load_options& options
 file_format detect_format(const std::string& path) { return detect(mapped_file::open(path)); }
 
 state_dict load_state_dict(const std::string& path, const load_options& options) {
+  if (!deepspeed_tag_folder(path).empty()) {
+    state_dict ds = read_deepspeed_checkpoint(path, options.key);
+    strip_prefixes(ds, options.strip_prefixes);
+    return ds;
+  }
+  refuse_megatron_checkpoint(path);
   const checkpoint_location at = locate_checkpoint(path);
   state_dict sd;
   if (at.index.empty()) {
@@ -94,6 +102,8 @@ state_dict load_state_dict(const std::string& path, const load_options& options)
 }
 
 std::vector<std::string> checkpoint_files(const std::string& path) {
+  if (!deepspeed_tag_folder(path).empty()) return deepspeed_files(path);
+  refuse_megatron_checkpoint(path);
   const checkpoint_location at = locate_checkpoint(path);
   if (at.index.empty()) return {at.file};
   std::vector<std::string> files{at.index};
