@@ -4,6 +4,7 @@ run's tag folders must equal DeepSpeed's own consolidation of each (zero_to_fp32
 get_fp32_state_dict_from_zero_checkpoint) averaged in Python as AveragedModel does; the parent
 folder reads the tag its `latest` names; altered folders are refused with exit 3, nothing written."""
 import os
+import shutil
 import unittest
 
 from common import TempDirTest, fixture, same_bits, swavg
@@ -18,7 +19,7 @@ ROOT = fixture("deepspeed")
 STEPS = 3
 HOSTILE = ("missing_rank", "missing_model_rank", "world_size", "extra_rank", "short_group", "shape_overflow",
            "shape_bigger", "shape_fewer", "frozen_missing", "stage_mismatch", "no_module", "latest_escape",
-           "latest_missing")
+           "latest_missing", "world_limit", "world_past_limit")
 
 
 def run(name):
@@ -100,6 +101,55 @@ class DeepSpeedTest(TempDirTest):
         self.assertIn("'module' is None", error("no_module"))
         self.assertIn("names the tag '../../zero2_w1/global_step1'", error("latest_escape"))
         self.assertIn("global_step9", error("latest_missing"))
+        # partition_count: at most 2^20 ranks; the last allowed gets as far as the missing rank files.
+        self.assertIn("world size 1048576 (partition_count", error("world_limit"))
+        self.assertIn("partition_count is 1048577, expected a world size from 1 to 1048576", error("world_past_limit"))
+
+    def test_latest_bounds(self):
+        # `latest` holds at most 4096 bytes; the tag, a folder name, at most 255.
+        for size, tag_len, ok in ((4096, 255, True), (4097, 255, False), (4096, 256, False)):
+            with self.subTest(size=size, tag_len=tag_len):
+                parent = self.path("run%d_%d" % (size, tag_len))
+                tag = ("global_step3" + "x" * tag_len)[:tag_len]
+                os.makedirs(parent)
+                if tag_len <= 255:
+                    shutil.copytree(self.tags("zero2_w1")[-1], os.path.join(parent, tag))
+                with open(os.path.join(parent, "latest"), "w") as f:
+                    f.write(tag + "\n" * (size - tag_len))
+                out = self.path("out.pt")
+                p = swavg("average", parent, "-o", out, check=False)
+                self.assertEqual(p.returncode, 0 if ok else 3, p.stderr)
+                self.assertEqual(os.path.exists(out), ok)
+                if ok:
+                    os.remove(out)
+                else:
+                    self.assertIn("4096 bytes" if size > 4096 else "expected the name of a folder", p.stderr)
+
+
+class MegatronTest(TempDirTest):
+    def folder(self, metadata):
+        folder = self.path("iter_0000003")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "metadata.json"), "w") as f:
+            f.write(metadata)
+        with open(os.path.join(folder, "common.pt"), "wb") as f:
+            f.write(b"PK")
+        return folder
+
+    def test_torch_dist_named(self):
+        # As megatron.core.dist_checkpointing writes metadata.json; the limit is 1 MiB, padding included.
+        text = '{"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch"}'
+        for size, named in ((1 << 20, True), ((1 << 20) + 1, False)):
+            with self.subTest(size=size):
+                p = swavg("average", self.folder(text + " " * (size - len(text))), "-o", self.path("o.pt"),
+                          check=False)
+                self.assertEqual(p.returncode, 3, p.stderr)
+                if named:
+                    self.assertIn("a Megatron-core distributed checkpoint (metadata.json: sharded_backend "
+                                  "'torch_dist', common.pt)", p.stderr)
+                else:
+                    self.assertIn("1048576", p.stderr)
+                self.assertFalse(os.path.exists(self.path("o.pt")))
 
 
 if __name__ == "__main__":
