@@ -195,12 +195,12 @@ TEST_CASE("shards are merged in the weight map's shard order, each in its own or
     CHECK(sd.tensors[2].view.mapping->path() == d / "model-00001-of-00002.safetensors");
     CHECK(reinterpret_cast<const float*>(sd.tensors[1].view.data())[3] == 103.0f);
     CHECK(sd.tensors[0].view.storage_key != sd.tensors[2].view.storage_key);
-    CHECK(checkpoint_folder(arg) == d.path);
+    CHECK(output_source_of(arg).folder == d.path);
   }
   CHECK(checkpoint_files(d.path) == std::vector<std::string>{d / kSafetensorsIndexName,
                                                              d / "model-00002-of-00002.safetensors",
                                                              d / "model-00001-of-00002.safetensors"});
-  CHECK(checkpoint_folder(d / "model-00001-of-00002.safetensors").empty());
+  CHECK(output_source_of(d / "model-00001-of-00002.safetensors").folder.empty());
   CHECK(checkpoint_files(d / "model-00001-of-00002.safetensors") ==
         std::vector<std::string>{d / "model-00001-of-00002.safetensors"});
 }

@@ -7,7 +7,6 @@
 
 #include <fmt/format.h>
 
-#include "formats/dcp_input.h"
 #include "formats/load.h"
 #include "formats/output_folder.h"
 #include "formats/save.h"
@@ -43,7 +42,7 @@ void convert_to_folder(const convert_options& o) {
   std::map<std::string, std::string> metadata;
   if (format == output_format::safetensors) metadata = inherited_metadata({&sd});
   folder_files extra;
-  const checkpoint_location source = is_dcp_folder(o.input) ? checkpoint_location{} : locate_checkpoint(o.input);
+  const checkpoint_location source = output_source_of(o.input);
   if (!source.folder.empty()) extra = classify_folder(source.folder);
 
   out.stage(source.folder, extra.copied, source.names);

@@ -11,7 +11,6 @@
 
 #include "fold/aten.h"
 #include "fold/execute.h"
-#include "formats/dcp_input.h"
 #include "formats/output_folder.h"
 #include "formats/sharded_input.h"
 #include "formats/torchscript.h"
@@ -230,9 +229,7 @@ fold_report run_directory_job(const fold_job& job) {
   const fold_inputs in = load_fold_inputs(job);
   const fold_config folded = config_for(job, in);
   folder_files extra;
-  // A DCP folder's other files are its chunks and .metadata: nothing to copy.
-  const checkpoint_location source =
-      is_dcp_folder(job.inputs.back()) ? checkpoint_location{} : locate_checkpoint(job.inputs.back());
+  const checkpoint_location source = output_source_of(job.inputs.back());
   const std::string& source_folder = source.folder;
   if (!source_folder.empty()) extra = classify_folder(source_folder);
   for (const auto& name : extra.skipped)

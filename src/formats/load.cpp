@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include "formats/dcp_input.h"
+#include "formats/deepspeed_checkpoint.h"
+#include "formats/megatron_checkpoint.h"
 #include "formats/safetensors.h"
 #include "formats/sharded_input.h"
 #include "formats/torch_file.h"
@@ -78,18 +80,20 @@ file_format detect_format(const std::string& path) { return detect(mapped_file::
 
 state_dict load_state_dict(const std::string& path, const load_options& options) {
   state_dict sd;
-  if (is_dcp_folder(path)) {
+  if (is_dcp_folder(path)) {  // before Megatron's check: its torch_dist folders are DCP folders
     sd = read_dcp_folder(path, options.key);
-    strip_prefixes(sd, options.strip_prefixes);
-    return sd;
-  }
-  const checkpoint_location at = locate_checkpoint(path);
-  if (at.index.empty()) {
-    sd = load_single_file(at.file, options);
-    sd.path = path;
+  } else if (!deepspeed_tag_folder(path).empty()) {
+    sd = read_deepspeed_checkpoint(path, options.key);
   } else {
-    sd = load_sharded(path, at.index, read_hf_index(at.index),
-                      [&options](const std::string& shard) { return load_single_file(shard, options); });
+    refuse_megatron_checkpoint(path);
+    const checkpoint_location at = locate_checkpoint(path);
+    if (at.index.empty()) {
+      sd = load_single_file(at.file, options);
+      sd.path = path;
+    } else {
+      sd = load_sharded(path, at.index, read_hf_index(at.index),
+                        [&options](const std::string& shard) { return load_single_file(shard, options); });
+    }
   }
   strip_prefixes(sd, options.strip_prefixes);
   for (const auto& o : sd.opaque)
@@ -101,6 +105,8 @@ state_dict load_state_dict(const std::string& path, const load_options& options)
 
 std::vector<std::string> checkpoint_files(const std::string& path) {
   if (is_dcp_folder(path)) return dcp_files(path);
+  if (!deepspeed_tag_folder(path).empty()) return deepspeed_files(path);
+  refuse_megatron_checkpoint(path);
   const checkpoint_location at = locate_checkpoint(path);
   if (at.index.empty()) return {at.file};
   std::vector<std::string> files{at.index};
@@ -108,6 +114,9 @@ std::vector<std::string> checkpoint_files(const std::string& path) {
   return files;
 }
 
-std::string checkpoint_folder(const std::string& path) { return locate_checkpoint(path).folder; }
+checkpoint_location output_source_of(const std::string& path) {
+  if (is_dcp_folder(path) || !deepspeed_tag_folder(path).empty()) return {};
+  return locate_checkpoint(path);
+}
 
 }  // namespace swavg

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/sharded_input.h"
 #include "tensor/state_dict.h"
 
 namespace swavg {
@@ -30,7 +31,10 @@ state_dict load_state_dict(const std::string& path, const load_options& options 
 // Every file a checkpoint argument reads: the one file, or the index and its shards (reading the
 // index only), for the output-path checks.
 std::vector<std::string> checkpoint_files(const std::string& path);
-// The folder of a folder or index argument ("" for a plain file), where config.json etc. lie.
-std::string checkpoint_folder(const std::string& path);
+// Where a folder output finds the checkpoint's other files (config.json, ...) to copy and the
+// weights' names to keep: the folder of a Hugging Face folder or index argument; none ("" folder)
+// for a plain file, a DCP folder or a DeepSpeed checkpoint, whose other files are the training
+// run's.
+checkpoint_location output_source_of(const std::string& path);
 
 }  // namespace swavg

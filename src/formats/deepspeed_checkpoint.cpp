@@ -1,0 +1,560 @@
+#include "formats/deepspeed_checkpoint.h"
+
+#include <dirent.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <memory>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "formats/pickle.h"
+#include "formats/torch_file.h"
+#include "util/checked.h"
+#include "util/error.h"
+#include "util/mapped_file.h"
+#include "util/read_file.h"
+
+namespace swavg {
+namespace {
+
+constexpr uint64_t kMaxLatestBytes = 4096;
+constexpr uint64_t kMaxRanks = uint64_t{1} << 20;
+constexpr const char* kZero12States = "mp_rank_00_model_states.pt";
+
+bool is_dir(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool is_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string in_folder(const std::string& folder, const std::string& name) {
+  return !folder.empty() && folder.back() == '/' ? folder + name : folder + "/" + name;
+}
+
+std::string without_slash(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
+std::string zero3_states(size_t rank) { return fmt::format("zero_pp_rank_{}_mp_rank_00_model_states.pt", rank); }
+
+bool holds_model_states(const std::string& folder) {
+  return is_file(in_folder(folder, kZero12States)) || is_file(in_folder(folder, zero3_states(0)));
+}
+
+// The rank of a ZeRO-3 file name ("zero_pp_rank_<r>_mp_rank_00_<suffix>", optionally "bf16_" first).
+std::optional<uint64_t> rank_of(const std::string& name, const std::string& suffix) {
+  std::string rest = name;
+  if (rest.rfind("bf16_", 0) == 0) rest = rest.substr(5);
+  const std::string head = "zero_pp_rank_", tail = "_mp_rank_00_" + suffix;
+  if (rest.size() <= head.size() + tail.size() || rest.rfind(head, 0) != 0 ||
+      rest.compare(rest.size() - tail.size(), tail.size(), tail) != 0)
+    return std::nullopt;
+  const std::string digits = rest.substr(head.size(), rest.size() - head.size() - tail.size());
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos ||
+      (digits.size() > 1 && digits[0] == '0'))
+    return std::nullopt;
+  return std::stoull(digits);
+}
+
+// rank -> file name, for the ZeRO-3 files of `suffix` in `folder`.
+std::map<uint64_t, std::string> rank_files(const std::string& folder, const std::string& suffix) {
+  std::map<uint64_t, std::string> out;
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(folder.c_str()), ::closedir);
+  if (!dir) throw io_error(fmt::format("{}: cannot list the folder", folder));
+  while (const dirent* e = ::readdir(dir.get())) {
+    const std::string name = e->d_name;
+    if (auto r = rank_of(name, suffix)) {
+      auto [it, added] = out.emplace(*r, name);
+      if (!added)
+        throw input_error(fmt::format("{}: holds two files for rank {}: {} and {}", folder, *r, it->second, name));
+    }
+  }
+  return out;
+}
+
+const pickle_node* entry(const pickle_node* d, const std::string& key) {
+  if (!d || d->kind != pickle_kind::dict) return nullptr;
+  for (const auto& [k, v] : d->entries)
+    if (k && k->kind == pickle_kind::string && k->text == key) return v;
+  return nullptr;
+}
+
+std::string type_of(const pickle_node* n) { return n ? pickle_type_name(*n) : "missing"; }
+
+const pickle_node* required(const pickle_node* d, const std::string& key, pickle_kind kind, const char* expected,
+                            const std::string& file) {
+  const pickle_node* v = entry(d, key);
+  if (!v || v->kind != kind)
+    throw input_error(
+        fmt::format("{}: '{}' is {}, expected {} (not a DeepSpeed checkpoint file?)", file, key, type_of(v), expected));
+  return v;
+}
+
+// An int, or DeepSpeed's ZeroStageEnum: pickled by value (ZeroStageEnum(3)) or, from Python 3.11
+// on, by name (getattr(ZeroStageEnum, "weights")).
+std::optional<int64_t> int_value(const pickle_node* n) {
+  if (n && n->kind == pickle_kind::opaque && n->call && n->call->args.size() == 2 &&
+      (n->text == "builtins.getattr" || n->text == "__builtin__.getattr")) {
+    const pickle_node* cls = n->call->args[0];
+    const pickle_node* name = n->call->args[1];
+    const std::string suffix = "ZeroStageEnum";
+    if (!cls || cls->kind != pickle_kind::global || cls->text.size() < suffix.size() ||
+        cls->text.compare(cls->text.size() - suffix.size(), suffix.size(), suffix) != 0 || !name ||
+        name->kind != pickle_kind::string)
+      return std::nullopt;
+    static const std::pair<const char*, int64_t> kStages[] = {
+        {"disabled", 0}, {"optimizer_states", 1}, {"gradients", 2}, {"weights", 3}, {"max_stage", 3}};
+    for (const auto& [stage, value] : kStages)
+      if (name->text == stage) return value;
+    return std::nullopt;
+  }
+  if (n && n->kind == pickle_kind::opaque && n->call && n->call->args.size() == 1) n = n->call->args[0];
+  if (n && n->kind == pickle_kind::integer) return n->int_value;
+  return std::nullopt;
+}
+
+bool is_none(const pickle_node* n) { return !n || n->kind == pickle_kind::none; }
+bool is_sequence(const pickle_node* n) { return n && (n->kind == pickle_kind::list || n->kind == pickle_kind::tuple); }
+
+// A torch.Size (pickled as torch.Size((d0, d1, ...))) or a plain tuple/list of ints.
+std::vector<int64_t> shape_of(const pickle_node* n, const std::string& what) {
+  const pickle_node* dims = n;
+  if (n && n->kind == pickle_kind::opaque && n->text == "torch.Size" && n->call && n->call->args.size() == 1)
+    dims = n->call->args[0];
+  if (!is_sequence(dims))
+    throw input_error(fmt::format("{}: the shape is {}, expected a torch.Size", what, type_of(n)));
+  std::vector<int64_t> shape;
+  for (const pickle_node* d : dims->items) {
+    if (!d || d->kind != pickle_kind::integer || d->int_value < 0)
+      throw input_error(fmt::format("{}: a size in the shape is {}, expected a non-negative int", what,
+                                    d && d->kind == pickle_kind::integer ? std::to_string(d->int_value) : type_of(d)));
+    shape.push_back(d->int_value);
+  }
+  return shape;
+}
+
+// The (name, shape) pairs of a dict of shapes, in order.
+void read_shapes(const pickle_node* d, const std::string& file, const std::string& key,
+                 std::vector<std::pair<std::string, std::vector<int64_t>>>& out) {
+  if (!d || d->kind != pickle_kind::dict)
+    throw input_error(fmt::format("{}: '{}' holds {}, expected a dict of parameter shapes", file, key, type_of(d)));
+  for (const auto& [k, v] : d->entries) {
+    if (!k || k->kind != pickle_kind::string)
+      throw input_error(fmt::format("{}: '{}' has a key of type {}, expected a parameter name", file, key, type_of(k)));
+    out.emplace_back(k->text, shape_of(v, fmt::format("{}: {} '{}'", file, key, k->text)));
+  }
+}
+
+// The archive lives on the heap: the storage reader refers to it, and `opened` moves.
+struct opened {
+  std::unique_ptr<torch_archive> archive;
+  std::unique_ptr<torch_storage_reader> reader;
+  const pickle_node* root = nullptr;
+};
+
+opened open_mapped(const std::shared_ptr<const mapped_file>& file, const char* expected) {
+  const std::string& path = file->path();
+  opened o;
+  o.archive = std::make_unique<torch_archive>(open_torch_archive(file, expected));
+  o.reader = std::make_unique<torch_storage_reader>(*o.archive);
+  o.root = o.archive->doc->root();
+  if (!o.root || o.root->kind != pickle_kind::dict)
+    throw input_error(fmt::format("{}: holds {}, expected the dict DeepSpeed saves", path, type_of(o.root)));
+  return o;
+}
+
+opened open_file(const std::string& path, const char* expected) {
+  return open_mapped(mapped_file::open(path), expected);
+}
+
+tensor_view tensor_at(opened& o, const pickle_node* n, const std::string& what) {
+  if (!n || n->kind != pickle_kind::tensor)
+    throw input_error(fmt::format("{}: {} is {}, expected a tensor", o.archive->file->path(), what, type_of(n)));
+  return o.reader->view_of(what, *n->tensor);
+}
+
+tensor_view owned_view(dtype type, const std::vector<int64_t>& shape, std::shared_ptr<std::vector<uint8_t>> bytes,
+                       const std::string& key) {
+  tensor_view v;
+  v.type = type;
+  v.shape = shape;
+  v.strides = contiguous_strides(shape);
+  v.storage = bytes->data();
+  v.storage_bytes = bytes->size();
+  v.storage_key = key;
+  v.owner = std::move(bytes);
+  return v;
+}
+
+// ZeRO stage 0-2: the weights are the model states' `module`.
+state_dict read_zero12(const std::string& path, const std::string& tag) {
+  const std::string file = in_folder(tag, kZero12States);
+  const auto mapped = mapped_file::open(file);
+  {
+    const opened o = open_mapped(mapped, "a DeepSpeed model states file");
+    const pickle_node* module = entry(o.root, "module");
+    if (!module || module->kind != pickle_kind::dict)
+      throw input_error(
+          fmt::format("{}: DeepSpeed model states whose 'module' is {}, expected a dict of tensors (pipeline-parallel "
+                      "checkpoints, layer_*-model_states.pt, are not read)",
+                      file, module ? pickle_type_name(*module) : "missing"));
+  }
+  state_dict sd = read_torch_file(mapped, "module");
+  if (sd.tensors.empty())
+    throw input_error(fmt::format("{}: DeepSpeed model states whose 'module' holds no tensors", file));
+  sd.path = path;
+  return sd;
+}
+
+struct zero3_rank {
+  opened model, optim;
+  std::vector<tensor_view> groups;
+};
+
+state_dict read_zero3(const std::string& path, const std::string& tag) {
+  const auto models = rank_files(tag, "model_states.pt");
+  const auto optims = rank_files(tag, "optim_states.pt");
+  if (!optims.count(0))
+    throw input_error(fmt::format("{}: a ZeRO-3 checkpoint without zero_pp_rank_0_mp_rank_00_optim_states.pt", tag));
+  std::vector<zero3_rank> ranks;
+  ranks.emplace_back();
+  const std::string optim0 = in_folder(tag, optims.at(0));
+  ranks[0].optim = open_file(optim0, "a DeepSpeed optimizer states file");
+
+  // The world size, from rank 0's partition_count, against the rank files present.
+  const pickle_node* osd0 = required(ranks[0].optim.root, "optimizer_state_dict", pickle_kind::dict, "a dict", optim0);
+  const pickle_node* count = entry(osd0, "partition_count");
+  uint64_t world = 0;
+  if (count && count->kind == pickle_kind::integer && count->int_value > 0) {
+    world = static_cast<uint64_t>(count->int_value);
+  } else if (is_sequence(count) && !count->items.empty()) {
+    for (const pickle_node* c : count->items) {
+      if (!c || c->kind != pickle_kind::integer || c->int_value <= 0) {
+        world = 0;
+        break;
+      }
+      world = std::max(world, static_cast<uint64_t>(c->int_value));
+    }
+  }
+  if (world == 0 || world > kMaxRanks)
+    throw input_error(fmt::format(
+        "{}: partition_count is {}, expected a world size from 1 to {}", optim0,
+        count && count->kind == pickle_kind::integer ? std::to_string(count->int_value) : type_of(count), kMaxRanks));
+  for (const auto* files : {&models, &optims}) {
+    if (files->size() != world || files->rbegin()->first != world - 1) {
+      uint64_t missing = 0;
+      while (files->count(missing)) ++missing;
+      const std::string what = files == &models ? "model_states" : "optim_states";
+      throw input_error(
+          missing < world
+              ? fmt::format("{}: world size {} (partition_count in {}) but the {} file of rank {} is missing "
+                            "(zero_pp_rank_{}_mp_rank_00_{}.pt)",
+                            tag, world, optim0, what, missing, missing, what)
+              : fmt::format("{}: world size {} (partition_count in {}) but it holds {} {} files, up to rank {}", tag,
+                            world, optim0, files->size(), what, files->rbegin()->first));
+    }
+  }
+
+  dtype flat_type = dtype::float32;
+  std::vector<uint64_t> group_numels;
+  for (uint64_t r = 0; r < world; ++r) {
+    if (r > 0) ranks.emplace_back();
+    zero3_rank& z = ranks[r];
+    const std::string optim = in_folder(tag, optims.at(r));
+    if (r > 0) z.optim = open_file(optim, "a DeepSpeed optimizer states file");
+    z.model = open_file(in_folder(tag, models.at(r)), "a DeepSpeed model states file");
+    const pickle_node* osd = required(z.optim.root, "optimizer_state_dict", pickle_kind::dict, "a dict", optim);
+    const pickle_node* stage = entry(osd, "zero_stage");
+    if (int_value(stage) != 3)
+      throw input_error(fmt::format("{}: zero_stage is {}, expected 3 beside {}", optim,
+                                    int_value(stage) ? std::to_string(*int_value(stage)) : type_of(stage),
+                                    zero3_states(0)));
+    const pickle_node* c = entry(osd, "partition_count");
+    if (r > 0 && !(c && c->kind == pickle_kind::integer && static_cast<uint64_t>(c->int_value) == world) &&
+        !is_sequence(c))
+      throw input_error(fmt::format("{}: partition_count is {}, but rank 0's is {}", optim,
+                                    c && c->kind == pickle_kind::integer ? std::to_string(c->int_value) : type_of(c),
+                                    world));
+    const pickle_node* groups = entry(osd, "fp32_flat_groups");
+    if (!is_sequence(groups) || groups->items.empty())
+      throw input_error(
+          fmt::format("{}: fp32_flat_groups is {}, expected a list of flat fp32 partitions", optim, type_of(groups)));
+    if (r > 0 && groups->items.size() != group_numels.size())
+      throw input_error(
+          fmt::format("{}: {} flat groups, but rank 0 has {}", optim, groups->items.size(), group_numels.size()));
+    for (size_t g = 0; g < groups->items.size(); ++g) {
+      tensor_view v = tensor_at(z.optim, groups->items[g], fmt::format("fp32_flat_groups[{}]", g));
+      if (v.shape.size() != 1 || !v.is_contiguous())
+        throw input_error(fmt::format("{}: fp32_flat_groups[{}] has shape {}, expected a flat (1-d) partition", optim,
+                                      g, shape_string(v.shape)));
+      if (r == 0 && g == 0) flat_type = v.type;
+      if (v.type != flat_type || !is_floating(v.type))
+        throw input_error(fmt::format("{}: fp32_flat_groups[{}] is {}, expected {} as rank 0's first group", optim, g,
+                                      dtype_name(v.type), dtype_name(flat_type)));
+      const uint64_t n = static_cast<uint64_t>(v.numel());
+      if (r == 0) {
+        group_numels.push_back(n);
+      } else if (n != group_numels[g]) {
+        throw input_error(fmt::format("{}: fp32_flat_groups[{}] holds {} elements, but rank 0's holds {}", optim, g, n,
+                                      group_numels[g]));
+      }
+      z.groups.push_back(std::move(v));
+    }
+  }
+
+  // Rank 0's model states: which parameters lie in the partitions, buffers, frozen and tied ones.
+  const std::string states0 = in_folder(tag, models.at(0));
+  const pickle_node* root0 = ranks[0].model.root;
+  const pickle_node* buffer_names = required(root0, "buffer_names", pickle_kind::list, "a list of names", states0);
+  const pickle_node* module = required(root0, "module", pickle_kind::dict, "a dict", states0);
+  const pickle_node* shapes = entry(root0, "param_shapes");
+  std::vector<std::pair<std::string, std::vector<int64_t>>> params, frozen;
+  if (is_sequence(shapes)) {
+    for (const pickle_node* group : shapes->items) read_shapes(group, states0, "param_shapes", params);
+  } else {
+    read_shapes(shapes, states0, "param_shapes", params);
+  }
+  const pickle_node* frozen_shapes = entry(root0, "frozen_param_shapes");
+  if (!is_none(frozen_shapes)) read_shapes(frozen_shapes, states0, "frozen_param_shapes", frozen);
+  const pickle_node* shared = required(root0, "shared_params", pickle_kind::dict, "a dict", states0);
+
+  state_dict sd;
+  sd.path = path;
+  sd.format = file_format::torch;
+  std::unordered_map<std::string, size_t> index;
+  auto add = [&](const std::string& name, tensor_view v, const std::string& file) {
+    if (!index.emplace(name, sd.tensors.size()).second)
+      throw input_error(fmt::format("{}: '{}' appears twice among the parameters and buffers", file, name));
+    sd.tensors.push_back(named_tensor{name, std::move(v), tensor_kind::unknown});
+  };
+
+  std::unordered_set<std::string> buffers;
+  for (const pickle_node* n : buffer_names->items) {
+    if (!n || n->kind != pickle_kind::string)
+      throw input_error(fmt::format("{}: buffer_names holds {}, expected names", states0, type_of(n)));
+    buffers.insert(n->text);
+  }
+  for (const auto& [k, v] : module->entries)
+    if (k && k->kind == pickle_kind::string && buffers.count(k->text))
+      add(k->text, tensor_at(ranks[0].model, v, fmt::format("buffer '{}'", k->text)), states0);
+
+  const size_t item = itemsize(flat_type);
+  for (const auto& [name, shape] : frozen) {
+    const std::string what = fmt::format("{}: frozen parameter '{}'", states0, name);
+    const uint64_t numel = zero3_numel(shape, what);
+    std::vector<tensor_view> fragments;
+    uint64_t have = 0;
+    for (uint64_t r = 0; r < world; ++r) {
+      const std::string file = in_folder(tag, models.at(r));
+      const pickle_node* all = entry(ranks[r].model.root, "frozen_param_fragments");
+      const pickle_node* f = entry(all, name);
+      if (!f)
+        throw input_error(fmt::format("{}: frozen_param_fragments holds no '{}' (frozen_param_shapes in {} lists it)",
+                                      file, name, states0));
+      fragments.push_back(tensor_at(ranks[r].model, f, fmt::format("frozen parameter '{}'", name)));
+      if (!fragments.back().is_contiguous())
+        throw input_error(fmt::format("{}: frozen parameter '{}' is not contiguous", file, name));
+      if (r > 0 && fragments.back().type != fragments[0].type)
+        throw input_error(fmt::format("{}: frozen parameter '{}' is {} here but {} on rank 0", file, name,
+                                      dtype_name(fragments.back().type), dtype_name(fragments[0].type)));
+      have += static_cast<uint64_t>(fragments.back().numel());  // each at most the file's size
+    }
+    if (have < numel)
+      throw input_error(fmt::format("{} of shape {} needs {} elements but the ranks' fragments hold {}", what,
+                                    shape_string(shape), numel, have));
+    const size_t fitem = itemsize(fragments[0].type);
+    if (static_cast<uint64_t>(fragments[0].numel()) >= numel) {
+      tensor_view v = fragments[0];
+      v.shape = shape;
+      v.strides = contiguous_strides(shape);
+      add(name, std::move(v), states0);
+      continue;
+    }
+    auto bytes = std::make_shared<std::vector<uint8_t>>(numel * fitem);
+    uint64_t done = 0;
+    for (const tensor_view& f : fragments) {
+      const uint64_t take = std::min<uint64_t>(static_cast<uint64_t>(f.numel()), numel - done);
+      std::copy_n(f.data(), take * fitem, bytes->data() + done * fitem);
+      release_pages(f);
+      done += take;
+    }
+    add(name, owned_view(fragments[0].type, shape, bytes, "zero3-frozen/" + name), states0);
+  }
+
+  std::vector<uint64_t> numels;
+  std::vector<std::string> names;
+  for (const auto& [name, shape] : params) {
+    names.push_back(name);
+    numels.push_back(zero3_numel(shape, fmt::format("{}: parameter '{}'", states0, name)));
+  }
+  const std::vector<zero3_param> plan = plan_zero3(numels, names, group_numels, world, optim0);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, shape] = params[i];
+    const std::vector<zero3_slice> slices = zero3_slices(plan[i], group_numels, world);
+    if (slices.size() == 1) {
+      tensor_view v = ranks[slices[0].rank].groups[slices[0].group];
+      v.offset += static_cast<int64_t>(slices[0].offset);
+      v.shape = shape;
+      v.strides = contiguous_strides(shape);
+      add(name, std::move(v), states0);
+      continue;
+    }
+    auto bytes = std::make_shared<std::vector<uint8_t>>(plan[i].numel * item);
+    uint8_t* out = bytes->data();
+    for (const zero3_slice& s : slices) {
+      const tensor_view& g = ranks[s.rank].groups[s.group];
+      std::copy_n(g.data() + s.offset * item, s.count * item, out);
+      release_pages(g, static_cast<uint64_t>(g.data() - g.storage) + s.offset * item, s.count * item);
+      out += s.count * item;
+    }
+    add(name, owned_view(flat_type, shape, bytes, "zero3/" + name), states0);
+  }
+
+  for (const auto& [k, v] : shared->entries) {
+    if (!k || k->kind != pickle_kind::string || !v || v->kind != pickle_kind::string)
+      throw input_error(
+          fmt::format("{}: shared_params maps {} to {}, expected parameter names", states0, type_of(k), type_of(v)));
+    const auto source = index.find(v->text);
+    if (source == index.end()) continue;  // as zero_to_fp32: only tied to something present
+    named_tensor tied{k->text, sd.tensors[source->second].view, tensor_kind::unknown};
+    const auto existing = index.find(k->text);
+    if (existing != index.end()) {
+      sd.tensors[existing->second] = std::move(tied);
+    } else {
+      index.emplace(k->text, sd.tensors.size());
+      sd.tensors.push_back(std::move(tied));
+    }
+  }
+  if (sd.tensors.empty()) throw input_error(fmt::format("{}: a ZeRO-3 checkpoint without parameters or buffers", tag));
+  return sd;
+}
+
+}  // namespace
+
+uint64_t zero3_numel(const std::vector<int64_t>& shape, const std::string& what) {
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) throw input_error(fmt::format("{} has a negative size in its shape {}", what, shape_string(shape)));
+    auto next = checked_mul(n, static_cast<uint64_t>(d));
+    if (!next || *next > static_cast<uint64_t>(INT64_MAX))
+      throw input_error(fmt::format("{} has the shape {}, more than 2^63 - 1 elements", what, shape_string(shape)));
+    n = *next;
+  }
+  return n;
+}
+
+std::vector<zero3_param> plan_zero3(const std::vector<uint64_t>& numels, const std::vector<std::string>& names,
+                                    const std::vector<uint64_t>& group_numels, uint64_t world_size,
+                                    const std::string& file) {
+  if (world_size == 0) throw input_error(fmt::format("{}: a world size of 0", file));
+  uint64_t available = 0;
+  for (uint64_t g : group_numels) {
+    auto sum = checked_add(available, g);
+    if (!sum) throw input_error(fmt::format("{}: the flat groups hold more than 2^64 elements", file));
+    available = *sum;
+  }
+  std::vector<zero3_param> plan;
+  uint64_t offset = 0;
+  for (size_t i = 0; i < numels.size(); ++i) {
+    zero3_param p;
+    p.numel = numels[i];
+    p.partition_numel = numels[i] / world_size + (numels[i] % world_size != 0);
+    p.partition_offset = offset;
+    auto end = checked_add(offset, p.partition_numel);
+    if (!end || *end > available)
+      throw input_error(fmt::format(
+          "{}: parameter '{}' ({} elements, {} on each of {} ranks) starts at element {} of each rank's partition, "
+          "which holds {} elements: the partitions hold fewer elements than param_shapes needs",
+          file, i < names.size() ? names[i] : "?", p.numel, p.partition_numel, world_size, offset, available));
+    offset = *end;
+    plan.push_back(p);
+  }
+  if (offset != available)
+    throw input_error(fmt::format(
+        "{}: the parameters take {} elements of each rank's partition, which holds {}: the partitions do not add "
+        "up to param_shapes",
+        file, offset, available));
+  return plan;
+}
+
+std::vector<zero3_slice> zero3_slices(const zero3_param& p, const std::vector<uint64_t>& group_numels,
+                                      uint64_t world_size) {
+  std::vector<zero3_slice> out;
+  uint64_t left = p.numel;
+  for (uint64_t r = 0; r < world_size && left > 0; ++r) {
+    uint64_t begin = p.partition_offset, count = std::min(p.partition_numel, left);
+    uint64_t group_start = 0;
+    for (size_t g = 0; g < group_numels.size() && count > 0; ++g) {
+      const uint64_t group_end = group_start + group_numels[g];  // plan_zero3 checked the sum
+      if (begin < group_end) {
+        const uint64_t take = std::min(count, group_end - begin);
+        out.push_back(zero3_slice{static_cast<size_t>(r), g, begin - group_start, take});
+        begin += take;
+        count -= take;
+        left -= take;
+      }
+      group_start = group_end;
+    }
+  }
+  return out;
+}
+
+std::string deepspeed_tag_folder(const std::string& path) {
+  if (!is_dir(path)) return "";
+  if (holds_model_states(path)) return without_slash(path);
+  const std::string latest = in_folder(path, "latest");
+  if (!is_file(latest)) return "";
+  std::string tag = read_text_file(latest, kMaxLatestBytes);
+  const auto first = tag.find_first_not_of(" \t\r\n\f\v");
+  tag = first == std::string::npos ? "" : tag.substr(first, tag.find_last_not_of(" \t\r\n\f\v") - first + 1);
+  if (tag.empty() || tag == "." || tag == ".." || tag.find('/') != std::string::npos ||
+      tag.find('\0') != std::string::npos || tag.size() > 255)
+    throw input_error(fmt::format("{}: names the tag '{}', expected the name of a folder beside it", latest,
+                                  tag.size() > 255 ? tag.substr(0, 255) + "..." : tag));
+  const std::string folder = in_folder(path, tag);
+  if (!is_dir(folder))
+    throw input_error(fmt::format("{}: names the tag '{}' but {} is not a folder", latest, tag, folder));
+  if (!holds_model_states(folder))
+    throw input_error(fmt::format("{}: holds neither {} (ZeRO stage 0-2) nor {} (ZeRO-3); {} names it", folder,
+                                  kZero12States, zero3_states(0), latest));
+  return folder;
+}
+
+state_dict read_deepspeed_checkpoint(const std::string& path, const std::string& key) {
+  if (!key.empty() && key != "module")
+    throw usage_error(
+        fmt::format("{}: a DeepSpeed checkpoint's weights are its 'module'; --key '{}' does not apply", path, key));
+  const std::string tag = deepspeed_tag_folder(path);
+  if (tag.empty()) throw input_error(fmt::format("{}: not a DeepSpeed checkpoint folder", path));
+  for (const char* other : {"mp_rank_01_model_states.pt", "zero_pp_rank_0_mp_rank_01_model_states.pt"})
+    if (is_file(in_folder(tag, other)))
+      throw input_error(fmt::format(
+          "{}: holds {}: model-parallel DeepSpeed checkpoints (more than one mp_rank) are not read", tag, other));
+  state_dict sd = is_file(in_folder(tag, kZero12States)) ? read_zero12(path, tag) : read_zero3(path, tag);
+  sd.key = "module";
+  return sd;
+}
+
+std::vector<std::string> deepspeed_files(const std::string& path) {
+  const std::string tag = deepspeed_tag_folder(path);
+  std::vector<std::string> files;
+  if (tag != without_slash(path)) files.push_back(in_folder(path, "latest"));
+  if (is_file(in_folder(tag, kZero12States))) {
+    files.push_back(in_folder(tag, kZero12States));
+    return files;
+  }
+  for (const char* suffix : {"model_states.pt", "optim_states.pt"})
+    for (const auto& [rank, name] : rank_files(tag, suffix)) files.push_back(in_folder(tag, name));
+  return files;
+}
+
+}  // namespace swavg

@@ -1,0 +1,45 @@
+#include "formats/megatron_checkpoint.h"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+
+#include "util/error.h"
+#include "util/read_file.h"
+
+namespace swavg {
+namespace {
+
+constexpr uint64_t kMaxMetadataBytes = 1 << 20;
+
+bool is_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string in_folder(const std::string& folder, const std::string& name) {
+  return !folder.empty() && folder.back() == '/' ? folder + name : folder + "/" + name;
+}
+
+}  // namespace
+
+std::string megatron_backend(const std::string& path) {
+  const std::string metadata = in_folder(path, "metadata.json");
+  if (!is_file(metadata) || !is_file(in_folder(path, "common.pt"))) return "";
+  const nlohmann::json doc = nlohmann::json::parse(read_text_file(metadata, kMaxMetadataBytes), nullptr, false);
+  if (!doc.is_object() || !doc.contains("sharded_backend") || !doc["sharded_backend"].is_string()) return "";
+  return doc["sharded_backend"].get<std::string>();
+}
+
+void refuse_megatron_checkpoint(const std::string& path) {
+  const std::string backend = megatron_backend(path);
+  if (backend.empty()) return;
+  throw input_error(fmt::format(
+      "{}: a Megatron-core distributed checkpoint (metadata.json: sharded_backend '{}', common.pt); swavg does not "
+      "read this layout: convert it to a torch.save or Hugging Face checkpoint first (Megatron's checkpoint "
+      "converter), or average its PyTorch DCP files where swavg reads DCP folders",
+      path, backend.size() > 100 ? backend.substr(0, 100) + "..." : backend));
+}
+
+}  // namespace swavg

@@ -1,0 +1,156 @@
+"""DeepSpeed checkpoints as inputs: ZeRO-2 and ZeRO-3 runs saved by DeepSpeed's own
+engine.save_checkpoint on 1 and 2 gloo ranks (scripts/fixtures/deepspeed.py). swavg's average of a
+run's tag folders must equal DeepSpeed's own consolidation of each (zero_to_fp32's
+get_fp32_state_dict_from_zero_checkpoint) averaged in Python as AveragedModel does; the parent
+folder reads the tag its `latest` names; altered folders are refused with exit 3, nothing written."""
+import os
+import shutil
+import unittest
+
+from common import TempDirTest, fixture, same_bits, swavg
+from reference import load_output, swa_fold
+
+try:
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+except ImportError:  # the fixtures are not written without DeepSpeed either
+    get_fp32_state_dict_from_zero_checkpoint = None
+
+ROOT = fixture("deepspeed")
+STEPS = 3
+HOSTILE = ("missing_rank", "missing_model_rank", "world_size", "extra_rank", "short_group", "shape_overflow",
+           "shape_bigger", "shape_fewer", "frozen_missing", "stage_mismatch", "no_module", "latest_escape",
+           "latest_missing", "world_limit", "world_past_limit")
+
+
+def run(name):
+    return os.path.join(ROOT, name)
+
+
+def consolidated(name, step):
+    return get_fp32_state_dict_from_zero_checkpoint(run(name), tag="global_step%d" % step)
+
+
+@unittest.skipIf(get_fp32_state_dict_from_zero_checkpoint is None, "deepspeed is not installed")
+class DeepSpeedTest(TempDirTest):
+    def check_run(self, name, inputs):
+        out = self.path(name + ".pt")
+        swavg("average", *inputs, "-o", out)
+        got = load_output(out)
+        refs = [consolidated(name, step) for step in range(1, STEPS + 1)]
+        self.assertEqual(sorted(got), sorted(refs[0]))
+        for k in refs[0]:
+            want = swa_fold([r[k] for r in refs])
+            self.assertTrue(same_bits(got[k], want), "%s: %s differs from zero_to_fp32's average" % (name, k))
+        # The tied embedding stays one tensor in the output, as torch.save writes tied weights.
+        self.assertEqual(got["out.weight"].data_ptr(), got["emb.weight"].data_ptr())
+        return got
+
+    def tags(self, name):
+        return [os.path.join(run(name), "global_step%d" % s) for s in range(1, STEPS + 1)]
+
+    def test_zero2_one_rank(self):
+        self.check_run("zero2_w1", self.tags("zero2_w1"))
+
+    def test_zero2_two_ranks(self):
+        self.check_run("zero2_w2", self.tags("zero2_w2"))
+
+    def test_zero3_one_rank(self):
+        self.check_run("zero3_w1", self.tags("zero3_w1"))
+
+    def test_zero3_two_ranks(self):
+        got = self.check_run("zero3_w2", self.tags("zero3_w2"))
+        self.assertIn("frozen.weight", got)  # from each rank's frozen_param_fragments
+
+    def test_latest_parent(self):
+        # The parent folder is the tag its `latest` names (the last step).
+        for name in ("zero2_w2", "zero3_w2"):
+            self.check_run(name, self.tags(name)[:-1] + [run(name)])
+
+    def test_single_checkpoint_is_zero_to_fp32(self):
+        out = self.path("one.pt")
+        swavg("average", run("zero3_w2"), "-o", out)
+        got, want = load_output(out), consolidated("zero3_w2", STEPS)
+        self.assertEqual(list(got), list(want))  # zero_to_fp32's order: buffers, frozen, trainable, tied
+        for k in want:
+            self.assertTrue(same_bits(got[k], want[k]), k)
+
+    def test_hostile_folders_exit_3(self):
+        good = self.tags("zero3_w2")[0]
+        for case in HOSTILE:
+            with self.subTest(case=case):
+                out = self.path(case + ".pt")
+                p = swavg("average", good, os.path.join(ROOT, "hostile", case), "-o", out, check=False)
+                self.assertEqual(p.returncode, 3, "%s: exit %d\n%s" % (case, p.returncode, p.stderr))
+                self.assertIn("swavg: error:", p.stderr)
+                self.assertIn(os.path.join("hostile", case), p.stderr)  # the folder or a file in it
+                self.assertEqual(os.listdir(self.tmp), [])
+
+    def test_hostile_messages_name_the_file_and_parameter(self):
+        def error(case):
+            p = swavg("average", os.path.join(ROOT, "hostile", case), "-o", self.path("x.pt"), check=False)
+            self.assertEqual(p.returncode, 3, p.stderr)
+            return p.stderr
+        self.assertIn("zero_pp_rank_1_mp_rank_00_optim_states.pt", error("missing_rank"))
+        self.assertIn("world size 3", error("world_size"))
+        self.assertIn("'emb.weight'", error("shape_overflow"))
+        # lin.bias takes 2 more elements per rank: the last parameter no longer fits.
+        self.assertIn("'head.bias'", error("shape_bigger"))
+        self.assertIn("do not add up", error("shape_fewer"))
+        self.assertIn("zero_pp_rank_1_mp_rank_00_optim_states.pt: fp32_flat_groups[0] holds", error("short_group"))
+        self.assertIn("'frozen.bias'", error("frozen_missing"))
+        self.assertIn("'module' is None", error("no_module"))
+        self.assertIn("names the tag '../../zero2_w1/global_step1'", error("latest_escape"))
+        self.assertIn("global_step9", error("latest_missing"))
+        # partition_count: at most 2^20 ranks; the last allowed gets as far as the missing rank files.
+        self.assertIn("world size 1048576 (partition_count", error("world_limit"))
+        self.assertIn("partition_count is 1048577, expected a world size from 1 to 1048576", error("world_past_limit"))
+
+    def test_latest_bounds(self):
+        # `latest` holds at most 4096 bytes; the tag, a folder name, at most 255.
+        for size, tag_len, ok in ((4096, 255, True), (4097, 255, False), (4096, 256, False)):
+            with self.subTest(size=size, tag_len=tag_len):
+                parent = self.path("run%d_%d" % (size, tag_len))
+                tag = ("global_step3" + "x" * tag_len)[:tag_len]
+                os.makedirs(parent)
+                if tag_len <= 255:
+                    shutil.copytree(self.tags("zero2_w1")[-1], os.path.join(parent, tag))
+                with open(os.path.join(parent, "latest"), "w") as f:
+                    f.write(tag + "\n" * (size - tag_len))
+                out = self.path("out.pt")
+                p = swavg("average", parent, "-o", out, check=False)
+                self.assertEqual(p.returncode, 0 if ok else 3, p.stderr)
+                self.assertEqual(os.path.exists(out), ok)
+                if ok:
+                    os.remove(out)
+                else:
+                    self.assertIn("4096 bytes" if size > 4096 else "expected the name of a folder", p.stderr)
+
+
+class MegatronTest(TempDirTest):
+    def folder(self, metadata):
+        folder = self.path("iter_0000003")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "metadata.json"), "w") as f:
+            f.write(metadata)
+        with open(os.path.join(folder, "common.pt"), "wb") as f:
+            f.write(b"PK")
+        return folder
+
+    def test_torch_dist_named(self):
+        # As megatron.core.dist_checkpointing writes metadata.json; the limit is 1 MiB, padding included.
+        text = '{"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch"}'
+        for size, named in ((1 << 20, True), ((1 << 20) + 1, False)):
+            with self.subTest(size=size):
+                p = swavg("average", self.folder(text + " " * (size - len(text))), "-o", self.path("o.pt"),
+                          check=False)
+                self.assertEqual(p.returncode, 3, p.stderr)
+                if named:
+                    self.assertIn("a Megatron-core distributed checkpoint (metadata.json: sharded_backend "
+                                  "'torch_dist', common.pt)", p.stderr)
+                else:
+                    self.assertIn("1048576", p.stderr)
+                self.assertFalse(os.path.exists(self.path("o.pt")))
+
+
+if __name__ == "__main__":
+    unittest.main()
