@@ -224,6 +224,7 @@ fold_report run_directory_job(const fold_job& job) {
   require_lerp_kernels(c);
   output_folder out(job.output, job.max_shard_size, w.index, w.count, job.force);
   check_directory_paths(job, out, files_read(job));
+  out.hold_partial();
   const output_format format = job.format.value_or(output_format::safetensors);
 
   const fold_inputs in = load_fold_inputs(job);

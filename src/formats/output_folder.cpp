@@ -135,7 +135,11 @@ void output_folder::stage(std::string source, std::vector<std::string> copied, w
   if (plain())
     stage_ = std::make_unique<staged_dir>(out_);
   else
-    lock_ = std::make_unique<partial_lock>(out_);
+    hold_partial();
+}
+
+void output_folder::hold_partial() {
+  if (!plain() && !lock_) lock_ = std::make_unique<partial_lock>(out_);
 }
 
 const std::string& output_folder::where() const { return plain() ? stage_->path() : partial_; }

@@ -70,10 +70,13 @@ class output_folder {
   void refuse_inputs_inside(const std::vector<std::string>& inputs) const;
   void refuse_non_empty() const;
 
+  // 1b. A worker of several: takes its (shared) lock on OUT.partial/ now, before its inputs are
+  // read, so that a finalize during a worker's rerun waits for it (exit 6). No-op for a plain run.
+  void hold_partial();
   // 2. Stages OUT/ (a plain run; a worker writes into OUT.partial/, created with the plan).
   // `copied`: names of files in the folder `source` that worker 0 copies beside the shards;
   // `names`: the weights' file names (the input folder's library); `options`: the job's, written
-  // into the plan (worker_files.h). A worker of several takes its lock on OUT.partial/ here.
+  // into the plan (worker_files.h). A worker of several holds its lock from here at the latest.
   void stage(std::string source, std::vector<std::string> copied, weights_names names = weights_names::transformers,
              job_options options = {});
   // 3. Plans the shards of `specs` (in `format`, with `metadata` in each; usage_error past

@@ -195,6 +195,25 @@ class ConcurrencyTest(FinalizeTest):
         self.assert_published(out)
 
 
+    @unittest.skipUnless(shutil.which("strace"), "strace is not installed")
+    def test_a_rerun_worker_locks_before_it_reads_an_input(self):
+        # So a finalize while a rerun is still loading its inputs waits for it (exit 6) instead of
+        # publishing the manifests of the run before.
+        out = self.fresh()
+        log = self.path("strace.log")
+        p = subprocess.run(["strace", "-f", "-o", log, "-e", "trace=openat,flock", SWAVG, "average", *self.inputs,
+                            "-o", out + "/", *ARGS, "--shard", "1/2"], capture_output=True, text=True,
+                           timeout=TIMEOUT, env=plain_env())
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(log) as f:
+            calls = f.read().splitlines()
+        locked = [i for i, c in enumerate(calls) if "flock(" in c and "LOCK_SH" in c]
+        read = [i for i, c in enumerate(calls) if "openat(" in c and "model.safetensors" in c and "= -1" not in c
+                and any(folder in c for folder in self.inputs)]
+        self.assertTrue(locked and read, "no lock or no input read traced")
+        self.assertLess(locked[0], read[0], "the worker read an input before it held OUT.partial/'s lock")
+
+
 class JobIdentityTest(FinalizeTest):
     def worker(self, out, i, *args, command="average"):
         return run([command, *self.inputs, "-o", out + "/", *ARGS, "--shard", "%d/2" % i, *args])
