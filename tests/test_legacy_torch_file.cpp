@@ -271,6 +271,13 @@ TEST_CASE("legacy files PyTorch wrote read as torch.load reads them", "[legacy_t
     std::sort(others.begin(), others.end());
     CHECK(others == m["others"].get<std::vector<std::string>>());
   }
+  // --key as for the ZIP format: the dict named, or a usage error listing what is there.
+  const auto nested = mapped_file::open(fixture("legacy/nested.pt"));
+  CHECK(read_torch_file(nested, "state_dict").tensors.size() ==
+        load_state_dict(fixture("legacy/nested.pt")).tensors.size());
+  CHECK_THROWS_AS(read_torch_file(nested, "nope"), usage_error);
+  CHECK_THROWS_WITH(read_torch_file(nested, "nope"), Catch::Contains("no entry 'nope'") && Catch::Contains("'epoch'"));
+  CHECK_THROWS_WITH(read_torch_file(nested, "epoch"), Catch::Contains("type int, expected a dict of tensors"));
   // Tied weights share their mapped bytes.
   state_dict shared = load_state_dict(fixture("legacy/shared.pt"));
   CHECK(shared.tensors[0].view.storage == shared.tensors[1].view.storage);

@@ -447,7 +447,8 @@ class LegacyDifferentialTest(unittest.TestCase):
                           "t": base.t(), "v": base[1:, 2:], "s": torch.tensor(2.5), "e": torch.zeros(0, 2)},
             "training.pt": {"model": {"w": torch.randn(2, 2, generator=g), "b": torch.zeros(2)}, "epoch": 3},
         }
-        cls.originals = [os.path.join(FIXTURES, "legacy", n + ".pt") for n in ("plain", "shared", "nested", "parameters")]
+        cls.originals = [os.path.join(FIXTURES, "legacy", n + ".pt")
+                         for n in ("plain", "shared", "nested", "parameters")]
         rng = random.Random(SEED)
         files = [("fixture " + os.path.basename(p), p) for p in cls.originals]
         for name, state in states.items():
@@ -461,9 +462,11 @@ class LegacyDifferentialTest(unittest.TestCase):
                     f.write(mutated)
                 files.append(("%s: %s" % (name, what), mpath))
         cls.files = files
+
+        def view(item):
+            return item[0], item[1], swavg_view(item[1], tempfile.mkdtemp(dir=cls.tmp))
         with concurrent.futures.ThreadPoolExecutor(max(2, os.cpu_count() or 1)) as pool:
-            cls.views = list(pool.map(lambda item: (item[0], item[1], swavg_view(item[1], tempfile.mkdtemp(dir=cls.tmp))),
-                                      files))
+            cls.views = list(pool.map(view, files))
         cls.accepted = [(label, path, v) for label, path, v in cls.views if v["exit"] == 0 and "tensors" in v]
         cls.readers = run_readers([(path, v["key"]) for _, path, v in cls.accepted])
 
