@@ -326,7 +326,8 @@ tensor_view torch_storage_reader::view_of(const std::string& what, const pickle_
 }
 
 state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const std::string& key) {
-  if (!looks_like_zip(file->data(), file->size())) return read_legacy_torch_file(file, key);
+  if (!looks_like_zip(file->data(), file->size()) && looks_like_legacy_torch_file(file->data(), file->size()))
+    return read_legacy_torch_file(file, key);
   torch_archive archive = open_torch_archive(file, "a torch.save checkpoint here");
   torch_storage_reader reader(archive);
   auto metadata = read_swavg_record(*archive.zip, archive.prefix + kSwavgRecord, file->path());
