@@ -533,7 +533,7 @@ pickle_node* unpickler::persistent_load(pickle_node* pid) {
   const auto& it = pid->items;
   if (it.size() == 6 && it[0]->kind == pickle_kind::string && it[0]->text == "storage" &&
       it[5]->kind != pickle_kind::none)
-    fail("persistent id of a storage view (view metadata, as PyTorch before 1.0 wrote views) is not supported");
+    fail("persistent id of a storage view (with view metadata, as old PyTorch versions wrote them) is not supported");
   if (it.size() != 5 && !(it.size() == 6 && it[5]->kind == pickle_kind::none)) return reject();
   if (it[0]->kind != pickle_kind::string || it[0]->text != "storage") return reject();
   if (it[1]->kind != pickle_kind::global) return reject();
