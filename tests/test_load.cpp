@@ -104,7 +104,7 @@ TEST_CASE("files that are not checkpoints get a clear error", "[load][fixtures]"
       {scratch("loop.pt"), exit_code::io, "symbolic links"},
       {scratch("fifo.pt"), exit_code::bad_input, "a FIFO"},
       {std::string(SWAVG_FIXTURES_DIR), exit_code::bad_input, "a folder without a checkpoint"},
-      {fixture("legacy.pt"), exit_code::bad_input, "legacy torch.save format"},
+      {fixture("hostile/legacy_bad_magic.pt"), exit_code::bad_input, "expected the legacy format's magic number"},
   };
   for (const auto& c : cases) {
     INFO(c.path);

@@ -898,3 +898,21 @@ TEST_CASE("tensor subclasses (_rebuild_from_type_v2) are the tensors they hold",
   CHECK(parse_error(from_type + "ctorch._utils\n_rebuild_tensor_v2\nc__main__\nT\n(NtNtR.")
             .find("tensor rebuild takes 6 arguments") != std::string::npos);
 }
+
+TEST_CASE("the default limits are the documented numbers", "[pickle][hostile]") {
+  const unpickle_limits d;
+  CHECK(d.max_nodes == 50000000);
+  CHECK(d.max_memo == 50000000);
+  CHECK(d.max_stack == 10000000);
+  CHECK(d.max_name == 4096);
+  CHECK(d.bytes_per_input_byte == 64);
+  CHECK(d.base_bytes == 67108864);
+  CHECK(d.max_bytes == 8589934592);
+  // unpickle() without limits applies them: a record of 121 KB that would build 2.4 GB is refused
+  // with its budget of 64 x size + 64 MiB, capped at 8 GiB.
+  const std::string copies = list_copies(100'000, 3000);
+  REQUIRE(copies.size() == 121028);
+  const std::string m = parse_error(copies);
+  CHECK(m.find("more than the 74854656 allowed for a 121028-byte pickle (64 bytes per byte + 64 MiB, at most 8192 "
+               "MiB)") != std::string::npos);
+}

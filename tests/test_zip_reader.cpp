@@ -587,3 +587,32 @@ TEST_CASE("find() matches exactly, and refuses a name that matches only ignoring
   CHECK_THROWS_AS(r.stored("archive/Version"), input_error);
   CHECK(&r.stored("archive/data.pkl") == &r.entries()[0]);
 }
+
+TEST_CASE("a directory entry's comment counts in its size: the last that fits, one byte more refused", "[zip]") {
+  temp_dir dir;
+  const std::string base = small_archive(dir, false);
+  const layout l(base);
+  const uint64_t last = l.central[3];
+  const uint64_t cd_end = l.eocd;  // no comment anywhere yet: the directory ends at the end record
+  const uint64_t entry = cd_end - last;
+  REQUIRE(entry == 46 + 15);  // "archive/version", no extra field
+
+  // A 5-byte comment on the last entry, the directory grown by those 5 bytes: read.
+  std::string commented = base;
+  put<uint16_t>(commented, last + 32, 5);
+  commented.insert(cd_end, "hello");
+  put<uint32_t>(commented, cd_end + 5 + 12, get32(base, l.eocd + 12) + 5);
+  CHECK(zip_reader(u8(commented), commented.size(), "ok.pt").entries().size() == 4);
+
+  // One byte more comment than the directory holds.
+  std::string over = commented;
+  put<uint16_t>(over, last + 32, 6);
+  try {
+    zip_reader(u8(over), over.size(), "bad.pt");
+    FAIL("accepted");
+  } catch (const input_error& e) {
+    CHECK(std::string(e.what()) == "bad.pt: truncated central directory: entry 4 of 4 at offset " +
+                                       std::to_string(last) + " needs " + std::to_string(entry + 6) +
+                                       " bytes but the directory ends at offset " + std::to_string(cd_end + 5));
+  }
+}

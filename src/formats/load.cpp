@@ -5,6 +5,7 @@
 
 #include "formats/dcp_input.h"
 #include "formats/deepspeed_checkpoint.h"
+#include "formats/legacy_torch_file.h"
 #include "formats/megatron_checkpoint.h"
 #include "formats/safetensors.h"
 #include "formats/sharded_input.h"
@@ -37,11 +38,8 @@ file_format detect(const std::shared_ptr<const mapped_file>& f) {
   }
   // A .safetensors file that does not look like one goes to the parser anyway, which says what is wrong.
   if (looks_like_safetensors(f->data(), f->size()) || has_safetensors_extension(path)) return file_format::safetensors;
-  if (f->size() >= 2 && f->data()[0] == 0x80 && f->data()[1] <= 5)
-    throw input_error(path +
-                      ": legacy torch.save format (a bare pickle stream, PyTorch < 1.6 or "
-                      "_use_new_zipfile_serialization=False) is not supported; re-save it with torch.save in "
-                      "PyTorch >= 1.6");
+  // The legacy torch.save format; read_torch_file tells it from the ZIP one.
+  if (looks_like_legacy_torch_file(f->data(), f->size())) return file_format::torch;
   throw input_error(
       fmt::format("{}: not a PyTorch checkpoint, TorchScript archive or safetensors file (starts "
                   "with {})",

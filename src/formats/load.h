@@ -1,9 +1,10 @@
 /*
  * Opens any checkpoint swavg reads, telling the format by content (never by extension):
  * a ZIP archive is torch.save or, with code/ inside, TorchScript; an 8-byte length followed by a
- * JSON object is safetensors. The pre-1.6 torch.save format (a bare pickle stream) is recognised
- * and refused with advice. The extension only decides which error a broken file gets: one named
- * .safetensors is reported by the safetensors parser.
+ * JSON object is safetensors; a pickle stream is the legacy torch.save format (PyTorch < 1.6 or
+ * _use_new_zipfile_serialization=False, formats/legacy_torch_file.h), read as torch.load reads it.
+ * The extension only decides which error a broken file gets: one named .safetensors is reported by
+ * the safetensors parser.
  *
  * A checkpoint argument may also be a sharded checkpoint (formats/sharded_input.h): a Hugging Face
  * index file, or a folder holding an index or one model.safetensors / pytorch_model.bin.

@@ -111,12 +111,19 @@ class pickle_document {
   const std::vector<std::string>& opaque_globals() const { return opaque_globals_; }
   // Bytes the parser counted against unpickle_limits' memory budget.
   uint64_t charged_bytes() const { return charged_bytes_; }
+  // Bytes read up to and including STOP: where the next pickle starts in a stream of several
+  // (the legacy torch.save format, formats/legacy_torch_file.h).
+  size_t consumed() const { return consumed_; }
+  // The storage of every persistent id loaded, in the order loaded (one referenced twice is listed twice).
+  const std::vector<const pickle_storage_ref*>& storages() const { return storages_; }
 
   // Used by the parser.
   pickle_node* make(pickle_kind kind);
   void set_root(pickle_node* n) { root_ = n; }
   void note_opaque(const std::string& name);
   void set_charged_bytes(uint64_t n) { charged_bytes_ = n; }
+  void set_consumed(size_t n) { consumed_ = n; }
+  void note_storage(const pickle_storage_ref* s) { storages_.push_back(s); }
 
  private:
   std::vector<std::unique_ptr<pickle_node>> nodes_;
@@ -124,6 +131,8 @@ class pickle_document {
   std::vector<std::string> opaque_globals_;
   std::unordered_set<std::string> opaque_seen_;
   uint64_t charged_bytes_ = 0;
+  size_t consumed_ = 0;
+  std::vector<const pickle_storage_ref*> storages_;
 };
 
 struct unpickle_limits {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
+#include "formats/legacy_torch_file.h"
 #include "formats/pickle.h"
 #include "formats/zip_reader.h"
 #include "util/checked.h"
@@ -281,55 +282,73 @@ torch_archive open_torch_archive(const std::shared_ptr<const mapped_file>& file,
   return a;
 }
 
+torch_storage_reader::torch_storage_reader(const torch_archive& archive)
+    : file_(archive.file), find_([&archive](const std::string& key) {
+        const std::string name = archive.prefix + "data/" + key;
+        const zip_entry& e = archive.zip->stored(name);
+        return storage_record{fmt::format("storage record '{}'", name), archive.zip->bytes(e), e.size};
+      }) {}
+
+torch_storage_reader::torch_storage_reader(std::shared_ptr<const mapped_file> file, lookup find)
+    : file_(std::move(file)), find_(std::move(find)) {}
+
 tensor_view torch_storage_reader::view_of(const std::string& what, const pickle_tensor_ref& t) {
-  const std::string& path = archive_.file->path();
+  const std::string& path = file_->path();
   const pickle_storage_ref& s = t.storage;
-  const std::string record = archive_.prefix + "data/" + s.key;
   auto it = checked_.find(s.key);
   if (it == checked_.end()) {
-    const zip_entry& e = archive_.zip->stored(record);
+    storage_record r = find_(s.key);
     auto expected = checked_mul(s.numel, itemsize(s.type));
-    if (!expected || *expected != e.size)
-      throw input_error(fmt::format("{}: {}: storage record '{}' holds {} bytes but its {} of {} elements needs {}",
-                                    path, what, record, e.size, storage_class_name(s.type), s.numel,
+    if (!expected || *expected != r.size)
+      throw input_error(fmt::format("{}: {}: {} holds {} bytes but its {} of {} elements needs {}", path, what, r.name,
+                                    r.size, storage_class_name(s.type), s.numel,
                                     expected ? std::to_string(*expected) : std::string("more than 2^64")));
-    it = checked_.emplace(s.key, std::make_pair(s.type, &e)).first;
+    it = checked_.emplace(s.key, std::make_pair(s.type, std::move(r))).first;
   } else if (it->second.first != s.type) {
     throw input_error(fmt::format("{}: {}: storage '{}' is used as {} here but as {} elsewhere", path, what, s.key,
                                   dtype_name(s.type), dtype_name(it->second.first)));
-  } else if (s.numel != it->second.second->size / itemsize(s.type)) {
+  } else if (s.numel != it->second.second.size / itemsize(s.type)) {
     // The record was checked against the first reference's element count; a later reference that
     // declares more would let its view reach past the record.
     throw input_error(fmt::format("{}: {}: storage '{}' is declared with {} elements here but {} elsewhere", path, what,
-                                  s.key, s.numel, it->second.second->size / itemsize(s.type)));
+                                  s.key, s.numel, it->second.second.size / itemsize(s.type)));
   }
   const std::string bounds = check_view_bounds(t.shape, t.strides, t.offset, s.numel);
   if (!bounds.empty()) throw input_error(fmt::format("{}: {} {}", path, what, bounds));
-  const zip_entry& entry = *it->second.second;
+  const storage_record& r = it->second.second;
   tensor_view v;
   v.type = s.type;
   v.shape = t.shape;
   v.strides = t.strides;
   v.offset = t.offset;
-  v.storage = archive_.zip->bytes(entry);
-  v.storage_bytes = entry.size;
+  v.storage = r.data;
+  v.storage_bytes = r.size;
   v.storage_key = s.key;
-  v.owner = archive_.file;
-  v.mapping = archive_.file.get();
+  v.owner = file_;
+  v.mapping = file_.get();
   return v;
 }
 
 state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const std::string& key) {
-  const std::string& path = file->path();
+  if (!looks_like_zip(file->data(), file->size()) && looks_like_legacy_torch_file(file->data(), file->size()))
+    return read_legacy_torch_file(file, key);
   torch_archive archive = open_torch_archive(file, "a torch.save checkpoint here");
+  torch_storage_reader reader(archive);
+  auto metadata = read_swavg_record(*archive.zip, archive.prefix + kSwavgRecord, file->path());
+  state_dict sd = take_state_dict(file->path(), std::move(archive.doc), reader, key);
+  sd.metadata = std::move(metadata);
+  return sd;
+}
+
+state_dict take_state_dict(const std::string& path, std::unique_ptr<pickle_document> doc, torch_storage_reader& reader,
+                           const std::string& key) {
   state_dict sd;
   sd.path = path;
   sd.format = file_format::torch;
-  sd.metadata = read_swavg_record(*archive.zip, archive.prefix + kSwavgRecord, path);
   std::unordered_set<const pickle_node*> seen;
-  collect_opaque(archive.doc->root(), "", 0, seen, sd.opaque);
+  collect_opaque(doc->root(), "", 0, seen, sd.opaque);
 
-  const pickle_node* root = archive.doc->root();
+  const pickle_node* root = doc->root();
   const pickle_node* chosen = nullptr;
   if (!key.empty()) {
     chosen = resolve_pickle_path(root, key, path, "--key");
@@ -359,7 +378,6 @@ state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const
     }
   }
 
-  torch_storage_reader reader(archive);
   std::unordered_set<std::string> names;
   for (const auto& [k, v] : chosen->entries) {
     if (const char* what = non_dense_tensor(v))
@@ -382,7 +400,7 @@ state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const
       sd.objects.push_back(object_entry{pickle_key_text(k), type, k, v, path});
     }
   }
-  if (!sd.objects.empty()) sd.document = std::shared_ptr<const pickle_document>(std::move(archive.doc));
+  if (!sd.objects.empty()) sd.document = std::shared_ptr<const pickle_document>(std::move(doc));
   return sd;
 }
 

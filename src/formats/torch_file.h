@@ -2,7 +2,8 @@
  * Reader for torch.save archives (PyTorch 1.6 through 2.x): a ZIP whose records live under one top
  * folder of any name: data.pkl (the pickled object), data/<key> (one record per storage, raw
  * little-endian bytes), version, and in newer versions byteorder, .format_version,
- * .storage_alignment and .data/serialization_id.
+ * .storage_alignment and .data/serialization_id. The older format (formats/legacy_torch_file.h)
+ * goes through the same state-dict selection and storage checks.
  *
  * data.pkl goes through our allow-list unpickler; tensors become zero-copy views into the mapped
  * file. Before any view is handed out, each storage record must exist, be stored uncompressed and
@@ -17,6 +18,7 @@
  */
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -62,17 +64,29 @@ torch_archive open_torch_archive(const std::shared_ptr<const mapped_file>& file,
 torch_archive open_torch_archive(const std::shared_ptr<const mapped_file>& file, std::unique_ptr<zip_reader> zip,
                                  const std::string& path, const std::string& expected);
 
-// Turns tensor references of one archive into views, checking each storage record once (exists,
-// stored, numel x itemsize bytes, one dtype) and every view's bounds.
+// One storage's bytes inside the mapped file, wherever its container keeps them.
+struct storage_record {
+  std::string name;  // for messages: "storage record 'archive/data/0'"
+  const uint8_t* data = nullptr;
+  uint64_t size = 0;
+};
+
+// Turns tensor references of one file into views, checking each storage once (numel x itemsize
+// bytes, one dtype, one element count) and every view's bounds. The storages come from an archive's
+// data/ records or, for the legacy format, from a table built by its reader.
 class torch_storage_reader {
  public:
-  explicit torch_storage_reader(const torch_archive& archive) : archive_(archive) {}
+  // Finds the storage of a key; throws input_error when there is none.
+  using lookup = std::function<storage_record(const std::string& key)>;
+  explicit torch_storage_reader(const torch_archive& archive);
+  torch_storage_reader(std::shared_ptr<const mapped_file> file, lookup find);
   // `what` names the tensor in messages ("tensor 'fc.weight'").
   tensor_view view_of(const std::string& what, const pickle_tensor_ref& t);
 
  private:
-  const torch_archive& archive_;
-  std::unordered_map<std::string, std::pair<dtype, const zip_entry*>> checked_;  // storage key -> dtype, record
+  std::shared_ptr<const mapped_file> file_;
+  lookup find_;
+  std::unordered_map<std::string, std::pair<dtype, storage_record>> checked_;  // storage key -> dtype, bytes
 };
 
 // The value at a dotted path of dict keys and list/tuple indices; a dict key that itself contains
@@ -85,7 +99,14 @@ std::string pickle_key_text(const pickle_node* key);
 // "'a', 'b', ... (N in all)" for messages, each item cut at 200 bytes; "none" when empty.
 std::string quoted_list(const std::vector<std::string>& items);
 
-// Reads a torch.save archive. `key` is a dotted path ("model", "ema.module"), empty for automatic.
+// The state dict in an unpickled torch.save object, chosen as described above (`key` a dotted path,
+// empty for automatic), its tensors viewed through `reader`; `doc` is kept when entries other than
+// tensors are.
+state_dict take_state_dict(const std::string& path, std::unique_ptr<pickle_document> doc, torch_storage_reader& reader,
+                           const std::string& key);
+
+// Reads a torch.save file: the ZIP archive or, for a file that is not a ZIP, the legacy format
+// (formats/legacy_torch_file.h). `key` is a dotted path ("model", "ema.module"), empty for automatic.
 // Throws input_error naming the file, the tensor and expected vs found.
 state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const std::string& key);
 

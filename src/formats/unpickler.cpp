@@ -52,6 +52,7 @@ std::unique_ptr<pickle_document> unpickler::run() {
     if (op_ == kStop) {
       doc_->set_root(pop());
       doc_->set_charged_bytes(charged_);
+      doc_->set_consumed(pos_);
       return std::move(doc_);
     }
     step();
@@ -530,6 +531,9 @@ pickle_node* unpickler::persistent_load(pickle_node* pid) {
   };
   if (pid->kind != pickle_kind::tuple) return reject();
   const auto& it = pid->items;
+  if (it.size() == 6 && it[0]->kind == pickle_kind::string && it[0]->text == "storage" &&
+      it[5]->kind != pickle_kind::none)
+    fail("persistent id of a storage view (with view metadata, as old PyTorch versions wrote them) is not supported");
   if (it.size() != 5 && !(it.size() == 6 && it[5]->kind == pickle_kind::none)) return reject();
   if (it[0]->kind != pickle_kind::string || it[0]->text != "storage") return reject();
   if (it[1]->kind != pickle_kind::global) return reject();
@@ -554,6 +558,7 @@ pickle_node* unpickler::persistent_load(pickle_node* pid) {
   n->storage->type = *type;
   n->storage->location = it[3]->text;
   n->storage->numel = static_cast<uint64_t>(it[4]->int_value);
+  doc_->note_storage(n->storage.get());
   return n;
 }
 

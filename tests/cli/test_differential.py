@@ -26,6 +26,7 @@ tensor and the dtype.
 import concurrent.futures
 import json
 import os
+import pickle
 import random
 import shutil
 import struct
@@ -108,6 +109,25 @@ def zipfile_read(path):
                 return (flat, dtype)
         return U(io.BytesIO(record("data.pkl"))).load()
 
+class AllowListUnpickler(pickle.Unpickler):
+    """For torch.load of legacy files: the callables torch.save writes, anything else opaque (what
+    weights_only=True refuses swavg keeps as data, so this stands in for torch.load there)."""
+    ALLOWED = {("collections", "OrderedDict"), ("torch._utils", "_rebuild_tensor_v2"),
+               ("torch._utils", "_rebuild_tensor"), ("torch._utils", "_rebuild_parameter"),
+               ("torch._utils", "_rebuild_parameter_with_state")}
+
+    def find_class(self, module, name):
+        if (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        return Opaque
+
+class AllowList:
+    Unpickler = AllowListUnpickler
+
+    @staticmethod
+    def load(f, **kw):
+        return AllowListUnpickler(f, **kw).load()
+
 def describe(obj, key):
     for part in key.split(".") if key else []:
         obj = obj[part] if isinstance(obj, dict) else getattr(obj, part)
@@ -127,12 +147,16 @@ def describe(obj, key):
 for line in sys.stdin:
     job = json.loads(line)
     res = {"path": job["path"]}
-    with zipfile.ZipFile(job["path"]) as z:
-        torchscript = any("/code/" in n or n.endswith("/constants.pkl") for n in z.namelist())
-    # A TorchScript archive is read by LibTorch's jit loader (the files swavg accepts run no code
-    # there: it refuses classes with __setstate__); torch.save archives by both safe readers.
-    readers = ((("torchscript", lambda p: torch.jit.load(p).state_dict()),) if torchscript else
-               (("torch", lambda p: torch.load(p, weights_only=True)), ("zipfile", zipfile_read)))
+    safe = ("torch", lambda p: torch.load(p, weights_only=True))
+    if job.get("legacy"):  # the non-ZIP torch.save format: torch.load is its reader
+        readers = (safe, ("allowlist", lambda p: torch.load(p, weights_only=False, pickle_module=AllowList)))
+    else:
+        with zipfile.ZipFile(job["path"]) as z:
+            torchscript = any("/code/" in n or n.endswith("/constants.pkl") for n in z.namelist())
+        # A TorchScript archive is read by LibTorch's jit loader (the files swavg accepts run no code
+        # there: it refuses classes with __setstate__); torch.save archives by both safe readers.
+        readers = ((("torchscript", lambda p: torch.jit.load(p).state_dict()),) if torchscript else
+                   (safe, ("zipfile", zipfile_read)))
     for reader, fn in readers:
         try:
             res[reader] = describe(fn(job["path"]), job["key"])
@@ -356,8 +380,8 @@ def run_readers(jobs):
     pending = list(jobs)
     while pending:
         p = subprocess.run([sys.executable, "-c", READERS], input="".join(
-            json.dumps({"path": path, "key": key}) + "\n" for path, key in pending), capture_output=True, text=True,
-            timeout=600)
+            json.dumps({"path": path, "key": key, "legacy": not is_zip(path)}) + "\n" for path, key in pending),
+            capture_output=True, text=True, timeout=600)
         done = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
         for d in done:
             results[d["path"]] = d
@@ -366,6 +390,120 @@ def run_readers(jobs):
             results[pending[0][0]] = {"crashed": "reader exited %d on it: %s" % (p.returncode, p.stderr[-500:])}
             pending = pending[1:]
     return results
+
+
+# ------------------------------------------------------------------------------------------------
+# The legacy torch.save format (scripts/fixtures/legacy.py), against torch.load(weights_only=True)
+
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+from fixtures import legacy  # noqa: E402
+
+
+def legacy_mutations(base, rng):
+    """(description, bytes): truncations, byte flips in each pickle and count, counts off by one,
+    appended bytes, the storage key list reversed."""
+    lay = legacy.layout(base)
+    out = []
+
+    def flip(at, mask):
+        b = bytearray(base)
+        b[at] ^= mask
+        return bytes(b)
+
+    for i, (lo, hi) in enumerate(lay["pickles"]):
+        for _ in range(3):
+            at = rng.randrange(lo, hi)
+            out.append(("flip pickle %d byte %d" % (i + 1, at), flip(at, rng.choice([0x01, 0x20, 0x80]))))
+    for key, count_at, _, _ in lay["storages"][:3]:
+        count, = struct.unpack_from("<q", base, count_at)
+        for delta in (-1, 1):
+            out.append(("count of %s %+d" % (key, delta), base[:count_at] + struct.pack("<q", count + delta) +
+                        base[count_at + 8:]))
+        out.append(("count of %s byte 7 flipped" % key, flip(count_at + 7, 0x80)))
+    for _ in range(6):
+        n = rng.randrange(len(base))
+        out.append(("truncated to %d" % n, base[:n]))
+    out.append(("one byte appended", base + b"\0"))
+    k0, k1 = lay["pickles"][4]
+    if len(lay["keys"]) > 1:
+        reordered = pickle.dumps(list(reversed(lay["keys"])), protocol=2)
+        out.append(("storage keys reversed", base[:k0] + reordered + base[k1:]))
+    return out
+
+
+class LegacyDifferentialTest(unittest.TestCase):
+    """swavg's reading of legacy torch.save files, PyTorch's and mutated ones, against
+    torch.load(weights_only=True): what swavg accepts, torch.load reads the same."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="swavg-legacy-diff-")
+        g = torch.Generator().manual_seed(SEED)
+        base = torch.randn(4, 5, generator=g)
+        states = {
+            "floats.pt": {"w": torch.randn(3, 4, generator=g), "b": torch.randn(4, generator=g)},
+            "dtypes.pt": {"h": torch.randn(5, generator=g).half(), "bf": torch.randn(2, 3, generator=g).bfloat16(),
+                          "i": torch.arange(6).reshape(2, 3), "m": torch.rand(4, generator=g) > 0.5,
+                          "t": base.t(), "v": base[1:, 2:], "s": torch.tensor(2.5), "e": torch.zeros(0, 2)},
+            "training.pt": {"model": {"w": torch.randn(2, 2, generator=g), "b": torch.zeros(2)}, "epoch": 3},
+        }
+        cls.originals = [os.path.join(FIXTURES, "legacy", n + ".pt")
+                         for n in ("plain", "shared", "nested", "parameters")]
+        rng = random.Random(SEED)
+        files = [("fixture " + os.path.basename(p), p) for p in cls.originals]
+        for name, state in states.items():
+            path = os.path.join(cls.tmp, name)
+            data = legacy.save_legacy(state, path)
+            cls.originals.append(path)
+            files.append(("original " + name, path))
+            for i, (what, mutated) in enumerate(legacy_mutations(data, rng)):
+                mpath = os.path.join(cls.tmp, "%s.%03d.pt" % (name[:-3], i))
+                with open(mpath, "wb") as f:
+                    f.write(mutated)
+                files.append(("%s: %s" % (name, what), mpath))
+        cls.files = files
+
+        def view(item):
+            return item[0], item[1], swavg_view(item[1], tempfile.mkdtemp(dir=cls.tmp))
+        with concurrent.futures.ThreadPoolExecutor(max(2, os.cpu_count() or 1)) as pool:
+            cls.views = list(pool.map(view, files))
+        cls.accepted = [(label, path, v) for label, path, v in cls.views if v["exit"] == 0 and "tensors" in v]
+        cls.readers = run_readers([(path, v["key"]) for _, path, v in cls.accepted])
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_both_sides_run(self):
+        self.assertGreaterEqual(len(self.files), 60)
+        self.assertGreaterEqual(len(self.accepted), 10)
+        self.assertGreaterEqual(len([v for v in self.views if v[2]["exit"] == 3]), 30)
+
+    def test_originals_are_read_as_torch_load_reads_them(self):
+        for path in self.originals:
+            with self.subTest(file=path):
+                v = next(v for _, p, v in self.views if p == path)
+                self.assertEqual(v["exit"], 0, v.get("stderr"))
+                self.assertEqual(self.readers[path].get("torch"), v["tensors"], self.readers[path])
+
+    def test_refusals_are_input_errors_naming_the_file(self):
+        for label, path, v in self.views:
+            with self.subTest(file=label):
+                self.assertIn(v["exit"], (0, 3), v.get("stderr"))
+                if v["exit"] == 3:
+                    self.assertIn(path, v["stderr"])
+                self.assertNotIn("convert_exit", v, v.get("stderr"))
+
+    def test_what_swavg_accepts_torch_load_reads_the_same(self):
+        for label, path, v in self.accepted:
+            with self.subTest(file=label):
+                r = self.readers[path]
+                self.assertEqual(sorted(t[0] for t in v["tensors"]), v["names"], "convert wrote other tensors")
+                # torch.load(weights_only=True) where it reads the file; where it refuses a global
+                # swavg keeps as data, torch.load through an allow-list unpickler.
+                reader = "torch" if "torch" in r else "allowlist"
+                self.assertIn(reader, r, "torch.load does not read a file swavg accepts: %s" % r)
+                self.assertEqual(r[reader], v["tensors"], "torch.load sees other tensors than swavg")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -181,7 +181,8 @@ class HostileTest(unittest.TestCase):
                          "st_header_len_max", "st_header_past_end", "st_invalid_utf8", "st_invalid_json",
                          "st_duplicate_name", "st_nul_in_name", "st_unknown_dtype", "st_overlap", "st_gap",
                          "st_out_of_range", "st_trailing_bytes", "storage_numel_redeclared", "regression_storage_numel_redeclared", "pair_names", "pair_shape", "pair_dtype", "nan",
-                         "inf", "update_bn_model_checkpoint", "fake_torchscript"]:
+                         "inf", "update_bn_model_checkpoint", "fake_torchscript", "legacy_bad_magic",
+                         "legacy_storage_past_end", "legacy_duplicate_key", "legacy_trailing_bytes"]:
             self.assertIn(required, names)
 
     def test_payloads_are_live(self):

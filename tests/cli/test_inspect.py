@@ -89,7 +89,7 @@ class CliBasicsTest(unittest.TestCase):
         cases = [
             (["inspect", fixture("missing.pt")], 5, "missing.pt"),
             (["inspect", fixture("crafted/storage_short.pt")], 3, "storage_short.pt"),
-            (["inspect", fixture("legacy.pt")], 3, "legacy torch.save format"),
+            (["inspect", fixture("hostile/legacy_bad_magic.pt")], 3, "magic number"),
             (["inspect", fixture("training.pt"), "--key", "nope"], 2, "no entry 'nope'"),
             (["inspect"], 2, "input"),
             (["frobnicate"], 2, ""),

@@ -128,6 +128,11 @@ class LayoutsTest(ZooTest):
             self.assertTrue(same_bits(got[k], v), k)
         zoo.ZooNet().load_state_dict(got, strict=True)
 
+    def test_legacy_format(self):
+        """torch.save(..., _use_new_zipfile_serialization=False), as zoos made before PyTorch 1.6 hold them."""
+        self.check_fold(zoo_paths("legacy"), lambda o: o, model=zoo.ZooNet())
+        self.check_fold(zoo_paths("legacy", "training_%d.pt"), lambda o: o["state_dict"], model=zoo.ZooNet())
+
     def test_extra_state_carried(self):
         paths = zoo_paths("extra_state")
         got, report = self.check_fold(paths, lambda o: o, model=zoo.ZooNet(extra=True))
