@@ -8,6 +8,7 @@
 
 #include <cfloat>
 #include <initializer_list>
+#include <map>
 
 #include "fold/layout.h"
 #include "fold/phema.h"
@@ -187,6 +188,68 @@ resume_record resume_record_from_json(const std::string& text, const std::string
   return r;
 }
 
+namespace {
+
+// The first field in which two records of one average differ, as "field B (the first shard: A)";
+// nullopt when they describe the same average (the inputs' paths may differ: workers on other
+// machines).
+std::optional<std::string> record_difference(const resume_record& a, const resume_record& b) {
+  const auto text = [](const auto& v) { return fmt::format("{}", v); };
+  const auto optional_text = [](const auto& v) { return v ? fmt::format("{}", *v) : std::string("none"); };
+  const auto differ = [](const char* field, const std::string& x, const std::string& y) {
+    return x == y ? std::nullopt : std::optional<std::string>(fmt::format("{} {} (the first shard: {})", field, y, x));
+  };
+  const auto counts_text = [](const resume_record& r) {
+    std::vector<std::string> items;
+    for (const auto& [name, n] : r.counts) items.push_back(fmt::format("{}={}", name, n));
+    return fmt::format("{{{}}}", fmt::join(items, ", "));
+  };
+  const auto warmup_text = [](const std::optional<warmup_kind>& w) {
+    return w ? std::string(warmup_name(*w)) : std::string("none");
+  };
+  for (auto d : {differ("mode", mode_name(a.mode), mode_name(b.mode)), differ("n", text(a.n), text(b.n)),
+                 differ("decay", optional_text(a.decay), optional_text(b.decay)),
+                 differ("warmup", warmup_text(a.warmup), warmup_text(b.warmup)),
+                 differ("power_sigma_rel", optional_text(a.power_sigma_rel), optional_text(b.power_sigma_rel)),
+                 differ("last_t", optional_text(a.last_t), optional_text(b.last_t)),
+                 differ("counts", counts_text(a), counts_text(b)),
+                 differ("accumulate_differs", text(a.accumulate_differs), text(b.accumulate_differs)),
+                 differ("layout", layout_name(a.layout), layout_name(b.layout)),
+                 differ("avg_fn", describe(a.avg_fn), describe(b.avg_fn))})
+    if (d) return d;
+  return std::nullopt;
+}
+
+// A resumed folder is one average: every shard carries the same record (as the first's).
+void check_shard_records(const state_dict& sd) {
+  if (sd.shard_metadata.size() < 2) return;
+  const auto record_of = [](const std::pair<std::string, std::map<std::string, std::string>>& shard) {
+    const auto it = shard.second.find(kResumeKey);
+    return it == shard.second.end() ? std::nullopt
+                                    : std::optional<resume_record>(resume_record_from_json(it->second, shard.first));
+  };
+  const auto& first_shard = sd.shard_metadata.front();
+  const std::optional<resume_record> first = record_of(first_shard);
+  std::vector<std::string> differing;
+  for (size_t s = 1; s < sd.shard_metadata.size(); ++s) {
+    const auto& shard = sd.shard_metadata[s];
+    const std::optional<resume_record> r = record_of(shard);
+    if (!first || !r) {
+      if (first.has_value() != r.has_value())
+        differing.push_back(fmt::format("{}: {} resume record (the first shard: {})", shard.first,
+                                        r ? "has a" : "has no", first ? "has one" : "none"));
+      continue;
+    }
+    if (auto d = record_difference(*first, *r)) differing.push_back(fmt::format("{}: {}", shard.first, *d));
+  }
+  if (!differing.empty())
+    throw input_error(fmt::format(
+        "{}: its shards carry different resume records, so they are not one average (the first shard is {}):\n  {}",
+        sd.path, first_shard.first, fmt::join(differing, "\n  ")));
+}
+
+}  // namespace
+
 int64_t resumed_average::count_of(const std::string& name) const {
   auto it = counts.find(name);
   return it == counts.end() ? record.n : it->second;
@@ -199,6 +262,7 @@ const tensor_view* resumed_average::find(const std::string& name) const {
 
 resumed_average open_resumed(state_dict sd, const fold_config& c) {
   resumed_average r;
+  check_shard_records(sd);
   auto it = sd.metadata.find(kResumeKey);
   if (it == sd.metadata.end())
     throw usage_error(
