@@ -199,6 +199,10 @@ TEST_CASE("the condition estimate: exact where it can be, numpy's where it matte
   };
   CHECK(estimate_condition(hilbert(3), 3) == Approx(748).epsilon(1e-9));
   CHECK(estimate_condition(hilbert(4), 4) == Approx(28375).epsilon(1e-9));
+  // Not symmetric, with row swaps (A^-T is used as well as A^-1): numpy.linalg.cond(A, 1).
+  CHECK(estimate_condition({0, 2, 1, 1, 1, 1, 2, 1, 3}, 3) == Approx(18.333333333333336).epsilon(1e-12));
+  CHECK(estimate_condition({1, 10, 0, 0, 0, 1, 10, 0, 0, 0, 1, 10, 3, 0, 0, 1}, 4) ==
+        Approx(4.0750250083361115).epsilon(1e-12));
   CHECK_THROWS_AS(estimate_condition({1, 2, 2, 4}, 2), usage_error);
 }
 

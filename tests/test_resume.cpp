@@ -246,12 +246,12 @@ TEST_CASE("resume record: every shard of a resumed folder carries the same recor
   const std::vector<bad_case> cases = {
       {"n",
        {same, to_json(three), same, to_json(three)},
-       {"avg/: its shards carry different resume records", "the first shard is avg/model-00001.safetensors",
-        "avg/model-00002.safetensors: n 3 (the first shard: 4)", "avg/model-00004.safetensors: n 3"}},
-      {"mode", {same, to_json(ema)}, {"avg/model-00002.safetensors: mode ema (the first shard: swa)"}},
-      {"counts", {same, to_json(counted)}, {"avg/model-00002.safetensors: counts {bn.weight=3} (the first shard: {})"}},
-      {"a shard without a record", {same, same, std::nullopt}, {"avg/model-00003.safetensors: has no resume record"}},
-      {"the first without a record", {std::nullopt, same}, {"avg/model-00002.safetensors: has a resume record"}},
+       {"avg/: its shards carry different resume records", "(2 of 4 shards agree, as avg/model-00001.safetensors)",
+        "avg/model-00002.safetensors: n 3 (the others: 4)", "avg/model-00004.safetensors: n 3"}},
+      {"mode", {same, to_json(ema)}, {"avg/model-00002.safetensors: mode ema (the others: swa)"}},
+      {"counts", {same, to_json(counted)}, {"avg/model-00002.safetensors: counts {bn.weight=3} (the others: {})"}},
+      {"a shard without a record", {same, same, std::nullopt}, {"avg/model-00003.safetensors: has no resume record (the others: have one)"}},
+      {"the first without a record", {std::nullopt, same}, {"avg/model-00002.safetensors: has a resume record (the others: none)"}},
   };
   for (const auto& k : cases) {
     INFO(k.what);

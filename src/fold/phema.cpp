@@ -116,12 +116,12 @@ struct lu_factors {
     }
   }
 
-  // A^-1 b.
+  // A^-1 b: the swaps, then L, then U (as getrs).
   std::vector<double> solve(std::vector<double> b) const {
-    for (size_t k = 0; k < n; ++k) {
+    for (size_t k = 0; k < n; ++k)
       if (pivot[k] != k) std::swap(b[k], b[pivot[k]]);
+    for (size_t k = 0; k < n; ++k)
       for (size_t i = k + 1; i < n; ++i) b[i] -= a[i * n + k] * b[k];
-    }
     for (size_t k = n; k-- > 0;) {
       double t = b[k];
       for (size_t j = k + 1; j < n; ++j) t -= a[k * n + j] * b[j];

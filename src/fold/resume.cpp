@@ -9,6 +9,7 @@
 #include <cfloat>
 #include <initializer_list>
 #include <map>
+#include <unordered_map>
 
 #include "fold/layout.h"
 #include "fold/phema.h"
@@ -190,14 +191,14 @@ resume_record resume_record_from_json(const std::string& text, const std::string
 
 namespace {
 
-// The first field in which two records of one average differ, as "field B (the first shard: A)";
-// nullopt when they describe the same average (the inputs' paths may differ: workers on other
-// machines).
+// The first field in which a shard's record `b` differs from the others' `a`, as "field B (the
+// others: A)"; nullopt when they describe the same average (the inputs' paths may differ: workers
+// on other machines).
 std::optional<std::string> record_difference(const resume_record& a, const resume_record& b) {
   const auto text = [](const auto& v) { return fmt::format("{}", v); };
   const auto optional_text = [](const auto& v) { return v ? fmt::format("{}", *v) : std::string("none"); };
   const auto differ = [](const char* field, const std::string& x, const std::string& y) {
-    return x == y ? std::nullopt : std::optional<std::string>(fmt::format("{} {} (the first shard: {})", field, y, x));
+    return x == y ? std::nullopt : std::optional<std::string>(fmt::format("{} {} (the others: {})", field, y, x));
   };
   const auto counts_text = [](const resume_record& r) {
     std::vector<std::string> items;
@@ -220,32 +221,46 @@ std::optional<std::string> record_difference(const resume_record& a, const resum
   return std::nullopt;
 }
 
-// A resumed folder is one average: every shard carries the same record (as the first's).
+// A resumed folder is one average: every shard carries the same record. The record most shards
+// carry (the earliest of equally many) is the reference; every other shard is named.
 void check_shard_records(const state_dict& sd) {
-  if (sd.shard_metadata.size() < 2) return;
-  const auto record_of = [](const std::pair<std::string, std::map<std::string, std::string>>& shard) {
-    const auto it = shard.second.find(kResumeKey);
-    return it == shard.second.end() ? std::nullopt
-                                    : std::optional<resume_record>(resume_record_from_json(it->second, shard.first));
-  };
-  const auto& first_shard = sd.shard_metadata.front();
-  const std::optional<resume_record> first = record_of(first_shard);
-  std::vector<std::string> differing;
-  for (size_t s = 1; s < sd.shard_metadata.size(); ++s) {
-    const auto& shard = sd.shard_metadata[s];
-    const std::optional<resume_record> r = record_of(shard);
-    if (!first || !r) {
-      if (first.has_value() != r.has_value())
-        differing.push_back(fmt::format("{}: {} resume record (the first shard: {})", shard.first,
-                                        r ? "has a" : "has no", first ? "has one" : "none"));
-      continue;
+  const size_t n = sd.shard_metadata.size();
+  if (n < 2) return;
+  std::vector<std::optional<resume_record>> records;
+  std::unordered_map<std::string, std::vector<size_t>> groups;  // the record without its inputs -> shards
+  std::vector<std::string> keys;
+  for (const auto& [file, metadata] : sd.shard_metadata) {
+    const auto it = metadata.find(kResumeKey);
+    records.push_back(it == metadata.end() ? std::nullopt
+                                           : std::optional<resume_record>(resume_record_from_json(it->second, file)));
+    std::string key;
+    if (records.back()) {
+      resume_record same = *records.back();
+      same.inputs.clear();
+      key = to_json(same);
     }
-    if (auto d = record_difference(*first, *r)) differing.push_back(fmt::format("{}: {}", shard.first, *d));
+    groups[key].push_back(keys.size());
+    keys.push_back(std::move(key));
   }
-  if (!differing.empty())
-    throw input_error(fmt::format(
-        "{}: its shards carry different resume records, so they are not one average (the first shard is {}):\n  {}",
-        sd.path, first_shard.first, fmt::join(differing, "\n  ")));
+  if (groups.size() == 1) return;
+  size_t reference = 0;
+  for (size_t s = 1; s < n; ++s)
+    if (groups[keys[s]].size() > groups[keys[reference]].size()) reference = s;
+  const std::optional<resume_record>& ref = records[reference];
+  std::vector<std::string> differing;
+  for (size_t s = 0; s < n; ++s) {
+    if (keys[s] == keys[reference]) continue;
+    const std::string& file = sd.shard_metadata[s].first;
+    if (!ref || !records[s])
+      differing.push_back(fmt::format("{}: {} resume record (the others: {})", file, records[s] ? "has a" : "has no",
+                                      ref ? "have one" : "none"));
+    else if (auto d = record_difference(*ref, *records[s]))
+      differing.push_back(fmt::format("{}: {}", file, *d));
+  }
+  throw input_error(fmt::format(
+      "{}: its shards carry different resume records, so they are not one average ({} of {} shards agree, as {}):\n  "
+      "{}",
+      sd.path, groups[keys[reference]].size(), n, sd.shard_metadata[reference].first, fmt::join(differing, "\n  ")));
 }
 
 }  // namespace

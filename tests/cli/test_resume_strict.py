@@ -28,6 +28,7 @@ def state(i, extra=False, missing=False, dtype=torch.float32, shape=(4, 3)):
 class ResumeStrictTest(TempDirTest):
     def setUp(self):
         super().setUp()
+        self.made = 0
         self.first = []
         for i in range(2):
             self.first.append(self.path("ckpt_%d.pt" % i))
@@ -40,13 +41,14 @@ class ResumeStrictTest(TempDirTest):
 
     def resumed(self, folder):
         """The average of the first two checkpoints: a file, or a folder of several shards."""
+        self.made += 1
         if folder:
-            out = self.path("avg") + "/"
-            swavg("average", *self.first, "-o", out, "--max-shard-size", "100")
+            out = self.path("avg%d" % self.made) + "/"
+            swavg("average", *self.first, "-o", out, "--max-shard-size", "40")
             shards = sorted(f for f in os.listdir(out) if f.endswith(".safetensors"))
             self.assertGreater(len(shards), 1)
             return out
-        out = self.path("avg.pt")
+        out = self.path("avg%d.pt" % self.made)
         swavg("average", *self.first, "-o", out)
         return out
 
@@ -118,7 +120,7 @@ class ShardRecordsTest(TempDirTest):
             self.inputs.append(self.path("ckpt_%d.pt" % i))
             torch.save(state(i), self.inputs[-1])
         self.folder = self.path("avg")
-        swavg("average", *self.inputs, "-o", self.folder + "/", "--max-shard-size", "100")
+        swavg("average", *self.inputs, "-o", self.folder + "/", "--max-shard-size", "40")
         self.shards = sorted(f for f in os.listdir(self.folder) if f.endswith(".safetensors"))
         self.assertGreaterEqual(len(self.shards), 3)
         self.new = self.path("ckpt_2.pt")
@@ -150,7 +152,7 @@ class ShardRecordsTest(TempDirTest):
         p = self.resume()
         self.assertEqual(p.returncode, 3, p.stderr)
         self.assertIn("its shards carry different resume records", p.stderr)
-        self.assertIn(os.path.join(self.folder, self.shards[1]) + ": n 5 (the first shard: 2)", p.stderr)
+        self.assertIn(os.path.join(self.folder, self.shards[1]) + ": n 5 (the others: 2)", p.stderr)
         self.assertNotIn(os.path.join(self.folder, self.shards[2]) + ":", p.stderr)
 
     def test_mode_differs(self):
@@ -158,7 +160,7 @@ class ShardRecordsTest(TempDirTest):
         for mode in ("average", "ema"):
             p = self.resume(mode)
             self.assertEqual(p.returncode, 3, p.stderr)
-            self.assertIn(os.path.join(self.folder, self.shards[-1]) + ": mode ema (the first shard: swa)", p.stderr)
+            self.assertIn(os.path.join(self.folder, self.shards[-1]) + ": mode ema (the others: swa)", p.stderr)
 
     def test_a_shard_without_a_record(self):
         path = os.path.join(self.folder, self.shards[2])
