@@ -478,6 +478,23 @@ TEST_CASE("plan: the resumed average is checked as one more input (extra, missin
     const fold_plan plan = plan_fold(c, inputs, &fewer);
     CHECK(outcome(plan, "bn.weight").count == 3);
     CHECK(outcome(plan, "conv.weight").count == 5);
+    // A tensor only the average holds is kept, with its count, where the average has it.
+    const resumed_average more = open(with([](auto& s) {
+      s.insert(s.begin() + 1, {"only.bias", dtype::float16, {5}});
+    }));
+    const fold_plan kept = plan_fold(c, inputs, &more);
+    REQUIRE(kept.tensors.size() == kModel.size() + 1);
+    CHECK(kept.tensors[0].name == "conv.weight");
+    const tensor_plan& only = kept.tensors[1];
+    CHECK(only.name == "only.bias");
+    CHECK(only.sources.empty());
+    CHECK(only.resumed == more.find("only.bias"));
+    CHECK(only.outcome.count == 2);
+    CHECK(only.outcome.input_type == dtype::float16);
+    CHECK(shape_of(only) == std::vector<int64_t>{5});
+    CHECK(kept.tensors[2].name == "bn.weight");
+    CHECK_THROWS_WITH(plan_fold(fold_config{}, inputs, &more),
+                      Catch::Contains("a.pt: tensor 'only.bias' is missing (present in avg.pt)"));
     const resumed_average other = open(with([](auto& s) {
       s.erase(s.begin() + 2);
       s[1].type = dtype::float64;
