@@ -185,3 +185,47 @@ TEST_CASE("snapshot and checkpoint names", "[phema]") {
   CHECK_FALSE(parse_checkpoint_time("ckpt100.pt"));
   CHECK_FALSE(parse_checkpoint_time("ckpt-10a.pt"));
 }
+
+TEST_CASE("the condition estimate: exact where it can be, numpy's where it matters", "[phema]") {
+  // diag(1, 2^-40): cond_1 = 2^40 exactly, and Hager's method is exact for diagonal matrices.
+  CHECK(estimate_condition({1, 0, 0, std::ldexp(1.0, -40)}, 2) == std::ldexp(1.0, 40));
+  CHECK(estimate_condition({1, 0, 0, 1}, 2) == 1);
+  // Hilbert matrices: cond_1 = 748 (3 x 3) and 28375 (4 x 4), numpy.linalg.cond(H, 1).
+  auto hilbert = [](size_t n) {
+    std::vector<double> h(n * n);
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < n; ++j) h[i * n + j] = 1.0 / static_cast<double>(i + j + 1);
+    return h;
+  };
+  CHECK(estimate_condition(hilbert(3), 3) == Approx(748).epsilon(1e-9));
+  CHECK(estimate_condition(hilbert(4), 4) == Approx(28375).epsilon(1e-9));
+  // Not symmetric, with row swaps (A^-T is used as well as A^-1): numpy.linalg.cond(A, 1).
+  CHECK(estimate_condition({0, 2, 1, 1, 1, 1, 2, 1, 3}, 3) == Approx(18.333333333333336).epsilon(1e-12));
+  CHECK(estimate_condition({1, 10, 0, 0, 0, 1, 10, 0, 0, 0, 1, 10, 3, 0, 0, 1}, 4) ==
+        Approx(4.0750250083361115).epsilon(1e-12));
+  CHECK_THROWS_AS(estimate_condition({1, 2, 2, 4}, 2), usage_error);
+}
+
+TEST_CASE("solve_phema: the condition estimate of its Gram matrix, each side of the bound", "[phema]") {
+  CHECK(kMaxPhemaCondition == 1e10);
+  CHECK_FALSE(phema_ill_conditioned(1e10));
+  CHECK(phema_ill_conditioned(std::nextafter(1e10, INFINITY)));
+  CHECK(phema_ill_conditioned(NAN));
+  CHECK_FALSE(phema_ill_conditioned(1));
+  // numpy.linalg.cond(A, 1) of the Gram matrices: EDM2-XS's schedule (268 snapshots x sigma_rel 0.05
+  // and 0.10 every 8 Mimg) 8.31662e8, below the bound; both sigma_rels at each of 150 consecutive
+  // steps from t = 1000, 2.47406e10, above it. The estimate is a lower bound, within a factor 3.
+  std::vector<ema_profile> xs, steps;
+  for (double s : {0.05, 0.10}) {
+    for (int k = 1; k <= 268; ++k) xs.push_back({8.0 * k, s, sigma_rel_to_gamma(s)});
+    for (int t = 1000; t < 1150; ++t) steps.push_back({static_cast<double>(t), s, sigma_rel_to_gamma(s)});
+  }
+  const double edm2 = solve_phema(xs, 0.07, 8.0 * 268).condition;
+  CHECK(edm2 <= 8.31662e8 * 1.0001);
+  CHECK(edm2 >= 8.31662e8 / 3);
+  CHECK_FALSE(phema_ill_conditioned(edm2));
+  const double consecutive = solve_phema(steps, 0.07, 1149).condition;
+  CHECK(consecutive <= 2.47406e10 * 1.0001);
+  CHECK(consecutive >= 2.47406e10 / 3);
+  CHECK(phema_ill_conditioned(consecutive));
+}

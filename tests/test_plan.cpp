@@ -421,3 +421,108 @@ TEST_CASE("plan: linear in the tensor count (3 inputs of 100,000 tensors)", "[pl
   INFO("planned 3 x " << kTensors << " tensors (and a resumed average) in " << cpu_s << " s of CPU time");
   CHECK(cpu_s < 1.0);  // about 0.2 s on the project's machine; a quadratic step would take minutes
 }
+
+TEST_CASE("plan: the resumed average is checked as one more input (extra, missing, dtype, shape)",
+          "[plan][resume][unit]") {
+  resume_record rec;
+  rec.n = 2;
+  auto open = [&](std::vector<spec> specs) {
+    state_dict sd = make_sd("avg.pt", specs);
+    sd.metadata[kResumeKey] = to_json(rec);
+    return open_resumed(std::move(sd), fold_config{});
+  };
+  auto with = [](std::function<void(std::vector<spec>&)> change) {
+    std::vector<spec> s = kModel;
+    change(s);
+    return s;
+  };
+  struct bad_case {
+    const char* what;
+    std::vector<spec> resumed;
+    std::vector<std::string> expected;
+  };
+  const std::vector<bad_case> cases = {
+      {"an input's extra tensor",
+       with([](auto& s) { s.erase(s.begin() + 1); }),
+       {"avg.pt: tensor 'bn.weight' is missing (present in a.pt)", "(1 differences)", "--allow-missing"}},
+      {"a tensor of the average in no input",
+       with([](auto& s) { s.push_back({"extra.bias"}); }),
+       {"a.pt: tensor 'extra.bias' is missing (present in avg.pt)", "c.pt: tensor 'extra.bias' is missing",
+        "(3 differences)", "--allow-missing"}},
+      {"another dtype",
+       with([](auto& s) { s[1].type = dtype::float16; }),
+       {"avg.pt: tensor 'bn.weight': expected dtype float32 (as in a.pt) but found float16", "(1 differences)"}},
+      {"another shape",
+       with([](auto& s) { s[1].shape = {3}; }),
+       {"avg.pt: tensor 'bn.weight': expected shape [2] (as in a.pt) but found [3]", "(1 differences)"}},
+      {"an integer tensor's dtype",
+       with([](auto& s) { s[4].type = dtype::int64; }),
+       {"avg.pt: tensor 'step': expected dtype int32 (as in a.pt) but found int64"}},
+  };
+  const auto inputs = three_inputs();
+  for (const auto& k : cases) {
+    INFO(k.what);
+    const resumed_average resumed = open(k.resumed);
+    try {
+      plan_fold(fold_config{}, inputs, &resumed);
+      FAIL("no mismatch_error");
+    } catch (const mismatch_error& e) {
+      for (const auto& s : k.expected) CHECK_THAT(e.what(), Catch::Contains(s));
+    }
+  }
+
+  SECTION("--allow-missing: tensors on one side only are no difference; dtypes and shapes still are") {
+    fold_config c;
+    c.allow_missing = true;
+    const resumed_average fewer = open(with([](auto& s) { s.erase(s.begin() + 1); }));
+    const fold_plan plan = plan_fold(c, inputs, &fewer);
+    CHECK(outcome(plan, "bn.weight").count == 3);
+    CHECK(outcome(plan, "conv.weight").count == 5);
+    // A tensor only the average holds is kept, with its count, where the average has it.
+    const resumed_average more = open(with([](auto& s) {
+      s.insert(s.begin() + 1, {"only.bias", dtype::float16, {5}});
+    }));
+    const fold_plan kept = plan_fold(c, inputs, &more);
+    REQUIRE(kept.tensors.size() == kModel.size() + 1);
+    CHECK(kept.tensors[0].name == "conv.weight");
+    const tensor_plan& only = kept.tensors[1];
+    CHECK(only.name == "only.bias");
+    CHECK(only.sources.empty());
+    CHECK(only.resumed == more.find("only.bias"));
+    CHECK(only.outcome.count == 2);
+    CHECK(only.outcome.input_type == dtype::float16);
+    CHECK(shape_of(only) == std::vector<int64_t>{5});
+    CHECK(kept.tensors[2].name == "bn.weight");
+    CHECK_THROWS_WITH(plan_fold(fold_config{}, inputs, &more),
+                      Catch::Contains("a.pt: tensor 'only.bias' is missing (present in avg.pt)"));
+    const resumed_average other = open(with([](auto& s) {
+      s.erase(s.begin() + 2);
+      s[1].type = dtype::float64;
+    }));
+    CHECK_THROWS_WITH(plan_fold(c, inputs, &other),
+                      Catch::Contains("avg.pt: tensor 'bn.weight': expected dtype float32 (as in a.pt) but found "
+                                      "float64") &&
+                          Catch::Contains("(1 differences)"));
+  }
+
+  SECTION("the dtype expected is the one this run writes: --output-dtype for floating tensors") {
+    fold_config c;
+    c.output_dtype = dtype::bfloat16;
+    const resumed_average written = open(with([](auto& s) { s[0].type = s[1].type = s[2].type = dtype::bfloat16; }));
+    CHECK(plan_fold(c, inputs, &written).n == 5);
+    const resumed_average plain = open(kModel);
+    CHECK_THROWS_WITH(plan_fold(c, inputs, &plain),
+                      Catch::Contains("avg.pt: tensor 'conv.weight': expected dtype bfloat16 (--output-dtype, for "
+                                      "float32 in a.pt) but found float32"));
+    CHECK_THROWS_WITH(plan_fold(fold_config{}, inputs, &written),
+                      Catch::Contains("avg.pt: tensor 'conv.weight': expected dtype float32 (as in a.pt) but found "
+                                      "bfloat16"));
+  }
+
+  SECTION("a tensor a rule drops is in no output, so not missing from the resumed average") {
+    fold_config c;
+    c.rules = parse_rules(R"([{"match": "^bn\\.weight$", "action": "drop"}])", "rules.json");
+    const resumed_average fewer = open(with([](auto& s) { s.erase(s.begin() + 1); }));
+    CHECK(plan_fold(c, inputs, &fewer).n == 5);
+  }
+}

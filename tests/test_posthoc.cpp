@@ -3,6 +3,7 @@
 // snapshots' order (written out here) and rounded once, buffers and integers are the last
 // snapshot's, several outputs come from one pass, and a failure leaves no output behind.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -154,4 +155,65 @@ TEST_CASE("posthoc: snapshots that disagree leave no output", "[posthoc][unit]")
       run_posthoc({empty, empty}, {{dir.path() + "/e.pt", {0.5, 0.5}, {}}}, output_format::torch, std::nullopt, false),
       Catch::Contains("the snapshots hold no tensors"));
   CHECK(dir.files().empty());
+}
+
+TEST_CASE("posthoc: NaN or Inf in a snapshot that counts is refused, as average refuses it", "[posthoc][unit]") {
+  temp_dir dir;
+  auto with_nan = [](int i, const std::string& name) {
+    state_dict sd = snapshot(i);
+    for (auto& t : sd.tensors)
+      if (t.name == name) {
+        auto bytes = std::make_shared<std::vector<float>>(std::vector<float>{NAN, INFINITY});
+        t.view.storage = reinterpret_cast<const uint8_t*>(bytes->data());
+        t.view.owner = bytes;
+        t.view.shape = {2};
+        t.view.storage_bytes = 8;
+      }
+    return sd;
+  };
+  state_dict bad = snapshot(0);
+  {
+    auto bytes = std::make_shared<std::vector<float>>(std::vector<float>{1.0f, NAN, -INFINITY});
+    bad.tensors[0].view.storage = reinterpret_cast<const uint8_t*>(bytes->data());
+    bad.tensors[0].view.owner = bytes;
+  }
+  const std::string out = dir.path() + "/out.pt";
+  CHECK_THROWS_WITH(run_posthoc({bad, snapshot(1)}, {{out, {0.5, 0.5}, {}}}, output_format::torch, std::nullopt, false),
+                    Catch::Equals("tensor 'w' has NaN or Inf values in snapshot_0.pt (2 values); pass "
+                                  "--allow-nonfinite to combine them anyway"));
+  CHECK(dir.files().empty());
+  try {
+    run_posthoc({bad, snapshot(1)}, {{out, {0.5, 0.5}, {}}}, output_format::torch, std::nullopt, false);
+  } catch (const error& e) {
+    CHECK(e.code() == exit_code::bad_input);
+  }
+  // A coefficient of 0 in every output: the snapshot is not used, and 0 x NaN does not leak in.
+  run_posthoc({bad, snapshot(1)}, {{out, {0.0, 1.0}, {}}}, output_format::torch, std::nullopt, false);
+  CHECK(values<float>(load_state_dict(out), "w") == values<float>(snapshot(1), "w"));
+  // --allow-nonfinite: combined anyway.
+  run_posthoc({bad, snapshot(1)}, {{out, {0.5, 0.5}, {}}}, output_format::torch, std::nullopt, false, true);
+  const std::vector<float> w = values<float>(load_state_dict(out), "w");
+  CHECK(std::isnan(w[1]));
+  CHECK(std::isinf(w[2]));
+  // The last snapshot's buffers are copied: NaN there is refused too; an earlier one's is never read.
+  const std::string copied = dir.path() + "/copied.pt";
+  CHECK_THROWS_WITH(run_posthoc({snapshot(0), with_nan(1, "bn.running_mean")}, {{copied, {0.5, 0.5}, {}}},
+                                output_format::torch, std::nullopt, false),
+                    Catch::Equals("tensor 'bn.running_mean' has NaN or Inf values in snapshot_1.pt (2 values); pass "
+                                  "--allow-nonfinite to combine them anyway"));
+  CHECK_NOTHROW(run_posthoc({with_nan(0, "bn.running_mean"), snapshot(1)}, {{copied, {0.5, 0.5}, {}}},
+                            output_format::torch, std::nullopt, false));
+}
+
+TEST_CASE("posthoc: an output that overflows its dtype is refused", "[posthoc][unit]") {
+  temp_dir dir;
+  const std::string out = dir.path() + "/big.pt";
+  // w[1] = -2i: with coefficients +-1e39 the float32 result is -2e39, past FLT_MAX.
+  CHECK_THROWS_WITH(
+      run_posthoc({snapshot(1), snapshot(2)}, {{out, {-1e39, 1e39}, {}}}, output_format::torch, std::nullopt, false),
+      Catch::Contains("tensor 'w': its combination for " + out +
+                      " has NaN or Inf values though no snapshot has: it overflowed float32"));
+  CHECK(dir.files().empty());
+  CHECK_NOTHROW(run_posthoc({snapshot(1), snapshot(2)}, {{out, {-1e39, 1e39}, {}}}, output_format::torch, std::nullopt,
+                            false, true));
 }

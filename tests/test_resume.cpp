@@ -2,6 +2,7 @@
 // cannot be continued (no record, another mode or averaging function, a field of the wrong type or
 // out of range, at its edges) refused with the file and the field named.
 #include <catch2/catch.hpp>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -210,4 +211,60 @@ TEST_CASE("resume record: n = 1 is the smallest average that can be continued", 
   CHECK(r.record.n == 1);
   CHECK(r.count_of("conv.weight") == 1);
   CHECK(r.tensors.size() == kModel.size());
+}
+
+TEST_CASE("resume record: every shard of a resumed folder carries the same record", "[resume][unit]") {
+  resume_record r;
+  r.n = 4;
+  r.inputs = {"a.pt", "b.pt"};
+  const std::string same = to_json(r);
+  resume_record moved = r;
+  moved.inputs = {"/elsewhere/a.pt", "/elsewhere/b.pt"};  // a worker on another machine: one average
+  auto folder = [](const std::vector<std::optional<std::string>>& records) {
+    state_dict sd = make_sd("avg/", kModel);
+    for (size_t s = 0; s < records.size(); ++s) {
+      std::map<std::string, std::string> metadata{{"format", "pt"}};
+      if (records[s]) metadata[kResumeKey] = *records[s];
+      sd.shard_metadata.emplace_back("avg/model-0000" + std::to_string(s + 1) + ".safetensors", metadata);
+    }
+    sd.metadata = sd.shard_metadata.front().second;
+    return sd;
+  };
+  CHECK(open_resumed(folder({same, same, to_json(moved)}), fold_config{}).record.n == 4);
+
+  resume_record three = r;
+  three.n = 3;
+  resume_record ema = r;
+  ema.mode = fold_mode::ema;
+  resume_record counted = r;
+  counted.counts = {{"bn.weight", 3}};
+  struct bad_case {
+    const char* what;
+    std::vector<std::optional<std::string>> records;
+    std::vector<std::string> expected;
+  };
+  const std::vector<bad_case> cases = {
+      {"n",
+       {same, to_json(three), same, to_json(three)},
+       {"avg/: its shards carry different resume records", "(2 of 4 shards agree, as avg/model-00001.safetensors)",
+        "avg/model-00002.safetensors: n 3 (the others: 4)", "avg/model-00004.safetensors: n 3"}},
+      {"mode", {same, to_json(ema)}, {"avg/model-00002.safetensors: mode ema (the others: swa)"}},
+      {"counts", {same, to_json(counted)}, {"avg/model-00002.safetensors: counts {bn.weight=3} (the others: {})"}},
+      {"a shard without a record", {same, same, std::nullopt}, {"avg/model-00003.safetensors: has no resume record (the others: have one)"}},
+      {"the first without a record", {std::nullopt, same}, {"avg/model-00002.safetensors: has a resume record (the others: none)"}},
+  };
+  for (const auto& k : cases) {
+    INFO(k.what);
+    try {
+      open_resumed(folder(k.records), fold_config{});
+      FAIL("no error");
+    } catch (const error& e) {
+      CHECK(e.code() == exit_code::bad_input);
+      for (const auto& s : k.expected) CHECK_THAT(e.what(), Catch::Contains(s));
+      CHECK_THAT(e.what(), !Catch::Contains("avg/model-00001.safetensors:"));
+    }
+  }
+  // A broken record in a later shard names that shard.
+  CHECK_THROWS_WITH(open_resumed(folder({same, "{"}), fold_config{}),
+                    Catch::StartsWith("avg/model-00002.safetensors: swavg metadata is not valid JSON"));
 }

@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "cli/fold_options.h"
 #include "util/error.h"
+#include "util/mapped_file.h"
 #include "util/sha256.h"
 
 namespace swavg {
@@ -15,6 +16,22 @@ struct average_options {
   std::string avg_fn;
   std::string multi_avg_fn;
 };
+
+// The most bytes an averaging function's file may hold (a scripted function is a few KiB).
+constexpr uint64_t kMaxAvgFnBytes = uint64_t{64} << 20;
+
+// The function file's sha256: a regular file (a FIFO or a device is refused before it is read, so
+// neither hangs) of at most kMaxAvgFnBytes.
+std::string avg_fn_digest(const std::string& path) {
+  const auto file = mapped_file::open(path);
+  if (file->size() > kMaxAvgFnBytes)
+    throw input_error(fmt::format("{}: {} bytes, more than the {} bytes an averaging function may hold", path,
+                                  file->size(), kMaxAvgFnBytes));
+  sha256 h;
+  h.update(file->data(), file->size());
+  file->throw_if_faulted();
+  return h.hex_digest();
+}
 
 // --avg-fn / --multi-avg-fn: a program, so the job goes to swavg-torch before anything is read;
 // there the file is named by its digest (for --resume) and the function runs in native precision
@@ -31,9 +48,11 @@ void set_avg_fn(average_options& o) {
                                   avg_fn_option(spec.kind)));
   require_libtorch(fmt::format("{} {} (a TorchScript function)", avg_fn_option(spec.kind), spec.path));
   try {
-    spec.sha256 = sha256_file(spec.path);
+    spec.sha256 = avg_fn_digest(spec.path);
   } catch (const io_error& e) {
     throw io_error(fmt::format("{} {}", avg_fn_option(spec.kind), e.what()));
+  } catch (const input_error& e) {
+    throw input_error(fmt::format("{} {}", avg_fn_option(spec.kind), e.what()));
   }
   fold_config& c = o.fold.job.config;
   if (c.accumulate == accumulate_policy::automatic) c.accumulate = accumulate_policy::native;

@@ -42,6 +42,7 @@ struct posthoc_options {
   std::optional<output_format> format;
   bool force = false;
   bool drop_objects = false;
+  bool allow_nonfinite = false;
   load_options load;
   std::optional<dtype> output_dtype;
   std::string report_file;
@@ -108,6 +109,7 @@ nlohmann::ordered_json output_json(const planned_output& out, const std::vector<
   j["sigma_rel"] = out.sigma_rel;
   j["gamma"] = out.solution.gamma;
   j["at"] = out.solution.at;
+  j["condition_estimate"] = out.solution.condition;
   auto used = nlohmann::ordered_json::array();
   for (size_t k = 0; k < out.solution.used.size(); ++k) {
     const size_t i = out.solution.used[k];
@@ -145,6 +147,13 @@ void run_posthoc_ema(const posthoc_options& o) {
   for (const auto& text : o.sigma_rels) {
     const double sigma = parse_sigma(text);
     outs.push_back(planned_output{text, sigma, solve_phema(profiles, sigma, at), output_for(o.output, text)});
+    const double condition = outs.back().solution.condition;
+    if (phema_ill_conditioned(condition))
+      spdlog::warn(
+          "--sigma-rel {}: the snapshots' system is ill-conditioned (condition estimate {:.3g}, above {:.0e}): the "
+          "coefficients may be inaccurate; snapshots whose profiles are nearly alike (close in t and sigma_rel) "
+          "make it so: use fewer, further apart",
+          text, condition, kMaxPhemaCondition);
   }
   std::vector<std::pair<std::string, std::string>> named{{"--report", o.report_file}};
   for (const auto& out : outs) named.emplace_back("-o", out.path);
@@ -181,7 +190,8 @@ void run_posthoc_ema(const posthoc_options& o) {
     outputs_json.push_back(std::move(j));
     targets.push_back(std::move(t));
   }
-  const posthoc_result result = run_posthoc(snapshots, targets, format, o.output_dtype, o.drop_objects);
+  const posthoc_result result =
+      run_posthoc(snapshots, targets, format, o.output_dtype, o.drop_objects, o.allow_nonfinite);
   report["outputs"] = outputs_json;
   report["tensors"] = result.tensors.size();
   size_t averaged = 0;
@@ -216,6 +226,7 @@ command setup_posthoc_ema(CLI::App& parent) {
   add_format_option(app, o->format);
   app->add_flag("--force", o->force, "Replace existing outputs");
   app->add_flag("--drop-objects", o->drop_objects, "Leave non-tensor entries out of the outputs");
+  app->add_flag("--allow-nonfinite", o->allow_nonfinite, "Accept NaN and Inf values in the snapshots");
   app->add_option("--key", o->load.key, "Dotted path of the state dict inside torch.save objects, e.g. ema");
   app->add_option("--strip-prefix", o->load.strip_prefixes, "Remove this prefix from tensor names");
   add_dtype_option(app, "--output-dtype", o->output_dtype, /*floating_only=*/true,

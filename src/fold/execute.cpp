@@ -188,7 +188,7 @@ std::vector<tensor_spec> output_specs(const fold_config& c, const fold_plan& pla
     spec_of[k] = specs.size();
     std::optional<size_t> alias;
     if (ties[k]) alias = spec_of[*ties[k]];
-    specs.push_back(tensor_spec{prefix + p.name, p.outcome.output_type, p.sources.front().view->shape, alias});
+    specs.push_back(tensor_spec{prefix + p.name, p.outcome.output_type, shape_of(p), alias});
   }
   if (c.layout == output_layout::averaged_model)
     specs.push_back(tensor_spec{kNAveraged, dtype::int64, {}, std::nullopt});

@@ -7,6 +7,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <utility>
 
 #include "fold/config.h"
@@ -80,39 +81,134 @@ double profile_inner(double ta, double ga, double tb, double gb) {
   return num / den;
 }
 
-std::vector<double> solve_linear(std::vector<double> a, std::vector<double> b, size_t n) {
-  std::vector<double> scale(n, 0.0);
-  for (size_t i = 0; i < n; ++i)
-    for (size_t k = 0; k < n; ++k) scale[k] = std::max(scale[k], std::fabs(a[i * n + k]));
-  for (size_t k = 0; k < n; ++k) {
-    size_t p = k;
-    for (size_t i = k + 1; i < n; ++i)
-      if (std::fabs(a[i * n + k]) > std::fabs(a[p * n + k])) p = i;
-    const double pivot = a[p * n + k];
-    if (!std::isfinite(pivot) || std::fabs(pivot) <= static_cast<double>(n) * DBL_EPSILON * scale[k])
-      throw usage_error(
-          fmt::format("the post-hoc EMA system is singular: pivot {} of {} is {} (column scale {}); two snapshots have "
-                      "(nearly) the same profile",
-                      k + 1, n, pivot, scale[k]));
-    if (p != k) {
-      for (size_t j = 0; j < n; ++j) std::swap(a[k * n + j], a[p * n + j]);
-      std::swap(b[k], b[p]);
-    }
-    for (size_t i = k + 1; i < n; ++i) {
-      const double l = a[i * n + k] / pivot;
-      if (l == 0) continue;
-      for (size_t j = k + 1; j < n; ++j) a[i * n + j] -= l * a[k * n + j];
-      b[i] -= l * b[k];
+namespace {
+
+// P A = L U with partial pivoting, in place in `a` (L's unit diagonal implied, its multipliers below
+// U); pivot[k] is the row swapped with row k at step k, as LAPACK's getrf.
+struct lu_factors {
+  std::vector<double> a;
+  std::vector<size_t> pivot;
+  size_t n;
+
+  lu_factors(std::vector<double> m, size_t size) : a(std::move(m)), pivot(size), n(size) {
+    std::vector<double> scale(n, 0.0);
+    for (size_t i = 0; i < n; ++i)
+      for (size_t k = 0; k < n; ++k) scale[k] = std::max(scale[k], std::fabs(a[i * n + k]));
+    for (size_t k = 0; k < n; ++k) {
+      size_t p = k;
+      for (size_t i = k + 1; i < n; ++i)
+        if (std::fabs(a[i * n + k]) > std::fabs(a[p * n + k])) p = i;
+      const double pv = a[p * n + k];
+      if (!std::isfinite(pv) || std::fabs(pv) <= static_cast<double>(n) * DBL_EPSILON * scale[k])
+        throw usage_error(fmt::format(
+            "the post-hoc EMA system is singular: pivot {} of {} is {} (column scale {}); two snapshots have "
+            "(nearly) the same profile",
+            k + 1, n, pv, scale[k]));
+      pivot[k] = p;
+      if (p != k)
+        for (size_t j = 0; j < n; ++j) std::swap(a[k * n + j], a[p * n + j]);
+      for (size_t i = k + 1; i < n; ++i) {
+        const double l = a[i * n + k] / pv;
+        a[i * n + k] = l;
+        if (l == 0) continue;
+        for (size_t j = k + 1; j < n; ++j) a[i * n + j] -= l * a[k * n + j];
+      }
     }
   }
-  std::vector<double> x(n);
-  for (size_t k = n; k-- > 0;) {
-    double s = b[k];
-    for (size_t j = k + 1; j < n; ++j) s -= a[k * n + j] * x[j];
-    x[k] = s / a[k * n + k];
+
+  // A^-1 b: the swaps, then L, then U (as getrs).
+  std::vector<double> solve(std::vector<double> b) const {
+    for (size_t k = 0; k < n; ++k)
+      if (pivot[k] != k) std::swap(b[k], b[pivot[k]]);
+    for (size_t k = 0; k < n; ++k)
+      for (size_t i = k + 1; i < n; ++i) b[i] -= a[i * n + k] * b[k];
+    for (size_t k = n; k-- > 0;) {
+      double t = b[k];
+      for (size_t j = k + 1; j < n; ++j) t -= a[k * n + j] * b[j];
+      b[k] = t / a[k * n + k];
+    }
+    return b;
   }
-  return x;
+
+  // A^-T b: U^T then L^T, then the swaps undone in reverse.
+  std::vector<double> solve_transposed(std::vector<double> b) const {
+    for (size_t k = 0; k < n; ++k) {
+      double t = b[k];
+      for (size_t j = 0; j < k; ++j) t -= a[j * n + k] * b[j];
+      b[k] = t / a[k * n + k];
+    }
+    for (size_t k = n; k-- > 0;) {
+      double t = b[k];
+      for (size_t j = k + 1; j < n; ++j) t -= a[j * n + k] * b[j];
+      b[k] = t;
+    }
+    for (size_t k = n; k-- > 0;)
+      if (pivot[k] != k) std::swap(b[k], b[pivot[k]]);
+    return b;
+  }
+};
+
+double norm1(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += std::fabs(x);
+  return s;
 }
+
+// ||A^-1||_1 from below, in a few solves: Hager's method with Higham's refinements (LAPACK's lacn2,
+// as gecon uses it). Exact for diagonal matrices; within a small factor in practice.
+double inverse_norm1_estimate(const lu_factors& f) {
+  const size_t n = f.n;
+  std::vector<double> x(n, 1.0 / static_cast<double>(n));
+  double estimate = 0;
+  std::optional<size_t> last;
+  for (int step = 0; step < 5; ++step) {
+    const std::vector<double> y = f.solve(x);
+    const double e = norm1(y);
+    if (step > 0 && e <= estimate) break;
+    estimate = e;
+    std::vector<double> sign(n);
+    for (size_t i = 0; i < n; ++i) sign[i] = y[i] >= 0 ? 1.0 : -1.0;
+    const std::vector<double> z = f.solve_transposed(sign);
+    size_t j = 0;
+    for (size_t i = 1; i < n; ++i)
+      if (std::fabs(z[i]) > std::fabs(z[j])) j = i;
+    double zx = 0;
+    for (size_t i = 0; i < n; ++i) zx += z[i] * x[i];
+    if (step > 0 && (last == j || std::fabs(z[j]) <= zx)) break;
+    last = j;
+    std::fill(x.begin(), x.end(), 0.0);
+    x[j] = 1.0;
+  }
+  if (n > 1) {  // Higham's alternating vector catches what the steps above can miss
+    std::vector<double> b(n);
+    for (size_t i = 0; i < n; ++i)
+      b[i] = (i % 2 ? -1.0 : 1.0) * (1.0 + static_cast<double>(i) / static_cast<double>(n - 1));
+    estimate = std::max(estimate, 2 * norm1(f.solve(b)) / (3 * static_cast<double>(n)));
+  }
+  return estimate;
+}
+
+double matrix_norm1(const std::vector<double>& a, size_t n) {
+  double best = 0;
+  for (size_t k = 0; k < n; ++k) {
+    double column = 0;
+    for (size_t i = 0; i < n; ++i) column += std::fabs(a[i * n + k]);
+    best = std::max(best, column);
+  }
+  return best;
+}
+
+}  // namespace
+
+std::vector<double> solve_linear(std::vector<double> a, std::vector<double> b, size_t n) {
+  return lu_factors(std::move(a), n).solve(std::move(b));
+}
+
+double estimate_condition(const std::vector<double>& a, size_t n) {
+  return matrix_norm1(a, n) * inverse_norm1_estimate(lu_factors(a, n));
+}
+
+bool phema_ill_conditioned(double condition) { return !(condition <= kMaxPhemaCondition); }
 
 phema_solution solve_phema(const std::vector<ema_profile>& snapshots, double target_sigma_rel, double at) {
   phema_solution s;
@@ -149,7 +245,9 @@ phema_solution solve_phema(const std::vector<ema_profile>& snapshots, double tar
     }
     b[i] = profile_inner(p.t, p.gamma, at, s.gamma);
   }
-  s.coefficients = solve_linear(std::move(a), std::move(b), n);
+  const lu_factors f(a, n);
+  s.coefficients = f.solve(std::move(b));
+  s.condition = matrix_norm1(a, n) * inverse_norm1_estimate(f);
   double total = 0;
   for (double x : s.coefficients) total += x;
   if (!std::isfinite(total) || total == 0)

@@ -48,11 +48,25 @@ struct ema_profile {
 // pass far above that (EDM2-XS's 536 snapshot profiles: smallest relative pivot 4.7e-6).
 std::vector<double> solve_linear(std::vector<double> a, std::vector<double> b, size_t n);
 
+// An estimate (from below, usually within a factor of 3) of the 1-norm condition number
+// ||A||_1 ||A^-1||_1 of the n x n row-major matrix `a`, in O(n^2) past its LU factors (Hager and
+// Higham's method, LAPACK's gecon); exact for a diagonal matrix. Throws as solve_linear.
+double estimate_condition(const std::vector<double>& a, size_t n);
+
+// The condition estimate past which the post-hoc EMA solve is reported as ill-conditioned: its
+// coefficients may then be off by up to ~cond x 2^-53 ~ 1e-6 relative, more than float32 resolves.
+// EDM2's own schedule (two sigma_rels, a snapshot every 8 Mi images to 2 Gi) estimates 7.6e8; a
+// snapshot at every step late in training passes it (300 steps at t ~ 10^9: ~3e10).
+constexpr double kMaxPhemaCondition = 1e10;
+// condition > kMaxPhemaCondition (or not a number).
+bool phema_ill_conditioned(double condition);
+
 struct phema_solution {
   double gamma = 0.0;                // of the target
   double at = 0.0;                   // T
   std::vector<size_t> used;          // indices into the snapshots, t_i <= T, in their order
   std::vector<double> coefficients;  // one per used snapshot, summing to 1
+  double condition = 0.0;            // estimate_condition of the Gram matrix A solved
 };
 
 // The coefficients reconstructing the profile (at, target_sigma_rel) from `snapshots` (gamma

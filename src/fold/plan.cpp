@@ -50,10 +50,57 @@ std::vector<tensor_plan> gather_sources(const std::vector<state_dict>& inputs,
   return plans;
 }
 
+// The dtype a tensor of dtype `input` is written in: the resumed average holds what an earlier run
+// wrote, so it must be this one for the average to continue.
+dtype written_type(const fold_config& c, dtype input) {
+  return c.output_dtype && is_floating(input) ? *c.output_dtype : input;
+}
+
+// The resumed average against the inputs, as the inputs are checked against each other: shapes,
+// dtypes (the one this run writes), and, unless --allow-missing, tensors one side lacks (the
+// rules' dropped ones are in no output).
+void find_resume_mismatches(const fold_config& c, const std::vector<state_dict>& inputs, const resumed_average& resume,
+                            const std::vector<tensor_plan>& plans, const std::unordered_map<std::string, size_t>& index,
+                            std::vector<std::string>& out) {
+  const std::string& path = resume.sd.path;
+  std::vector<bool> have(plans.size(), false);
+  for (const auto& [name, view] : resume.tensors) {
+    const auto it = index.find(name);
+    if (it == index.end()) {
+      if (!c.allow_missing)  // as one run would list it: missing from every later checkpoint
+        for (const auto& sd : inputs)
+          out.push_back(fmt::format("{}: tensor '{}' is missing (present in {})", sd.path, name, path));
+      continue;
+    }
+    have[it->second] = true;
+    const fold_source& ref = plans[it->second].sources.front();
+    const std::string& ref_path = inputs[ref.input].path;
+    if (view->shape != ref.view->shape)
+      out.push_back(fmt::format("{}: tensor '{}': expected shape {} (as in {}) but found {}", path, name,
+                                shape_string(ref.view->shape), ref_path, shape_string(view->shape)));
+    const dtype expected = written_type(c, ref.view->type);
+    if (view->type != expected)
+      out.push_back(fmt::format("{}: tensor '{}': expected dtype {} ({}) but found {}", path, name,
+                                dtype_name(expected),
+                                expected == ref.view->type
+                                    ? fmt::format("as in {}", ref_path)
+                                    : fmt::format("--output-dtype, for {} in {}", dtype_name(ref.view->type), ref_path),
+                                dtype_name(view->type)));
+  }
+  if (c.allow_missing) return;
+  for (size_t k = 0; k < plans.size(); ++k) {
+    if (have[k]) continue;
+    const tensor_rule* rule = match_rule(c.rules, plans[k].name);
+    if (rule && rule->action == tensor_action::drop) continue;
+    out.push_back(fmt::format("{}: tensor '{}' is missing (present in {})", path, plans[k].name,
+                              inputs[plans[k].sources.front().input].path));
+  }
+}
+
 // Every difference between the inputs (and the resumed average), or an empty list.
-std::vector<std::string> find_mismatches(const std::vector<state_dict>& inputs, const resumed_average* resume,
-                                         const std::vector<tensor_plan>& plans,
-                                         const std::unordered_map<std::string, size_t>& index, bool allow_missing) {
+std::vector<std::string> find_mismatches(const fold_config& c, const std::vector<state_dict>& inputs,
+                                         const resumed_average* resume, const std::vector<tensor_plan>& plans,
+                                         const std::unordered_map<std::string, size_t>& index) {
   std::vector<std::string> out;
   for (size_t i = 0; i < inputs.size(); ++i) {
     std::vector<bool> have(plans.size(), false);
@@ -69,28 +116,40 @@ std::vector<std::string> find_mismatches(const std::vector<state_dict>& inputs, 
         out.push_back(fmt::format("{}: tensor '{}': expected dtype {} (as in {}) but found {}", inputs[i].path, t.name,
                                   dtype_name(ref.view->type), inputs[ref.input].path, dtype_name(t.view.type)));
     }
-    if (!allow_missing)
+    if (!c.allow_missing)
       for (size_t k = 0; k < plans.size(); ++k)
         if (!have[k])
           out.push_back(fmt::format("{}: tensor '{}' is missing (present in {})", inputs[i].path, plans[k].name,
                                     inputs[plans[k].sources.front().input].path));
   }
-  if (resume) {
-    for (const auto& [name, view] : resume->tensors) {
-      const auto it = index.find(name);
-      if (it == index.end()) {
-        if (!allow_missing)
-          out.push_back(
-              fmt::format("{}: tensor '{}' is in the resumed average but in no input", resume->sd.path, name));
-        continue;
-      }
-      const fold_source& ref = plans[it->second].sources.front();
-      if (view->shape != ref.view->shape)
-        out.push_back(fmt::format("{}: tensor '{}': expected shape {} (as in {}) but found {}", resume->sd.path, name,
-                                  shape_string(ref.view->shape), inputs[ref.input].path, shape_string(view->shape)));
-    }
-  }
+  if (resume) find_resume_mismatches(c, inputs, *resume, plans, index, out);
   return out;
+}
+
+// With --allow-missing, the resumed average's tensors that no input holds: kept as a run over all
+// the checkpoints would keep them (with the resumed count), each placed after the tensor that
+// precedes it in the resumed average.
+void add_resumed_only(const resumed_average& resume, std::vector<tensor_plan>& plans,
+                      const std::unordered_map<std::string, size_t>& index) {
+  std::vector<std::vector<tensor_plan>> after(plans.size() + 1);  // [0]: before every plan, [k + 1]: after plan k
+  size_t slot = 0;
+  for (const auto& [name, view] : resume.tensors) {
+    const auto it = index.find(name);
+    if (it != index.end()) {
+      slot = it->second + 1;
+      continue;
+    }
+    tensor_plan only;
+    only.name = name;
+    after[slot].push_back(std::move(only));
+  }
+  std::vector<tensor_plan> merged;
+  merged.reserve(plans.size());
+  for (size_t k = 0; k <= plans.size(); ++k) {
+    for (auto& p : after[k]) merged.push_back(std::move(p));
+    if (k < plans.size()) merged.push_back(std::move(plans[k]));
+  }
+  plans = std::move(merged);
 }
 
 void throw_mismatches(const std::vector<std::string>& differences, bool allow_missing) {
@@ -144,13 +203,13 @@ void check_integer_average(const fold_config& c, const tensor_outcome& o) {
 void decide(const fold_config& c, const kind_oracle& kinds, tensor_plan& p) {
   tensor_outcome& o = p.outcome;
   o.name = p.name;
-  o.input_type = p.sources.front().view->type;
+  o.input_type = p.sources.empty() ? p.resumed->type : p.sources.front().view->type;
   o.buffer = kinds.is_buffer(p.name);
   const bool numeric = is_floating(o.input_type) || is_complex(o.input_type);
   choose_action(c, numeric, p, match_rule(c.rules, p.name));
   if (!numeric && o.action == tensor_action::average) check_integer_average(c, o);
   o.accumulate_type = o.action == tensor_action::average ? accumulator_for(o.input_type, c.accumulate) : o.input_type;
-  o.output_type = (c.output_dtype && is_floating(o.input_type)) ? *c.output_dtype : o.input_type;
+  o.output_type = written_type(c, o.input_type);
   o.count = p.resumed_count + static_cast<int64_t>(p.sources.size());
 }
 
@@ -172,8 +231,9 @@ fold_plan plan_fold(const fold_config& c, const std::vector<state_dict>& inputs,
   fold_plan plan;
   std::unordered_map<std::string, size_t> index;
   plan.tensors = gather_sources(inputs, index);
-  const auto differences = find_mismatches(inputs, resume, plan.tensors, index, c.allow_missing);
+  const auto differences = find_mismatches(c, inputs, resume, plan.tensors, index);
   if (!differences.empty()) throw_mismatches(differences, c.allow_missing);
+  if (resume && c.allow_missing) add_resumed_only(*resume, plan.tensors, index);
   const kind_oracle kinds(c, inputs, model_kinds);
   for (auto& p : plan.tensors) {
     if (resume) {

@@ -51,12 +51,17 @@ struct fold_source {
 
 struct tensor_plan {
   std::string name;
-  std::vector<fold_source> sources;  // inputs holding the tensor, in fold order
+  std::vector<fold_source> sources;  // inputs holding the tensor, in fold order (none: resumed only)
   const tensor_view* resumed = nullptr;
   int64_t resumed_count = 0;
   tensor_outcome outcome;
   std::optional<double> rule_decay;
 };
+
+// The tensor's shape: its inputs', or the resumed average's for one that only it holds (--allow-missing).
+inline const std::vector<int64_t>& shape_of(const tensor_plan& p) {
+  return (p.sources.empty() ? p.resumed : p.sources.front().view)->shape;
+}
 
 struct fold_plan {
   std::vector<tensor_plan> tensors;  // in first-seen order

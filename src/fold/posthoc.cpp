@@ -1,6 +1,7 @@
 #include "fold/posthoc.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -67,10 +68,19 @@ class posthoc_outputs final : public output_sink {
   std::vector<std::unique_ptr<tensor_sink>> sinks_;
 };
 
-// Computes each planned tensor of every output into the outputs' sink.
+int64_t count_nonfinite(const tensor_view& v) {
+  std::vector<uint8_t> copy;
+  return count_nonfinite(v.type, contiguous_data(v, copy), v.numel());
+}
+
+// Computes each planned tensor of every output into the outputs' sink. Unless allow_nonfinite, NaN
+// or Inf in a snapshot that counts (a non-zero coefficient for some output; the last one for the
+// tensors copied from it) or in an output is an input_error, as in `average`.
 class posthoc_writer {
  public:
-  posthoc_writer(const std::vector<posthoc_output>& outputs, posthoc_outputs& sink) : outputs_(outputs), sink_(sink) {}
+  posthoc_writer(const std::vector<state_dict>& snapshots, const std::vector<posthoc_output>& outputs,
+                 posthoc_outputs& sink, bool allow_nonfinite)
+      : snapshots_(snapshots), outputs_(outputs), sink_(sink), allow_nonfinite_(allow_nonfinite) {}
 
   // Returns the bytes read.
   uint64_t run(const tensor_plan& p) {
@@ -90,10 +100,30 @@ class posthoc_writer {
   uint64_t bytes_read() const { return bytes_read_; }
 
  private:
+  // Whether snapshot `input` enters any output of the combination.
+  bool counts(size_t input) const {
+    for (const auto& o : outputs_)
+      if (o.coefficients[input] != 0) return true;
+    return false;
+  }
+
+  // `copied`: the tensor is the last snapshot's, else their combination.
+  [[noreturn]] void refuse_nonfinite(const tensor_plan& p, bool copied) const {
+    std::vector<std::string> where;
+    for (const auto& s : p.sources)
+      if (copied ? &s == &p.sources.back() : counts(s.input))
+        if (const int64_t bad = count_nonfinite(*s.view))
+          where.push_back(fmt::format("{} ({} values)", snapshots_[s.input].path, bad));
+    throw input_error(
+        fmt::format("tensor '{}' has NaN or Inf values in {}; pass --allow-nonfinite to combine them anyway", p.name,
+                    fmt::join(where, ", ")));
+  }
+
   void copy_last(const tensor_plan& p) {
     const tensor_view& v = *p.sources.back().view;
     std::vector<uint8_t> copy;
     const uint8_t* data = contiguous_data(v, copy);
+    if (!allow_nonfinite_ && count_nonfinite(v.type, data, v.numel()) != 0) refuse_nonfinite(p, true);
     const dtype out = p.outcome.output_type;
     std::vector<uint8_t> converted;
     if (out != v.type) {
@@ -120,10 +150,17 @@ class posthoc_writer {
       const int64_t length = std::min(chunk, numel - begin);
       std::fill(acc.begin(), acc.end(), 0.0);
       for (size_t j = 0; j < p.sources.size(); ++j) {
-        convert_or_fail(p.sources[j].view->type, flats[j].at(begin), dtype::float64, widened.data(), length, p.name);
         const size_t input = p.sources[j].input;
+        if (!counts(input)) {  // 0 x NaN would still be NaN: a snapshot that does not count is not read
+          flats[j].release(begin, length);
+          continue;
+        }
+        convert_or_fail(p.sources[j].view->type, flats[j].at(begin), dtype::float64, widened.data(), length, p.name);
+        if (!allow_nonfinite_ && count_nonfinite(dtype::float64, widened.data(), length) != 0)
+          refuse_nonfinite(p, false);
         for (size_t s = 0; s < outs; ++s) {
           const double x = outputs_[s].coefficients[input];
+          if (x == 0) continue;
           double* a = acc.data() + s * static_cast<size_t>(chunk);
           for (int64_t e = 0; e < length; ++e) a[e] += x * widened[static_cast<size_t>(e)];
         }
@@ -132,13 +169,20 @@ class posthoc_writer {
       for (size_t s = 0; s < outs; ++s) {
         convert_or_fail(dtype::float64, acc.data() + s * static_cast<size_t>(chunk), out_type, rounded.data(), length,
                         p.name);
+        if (!allow_nonfinite_ && count_nonfinite(out_type, rounded.data(), length) != 0)
+          throw input_error(fmt::format(
+              "tensor '{}': its combination for {} has NaN or Inf values though no snapshot has: it overflowed {}; "
+              "pass --allow-nonfinite to write it anyway",
+              p.name, outputs_[s].path, dtype_name(out_type)));
         sink_.write_to(s, rounded.data(), static_cast<uint64_t>(length) * itemsize(out_type));
       }
     }
   }
 
+  const std::vector<state_dict>& snapshots_;
   const std::vector<posthoc_output>& outputs_;
   posthoc_outputs& sink_;
+  bool allow_nonfinite_;
   uint64_t bytes_read_ = 0;
 };
 
@@ -153,7 +197,8 @@ std::vector<tensor_spec> specs_of(const fold_plan& plan) {
 }  // namespace
 
 posthoc_result run_posthoc(const std::vector<state_dict>& snapshots, const std::vector<posthoc_output>& outputs,
-                           output_format format, std::optional<dtype> output_dtype, bool drop_objects) {
+                           output_format format, std::optional<dtype> output_dtype, bool drop_objects,
+                           bool allow_nonfinite) {
   fold_config c;  // the planner's defaults: floating tensors averaged, buffers and integers the latest
   c.output_dtype = output_dtype;
   const fold_plan plan = plan_fold(c, snapshots, nullptr);
@@ -181,7 +226,7 @@ posthoc_result run_posthoc(const std::vector<state_dict>& snapshots, const std::
   for (const auto& p : plan.tensors)
     for (const auto& s : p.sources) total += s.view->nbytes();
   progress bar(total, "post-hoc EMA");
-  posthoc_writer writer(outputs, sink);
+  posthoc_writer writer(snapshots, outputs, sink, allow_nonfinite);
   for (const auto& p : plan.tensors) bar.advance(writer.run(p));
   sink.commit();
   for (const auto& p : plan.tensors) result.tensors.push_back(p.outcome);

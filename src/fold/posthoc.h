@@ -9,7 +9,9 @@
  * does (native_fold.h): each slice of each snapshot is read once, widened, added into every
  * output's float64 slice, and its pages released; memory stays flat (outputs x slice x 8 bytes).
  * The snapshots are checked against one another by the fold's planner (names, shapes, dtypes)
- * before any output is opened. Outputs appear all or none: each is a temp file until every tensor
+ * before any output is opened; NaN or Inf values in a snapshot that counts (a non-zero coefficient,
+ * or the last one for what is copied) or in an output are refused unless allow_nonfinite, as
+ * `average` refuses them. Outputs appear all or none: each is a temp file until every tensor
  * of every output is written, and one that fails to be renamed removes those renamed before it.
  */
 #pragma once
@@ -41,8 +43,10 @@ struct posthoc_result {
 
 // `snapshots` in the order their coefficients are given, the last one the source of buffers and
 // integer tensors. Throws mismatch_error when they disagree, usage_error for objects a safetensors
-// output cannot hold (unless drop_objects), io_error when writing fails; nothing is left behind.
+// output cannot hold (unless drop_objects), input_error for NaN or Inf (unless allow_nonfinite),
+// io_error when writing fails; nothing is left behind.
 posthoc_result run_posthoc(const std::vector<state_dict>& snapshots, const std::vector<posthoc_output>& outputs,
-                           output_format format, std::optional<dtype> output_dtype, bool drop_objects);
+                           output_format format, std::optional<dtype> output_dtype, bool drop_objects,
+                           bool allow_nonfinite = false);
 
 }  // namespace swavg

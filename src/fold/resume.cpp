@@ -8,6 +8,8 @@
 
 #include <cfloat>
 #include <initializer_list>
+#include <map>
+#include <unordered_map>
 
 #include "fold/layout.h"
 #include "fold/phema.h"
@@ -187,6 +189,82 @@ resume_record resume_record_from_json(const std::string& text, const std::string
   return r;
 }
 
+namespace {
+
+// The first field in which a shard's record `b` differs from the others' `a`, as "field B (the
+// others: A)"; nullopt when they describe the same average (the inputs' paths may differ: workers
+// on other machines).
+std::optional<std::string> record_difference(const resume_record& a, const resume_record& b) {
+  const auto text = [](const auto& v) { return fmt::format("{}", v); };
+  const auto optional_text = [](const auto& v) { return v ? fmt::format("{}", *v) : std::string("none"); };
+  const auto differ = [](const char* field, const std::string& x, const std::string& y) {
+    return x == y ? std::nullopt : std::optional<std::string>(fmt::format("{} {} (the others: {})", field, y, x));
+  };
+  const auto counts_text = [](const resume_record& r) {
+    std::vector<std::string> items;
+    for (const auto& [name, n] : r.counts) items.push_back(fmt::format("{}={}", name, n));
+    return fmt::format("{{{}}}", fmt::join(items, ", "));
+  };
+  const auto warmup_text = [](const std::optional<warmup_kind>& w) {
+    return w ? std::string(warmup_name(*w)) : std::string("none");
+  };
+  for (auto d : {differ("mode", mode_name(a.mode), mode_name(b.mode)), differ("n", text(a.n), text(b.n)),
+                 differ("decay", optional_text(a.decay), optional_text(b.decay)),
+                 differ("warmup", warmup_text(a.warmup), warmup_text(b.warmup)),
+                 differ("power_sigma_rel", optional_text(a.power_sigma_rel), optional_text(b.power_sigma_rel)),
+                 differ("last_t", optional_text(a.last_t), optional_text(b.last_t)),
+                 differ("counts", counts_text(a), counts_text(b)),
+                 differ("accumulate_differs", text(a.accumulate_differs), text(b.accumulate_differs)),
+                 differ("layout", layout_name(a.layout), layout_name(b.layout)),
+                 differ("avg_fn", describe(a.avg_fn), describe(b.avg_fn))})
+    if (d) return d;
+  return std::nullopt;
+}
+
+// A resumed folder is one average: every shard carries the same record. The record most shards
+// carry (the earliest of equally many) is the reference; every other shard is named.
+void check_shard_records(const state_dict& sd) {
+  const size_t n = sd.shard_metadata.size();
+  if (n < 2) return;
+  std::vector<std::optional<resume_record>> records;
+  std::unordered_map<std::string, std::vector<size_t>> groups;  // the record without its inputs -> shards
+  std::vector<std::string> keys;
+  for (const auto& [file, metadata] : sd.shard_metadata) {
+    const auto it = metadata.find(kResumeKey);
+    records.push_back(it == metadata.end() ? std::nullopt
+                                           : std::optional<resume_record>(resume_record_from_json(it->second, file)));
+    std::string key;
+    if (records.back()) {
+      resume_record same = *records.back();
+      same.inputs.clear();
+      key = to_json(same);
+    }
+    groups[key].push_back(keys.size());
+    keys.push_back(std::move(key));
+  }
+  if (groups.size() == 1) return;
+  size_t reference = 0;
+  for (size_t s = 1; s < n; ++s)
+    if (groups[keys[s]].size() > groups[keys[reference]].size()) reference = s;
+  const std::optional<resume_record>& ref = records[reference];
+  std::vector<std::string> differing;
+  for (size_t s = 0; s < n; ++s) {
+    if (keys[s] == keys[reference]) continue;
+    const std::string& file = sd.shard_metadata[s].first;
+    if (!ref || !records[s])
+      differing.push_back(fmt::format("{}: {} resume record (the others: {})", file, records[s] ? "has a" : "has no",
+                                      ref ? "have one" : "none"));
+    else if (auto d = record_difference(*ref, *records[s]))
+      differing.push_back(fmt::format("{}: {}", file, *d));
+  }
+  throw input_error(fmt::format(
+      "{}: its shards carry different resume records, so they are not one average ({} of {} shards agree, as {}):\n  "
+      "{}",
+      sd.path, groups[keys[reference]].size(), n, sd.shard_metadata[reference].first, fmt::join(differing, "\n  ")));
+}
+
+}  // namespace
+
 int64_t resumed_average::count_of(const std::string& name) const {
   auto it = counts.find(name);
   return it == counts.end() ? record.n : it->second;
@@ -199,6 +277,7 @@ const tensor_view* resumed_average::find(const std::string& name) const {
 
 resumed_average open_resumed(state_dict sd, const fold_config& c) {
   resumed_average r;
+  check_shard_records(sd);
   auto it = sd.metadata.find(kResumeKey);
   if (it == sd.metadata.end())
     throw usage_error(

@@ -74,7 +74,8 @@ struct resumed_average {
 
 // Reads the record of `sd` (an output of swavg average/ema) and checks that a fold with `c` can
 // continue it. Throws usage_error (no record, another mode, another averaging function: a different
-// kind or file contents, another --power-sigma-rel or none) or input_error (a malformed record).
+// kind or file contents, another --power-sigma-rel or none) or input_error (a malformed record, or
+// a sharded folder whose shards' records describe different averages, naming those shards).
 resumed_average open_resumed(state_dict sd, const fold_config& c);
 
 }  // namespace swavg

@@ -485,6 +485,7 @@ state_dict load_sharded(const std::string& path, const std::string& index_path, 
     const std::string file = path_in_folder(folder, shards[s]);
     state_dict sd = load(file);
     const std::string where = fmt::format("shard {}", in_quotes(shards[s]));
+    out.shard_metadata.emplace_back(file, sd.metadata);
     if (s == 0) {
       out.format = sd.format;
       out.key = sd.key;

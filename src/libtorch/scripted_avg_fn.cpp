@@ -4,6 +4,13 @@
  * fold/avg_fn.h. The file is checked (format, then forward's schema) before any output exists; the
  * tensors it sees are the inputs' mapped bytes where the dtype already matches, the accumulator
  * otherwise, and its result is copied back with copy_ (PyTorch's broadcasting and casting).
+ *
+ * As AveragedModel, the function is handed detached aliases (new tensors over the same storage) of
+ * the averages and of the current checkpoint's tensors: re-striding an alias in place (a.t_())
+ * leaves the average as it is, writes through it land in the average. After every call each
+ * average must be what it was (its alias still over its storage, with its dtype, device and number
+ * of elements; the storage not reallocated by a resize), and values that turned NaN or Inf from
+ * finite inputs are the function's doing: both are input_error naming the function and the tensor.
  */
 #include <ATen/Functions.h>
 #include <c10/util/Exception.h>
@@ -12,6 +19,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <optional>
 #include <vector>
 
 #ifdef __GLIBC__
@@ -80,6 +88,33 @@ at::Tensor output_tensor(const at::Tensor& acc, const tensor_plan& p) {
   return out.contiguous();
 }
 
+// An average as it was before a call: what the call may not change.
+struct kept_average {
+  explicit kept_average(const at::Tensor& acc) : data(acc.numel() > 0 ? acc.data_ptr() : nullptr) {}
+  const void* data;
+};
+
+// What a call changed about the average `acc` through its alias `alias`, or nullopt.
+std::optional<std::string> change_of(const at::Tensor& acc, const kept_average& before, const at::Tensor& alias) {
+  if (alias.scalar_type() != acc.scalar_type())
+    return fmt::format("its dtype changed from {} to {}", c10::toString(acc.scalar_type()),
+                       c10::toString(alias.scalar_type()));
+  if (alias.device() != acc.device())
+    return fmt::format("it moved from {} to {}", acc.device().str(), alias.device().str());
+  if (alias.numel() != acc.numel())
+    return fmt::format("it was resized from [{}] to [{}]", fmt::join(acc.sizes(), ", "),
+                       fmt::join(alias.sizes(), ", "));
+  if (acc.numel() > 0 && acc.data_ptr() != before.data)
+    return std::string("its storage was reallocated (resized in place)");
+  if (acc.numel() > 0 && !alias.is_alias_of(acc)) return std::string("it was given other storage (set_)");
+  return std::nullopt;
+}
+
+bool all_finite(const at::Tensor& t) {
+  if (!(c10::isFloatingType(t.scalar_type()) || c10::isComplexType(t.scalar_type())) || t.numel() == 0) return true;
+  return at::isfinite(t).all().item<bool>();
+}
+
 class script_avg_fn : public avg_function {
  public:
   script_avg_fn(const avg_fn_spec& spec, std::shared_ptr<torch::jit::Module> module)
@@ -94,16 +129,25 @@ class script_avg_fn : public avg_function {
       acc = to_tensor(*p.resumed).to(device, acc_type, /*non_blocking=*/false, /*copy=*/true);
       k = p.resumed_count;
     }
-    for (const auto& s : p.sources) {
-      const at::Tensor x = input_tensor(*s.view, acc_type, device);
-      if (k == 0)
-        acc = owned(x, *s.view);
-      else
+    bool finite = !c.allow_nonfinite;  // checked after each call until an input brings NaN or Inf
+    for (size_t j = 0; j < p.sources.size(); ++j) {
+      const tensor_view& v = *p.sources[j].view;
+      const at::Tensor x = input_tensor(v, acc_type, device);
+      if (k == 0) {
+        acc = owned(x, v);
+      } else {
+        const kept_average before(acc);
+        const at::Tensor alias = acc.detach();
+        at::Tensor result;
         call(fmt::format("tensor '{}'", p.name), [&] {
-          acc.copy_(forward_({acc, x, count_tensor(k, device)}).toTensor());
+          result = forward_({alias, x.detach(), count_tensor(k, device)}).toTensor();
         });
+        check_kept(p.name, k, acc, before, alias);
+        call(fmt::format("tensor '{}'", p.name), [&] { acc.copy_(result); });
+        if (finite) finite = check_finite(p, k, j, acc);
+      }
       ++k;
-      release_pages(*s.view);
+      release_pages(v);
     }
     acc = output_tensor(acc, p);
     write(acc.data_ptr(), acc.nbytes());
@@ -116,6 +160,7 @@ class script_avg_fn : public avg_function {
     check_same_inputs(tensors);
     const at::Device device = to_device(c.device);
     std::vector<at::Tensor> accs(tensors.size());
+    std::vector<bool> finite(tensors.size(), !c.allow_nonfinite);
     int64_t k = 0;
     if (tensors.front()->resumed) {
       for (size_t i = 0; i < tensors.size(); ++i)
@@ -133,6 +178,8 @@ class script_avg_fn : public avg_function {
       } else {
         call_lists(tensors, accs, current, k, device, /*integers=*/false);
         call_lists(tensors, accs, current, k, device, /*integers=*/true);
+        for (size_t i = 0; i < tensors.size(); ++i)
+          if (finite[i]) finite[i] = check_finite(*tensors[i], k, j, accs[i]);
       }
       for (const tensor_plan* p : tensors) release_pages(*p->sources[j].view);
       current.clear();
@@ -161,19 +208,53 @@ class script_avg_fn : public avg_function {
     }
   }
 
-  // One call with the floating tensors (or the integer ones, --buffers average) in plan order.
+  // One call with the floating tensors (or the integer ones, --buffers average) in plan order, as
+  // detached aliases; then every average checked.
   void call_lists(const std::vector<const tensor_plan*>& tensors, const std::vector<at::Tensor>& accs,
                   const std::vector<at::Tensor>& current, int64_t k, const at::Device& device, bool integers) {
     c10::List<at::Tensor> averaged, now;
+    std::vector<size_t> passed;
+    std::vector<kept_average> before;
+    std::vector<at::Tensor> aliases;
     for (size_t i = 0; i < tensors.size(); ++i)
       if (is_integer_average(*tensors[i]) == integers) {
-        averaged.push_back(accs[i]);
-        now.push_back(current[i]);
+        passed.push_back(i);
+        before.emplace_back(accs[i]);
+        aliases.push_back(accs[i].detach());
+        averaged.push_back(aliases.back());
+        now.push_back(current[i].detach());
       }
     if (averaged.empty()) return;
     call(fmt::format("checkpoint {} ({} tensors)", k + 1, integers ? "integer" : "floating"), [&] {
       forward_({averaged, now, count_tensor(k, device)});
     });
+    for (size_t a = 0; a < passed.size(); ++a)
+      check_kept(tensors[passed[a]]->name, k, accs[passed[a]], before[a], aliases[a]);
+  }
+
+  // input_error when the call at checkpoint k + 1 changed the average `acc` of `name` (see change_of).
+  void check_kept(const std::string& name, int64_t k, const at::Tensor& acc, const kept_average& before,
+                  const at::Tensor& alias) const {
+    if (const auto change = change_of(acc, before, alias))
+      throw input_error(fmt::format(
+          "{} {}: the function changed the average of tensor '{}' in place at checkpoint {}: {} (expected shape [{}], "
+          "dtype {}, device {}); an averaging function updates each average's values only",
+          avg_fn_option(spec_.kind), spec_.path, name, k + 1, *change, fmt::join(acc.sizes(), ", "),
+          c10::toString(acc.scalar_type()), acc.device().str()));
+  }
+
+  // After the call at checkpoint k + 1 (the plan's source j): true while `acc` is finite. NaN or Inf
+  // from finite inputs (the resumed average and sources 0..j) is the function's, an input_error;
+  // from non-finite inputs it is theirs, reported with the files when the tensor is written.
+  bool check_finite(const tensor_plan& p, int64_t k, size_t j, const at::Tensor& acc) const {
+    if (all_finite(acc)) return true;
+    if (p.resumed && !all_finite(to_tensor(*p.resumed))) return false;
+    for (size_t i = 0; i <= j; ++i)
+      if (!all_finite(to_tensor(*p.sources[i].view))) return false;
+    throw input_error(fmt::format(
+        "{} {}: the function produced NaN or Inf values in tensor '{}' at checkpoint {}, from finite inputs; pass "
+        "--allow-nonfinite to keep them",
+        avg_fn_option(spec_.kind), spec_.path, p.name, k + 1));
   }
 
   // The list function sees one checkpoint's tensors at a time: every tensor must be in the same inputs.

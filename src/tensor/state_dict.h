@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensor/tensor_view.h"
@@ -59,6 +60,8 @@ struct state_dict {
   std::shared_ptr<const pickle_document> document;  // keeps `objects` alive
   std::vector<other_entry> opaque;                  // objects swavg does not interpret, anywhere in the file
   std::map<std::string, std::string> metadata;      // safetensors __metadata__ / swavg's own record
+  // A sharded checkpoint's shards, in order: each file and its own metadata (`metadata` is the first's).
+  std::vector<std::pair<std::string, std::map<std::string, std::string>>> shard_metadata;
 };
 
 }  // namespace swavg

@@ -10,13 +10,14 @@ import copy
 import hashlib
 import json
 import os
+import subprocess
 import unittest
 from typing import List
 
 import torch
 from torch import Tensor, nn
 
-from common import TempDirTest, same_bits, swavg
+from common import SWAVG, TempDirTest, same_bits, swavg
 
 CHECKPOINTS = 4
 
@@ -411,6 +412,189 @@ class RefusedTest(AvgFnTest):
         self.assert_refused(["--multi-avg-fn", self.fns["multi_raises"], *self.inputs], 3,
                             "--multi-avg-fn " + self.fns["multi_raises"],
                             "the function failed on checkpoint 3 (floating tensors)", "no third checkpoint")
+
+
+class MultiTransposes(nn.Module):
+    """Re-strides each 2-D average in place and writes through the view: with AveragedModel's detached
+    aliases the average ends up the current checkpoint's, not transposed."""
+
+    def forward(self, averaged: List[Tensor], current: List[Tensor], num_averaged: Tensor) -> None:
+        for i in range(len(averaged)):
+            a = averaged[i]
+            if a.dim() == 2:
+                a.t_()
+                a.copy_(current[i].t())
+            else:
+                a.copy_(current[i])
+
+
+class MultiResizes(nn.Module):
+    def forward(self, averaged: List[Tensor], current: List[Tensor], num_averaged: Tensor) -> None:
+        for a in averaged:
+            a.resize_([a.numel() * 2])
+
+
+class MultiShrinks(nn.Module):
+    def forward(self, averaged: List[Tensor], current: List[Tensor], num_averaged: Tensor) -> None:
+        for a in averaged:
+            a.resize_([1])
+
+
+class MultiRetypes(nn.Module):
+    def forward(self, averaged: List[Tensor], current: List[Tensor], num_averaged: Tensor) -> None:
+        for a in averaged:
+            a.set_(a.double())
+
+
+def transposes(averaged: Tensor, current: Tensor, num_averaged: Tensor) -> Tensor:
+    if averaged.dim() == 2:
+        averaged.t_()
+    return current
+
+
+def resizes(averaged: Tensor, current: Tensor, num_averaged: Tensor) -> Tensor:
+    averaged.resize_([averaged.numel() + 1])
+    return current
+
+
+def returns_float64(averaged: Tensor, current: Tensor, num_averaged: Tensor) -> Tensor:
+    return (averaged.double() + current.double()) / 3
+
+
+def makes_nan(averaged: Tensor, current: Tensor, num_averaged: Tensor) -> Tensor:
+    if int(num_averaged) == 2:
+        return torch.full_like(averaged, float("nan"))
+    return averaged + (current - averaged) / (num_averaged + 1)
+
+
+class MultiMakesNan(nn.Module):
+    def forward(self, averaged: List[Tensor], current: List[Tensor], num_averaged: Tensor) -> None:
+        for a in averaged:
+            a.fill_(float("inf"))
+
+
+def real_averaged_model(states, **fn):
+    """torch.optim.swa_utils.AveragedModel(first, **fn) (use_buffers=False) updated with each checkpoint."""
+    models = [net_from(sd) for sd in states]
+    avg = torch.optim.swa_utils.AveragedModel(models[0], use_buffers=False, **fn)
+    for m in models:
+        avg.update_parameters(m)
+    return avg.module.state_dict()
+
+
+@unittest.skipIf(torch.__version__.startswith("1."), "multi_avg_fn is PyTorch 2.x's")
+class AliasTest(AvgFnTest):
+    """The function sees detached aliases of the averages, as AveragedModel passes them; a call that
+    changes an average itself (its size, dtype, storage) is refused, naming the function and tensor."""
+
+    def script(self, name, f):
+        path = self.path(name + ".ts")
+        torch.jit.script(f).save(path)
+        return path
+
+    def test_an_in_place_transpose_is_averaged_model_s_result(self):
+        states, paths = self.checkpoints(torch.float32)
+        fn = self.script("transposes", MultiTransposes())
+        got = self.average("--multi-avg-fn", fn, "--buffers", "latest", *paths)
+        want = real_averaged_model(states, multi_avg_fn=torch.jit.script(MultiTransposes()))
+        self.assertEqual(list(got), list(want))
+        self.assert_all_bits(got, want)
+        self.assertTrue(same_bits(got["fc1.weight"], states[-1]["fc1.weight"]))  # not transposed
+
+    def test_an_in_place_transpose_in_avg_fn(self):
+        states, paths = self.checkpoints(torch.float32)
+        fn = self.script("transposes_one", transposes)
+        got = self.average("--avg-fn", fn, "--buffers", "latest", *paths)
+        self.assert_all_bits(got, real_averaged_model(states, avg_fn=transposes))
+
+    def test_a_result_in_another_dtype_is_cast_as_copy_casts(self):
+        states, paths = self.checkpoints(torch.float32)
+        fn = self.script("float64", returns_float64)
+        got = self.average("--avg-fn", fn, "--buffers", "latest", *paths)
+        want = real_averaged_model(states, avg_fn=returns_float64)
+        self.assert_all_bits(got, want)
+        self.assertEqual(got["fc1.weight"].dtype, torch.float32)
+
+    def test_a_resize_is_refused(self):
+        _, paths = self.checkpoints(torch.float32)
+        for name, f, what in [("grows", MultiResizes(), "it was resized from [32, 16] to [1024]"),
+                              ("shrinks", MultiShrinks(), "it was resized from [32, 16] to [1]")]:
+            with self.subTest(name):
+                fn = self.script(name, f)
+                self.assert_refused(["--multi-avg-fn", fn, *paths], 3, "--multi-avg-fn " + fn,
+                                    "the function changed the average of tensor 'fc1.weight' in place at checkpoint 2",
+                                    what, "expected shape [32, 16], dtype Float, device cpu")
+        fn = self.script("resizes", resizes)
+        self.assert_refused(["--avg-fn", fn, *paths], 3, "--avg-fn " + fn,
+                            "the function changed the average of tensor 'fc1.weight' in place at checkpoint 2",
+                            "it was resized from [32, 16] to [513]")
+
+    def test_another_storage_or_dtype_is_refused(self):
+        _, paths = self.checkpoints(torch.float32)
+        fn = self.script("retypes", MultiRetypes())
+        p = self.assert_refused(["--multi-avg-fn", fn, *paths], 3, "--multi-avg-fn " + fn,
+                                "the function changed the average of tensor 'fc1.weight' in place at checkpoint 2")
+        self.assertTrue("its dtype changed" in p.stderr or "other storage" in p.stderr, p.stderr)
+
+    def test_nan_from_the_function_is_named_as_the_function_s(self):
+        states, paths = self.checkpoints(torch.float32)
+        fn = self.script("nan", makes_nan)
+        p = self.assert_refused(["--avg-fn", fn, *paths], 3, "--avg-fn " + fn,
+                                "the function produced NaN or Inf values in tensor 'fc1.weight' at checkpoint 3, "
+                                "from finite inputs", "--allow-nonfinite")
+        self.assertNotIn("overflowed", p.stderr)
+        got = self.average("--avg-fn", fn, "--buffers", "latest", "--allow-nonfinite", *paths)
+        self.assert_all_bits(got, real_averaged_model(states, avg_fn=makes_nan))
+        multi = self.script("multi_nan", MultiMakesNan())
+        p = self.assert_refused(["--multi-avg-fn", multi, *paths], 3, "--multi-avg-fn " + multi,
+                                "the function produced NaN or Inf values in tensor 'fc1.weight' at checkpoint 2")
+        self.assertNotIn("overflowed", p.stderr)
+
+    def test_nan_from_an_input_is_the_input_s(self):
+        states, paths = self.checkpoints(torch.float32)
+        sd = dict(states[1])
+        sd["fc1.weight"] = sd["fc1.weight"].clone()
+        sd["fc1.weight"][0, 0] = float("nan")
+        torch.save(sd, paths[1])
+        fn = self.script("swa_fn", swa_avg)
+        p = self.assert_refused(["--avg-fn", fn, *paths], 3, "tensor 'fc1.weight' has NaN or Inf values in " + paths[1])
+        self.assertNotIn("the function produced", p.stderr)
+
+
+class UnsafeFileTest(AvgFnTest):
+    """--avg-fn names a file swavg reads whole: a FIFO or a device is refused before any read (a read
+    would hang, or never end), and so is a file past the size bound."""
+
+    def setUp(self):
+        super().setUp()
+        _, self.inputs = self.checkpoints(torch.float32)
+
+    def refused(self, option, path, code, *needles):
+        out = self.path("out.pt")
+        p = subprocess.run([SWAVG, "average", option, path, *self.inputs, "-o", out], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(p.returncode, code, p.stderr)
+        for needle in needles:
+            self.assertIn(needle, p.stderr)
+        self.assertFalse(os.path.exists(out))
+
+    def test_a_fifo(self):
+        fifo = self.path("fn.fifo")
+        os.mkfifo(fifo)
+        for option in ("--avg-fn", "--multi-avg-fn"):
+            self.refused(option, fifo, 3, option + " " + fifo, "expected a regular file but it is a FIFO")
+
+    def test_dev_zero(self):
+        self.refused("--avg-fn", "/dev/zero", 3, "--avg-fn /dev/zero", "expected a regular file but it is a device")
+
+    def test_the_size_bound_at_its_edge(self):
+        at, past = self.path("at.ts"), self.path("past.ts")
+        for path, size in ((at, 67108864), (past, 67108865)):
+            with open(path, "wb") as f:
+                f.truncate(size)
+        self.refused("--avg-fn", at, 2, "--avg-fn " + at, "expected TorchScript")
+        self.refused("--avg-fn", past, 3, "--avg-fn " + past,
+                     "67108865 bytes, more than the 67108864 bytes an averaging function may hold")
 
 
 if __name__ == "__main__":

@@ -256,6 +256,65 @@ class PosthocEmaTest(TempDirTest):
         A = power_function_correlation(np.float64(times).reshape(-1, 1), np.float64(sigmas).reshape(-1, 1),
                                        np.float64(times).reshape(1, -1), np.float64(sigmas).reshape(1, -1))
         self.assertLess(diff, np.linalg.cond(A) * 1e-14 * np.abs(x).max())
+        self.assertNotIn("ill-conditioned", p.stderr)  # numpy's cond_1 8.1e7: under the bound
+        cond = np.linalg.cond(A, 1)
+        self.assertLessEqual(report["outputs"][0]["condition_estimate"], cond * 1.0001)
+        self.assertGreaterEqual(report["outputs"][0]["condition_estimate"], cond / 3)
+
+    def test_consecutive_steps_warn_with_the_condition_estimate(self):
+        """Both sigma_rels snapshotted at each of 150 consecutive steps from t = 1000: numpy's cond_1 is
+        2.5e10, past the bound (1e10): solved, with a warning naming the estimate."""
+        times = list(range(1000, 1150)) * 2
+        sigmas = [0.05] * 150 + [0.10] * 150
+        files = []
+        for i in range(len(times)):
+            path = self.path("s%d.pt" % i)
+            torch.save({"w": torch.full((2,), float(i))}, path)
+            files.append(path)
+        p, report = self.posthoc("--sigma-rel", "0.07", "--snapshot-times", ",".join(map(str, times)),
+                                 "--snapshot-sigmas", ",".join(map(str, sigmas)), *files)
+        A = power_function_correlation(np.float64(times).reshape(-1, 1), np.float64(sigmas).reshape(-1, 1),
+                                       np.float64(times).reshape(1, -1), np.float64(sigmas).reshape(1, -1))
+        cond = np.linalg.cond(A, 1)
+        self.assertGreater(cond, 1e10)
+        estimate = report["outputs"][0]["condition_estimate"]
+        self.assertLessEqual(estimate, cond * 1.0001)
+        self.assertGreaterEqual(estimate, cond / 3)
+        self.assertIn("--sigma-rel 0.07: the snapshots' system is ill-conditioned (condition estimate %.3g, above 1e+10)"
+                      % estimate, p.stderr)
+        self.assertTrue(os.path.exists(self.path("ema.pt")))
+
+    def test_nonfinite_snapshots_are_refused_as_average_refuses_them(self):
+        folder = self.path("nan")
+        os.mkdir(folder)
+        files = []
+        for t, s in ((40, "0.050"), (80, "0.100"), (80, "0.050"), (120, "0.050")):
+            files.append(os.path.join(folder, "s-%07d-%s.pt" % (t, s)))
+            w = torch.full((3,), t / 40.0)
+            if t == 80 and s == "0.100":
+                w[1] = float("nan")
+            if t == 120:
+                w[0] = float("inf")  # only used with --at 120
+            torch.save({"w": w, "bn.running_mean": torch.ones(2)}, files[-1])
+        used = files[:3]
+        p = swavg("average", *used, "-o", self.path("avg.pt"), check=False)
+        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertIn("tensor 'w' has NaN or Inf values in " + files[1] + " (1 values)", p.stderr)
+        err = self.assert_refused(3, "--sigma-rel", "0.07", "--at", "80", *files, outputs=["nan"])
+        self.assertIn("tensor 'w' has NaN or Inf values in " + files[1] + " (1 values); pass --allow-nonfinite",
+                      err)
+        err = self.assert_refused(3, "--sigma-rel", "0.07", *files, outputs=["nan"])
+        self.assertIn(files[3] + " (1 values)", err)
+        # --allow-nonfinite: combined anyway, NaN where the snapshot has it.
+        self.posthoc("--sigma-rel", "0.07", "--at", "80", "--allow-nonfinite", *files)
+        got = torch.load(self.path("ema.pt"))
+        self.assertTrue(bool(torch.isnan(got["w"][1])))
+        self.assertTrue(bool(torch.isfinite(got["w"][0])))
+        # A snapshot after T is not used: its Inf does not matter.
+        os.remove(self.path("ema.pt"))
+        clean = [f for f in files if f != files[1]]
+        self.posthoc("--sigma-rel", "0.07", "--at", "80", *clean)
+        self.assertTrue(bool(torch.isfinite(torch.load(self.path("ema.pt"))["w"]).all()))
 
     def test_non_tensor_entries(self):
         folder = self.path("obj")
