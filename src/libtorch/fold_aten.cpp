@@ -38,9 +38,11 @@ bool foreach_swa(const at::Device& device, const at::Tensor& acc) {
   return SWAVG_LIBTORCH_VERSION_MAJOR >= 2 && device.is_cuda() && (acc.is_floating_point() || acc.is_complex());
 }
 
+#if SWAVG_LIBTORCH_VERSION_MAJOR >= 2
 // 1 / (n_averaged + 1) as get_swa_multi_avg_fn computes it: an int64 tensor divided into 1, which
 // true division gives as float32.
 at::Scalar swa_lerp_weight(int64_t k) { return static_cast<double>(1.0f / static_cast<float>(k + 1)); }
+#endif
 
 at::Tensor flat_tensor(const tensor_view& v) {
   at::Tensor t = to_tensor(v);
