@@ -250,8 +250,12 @@ TEST_CASE("resume record: every shard of a resumed folder carries the same recor
         "avg/model-00002.safetensors: n 3 (the others: 4)", "avg/model-00004.safetensors: n 3"}},
       {"mode", {same, to_json(ema)}, {"avg/model-00002.safetensors: mode ema (the others: swa)"}},
       {"counts", {same, to_json(counted)}, {"avg/model-00002.safetensors: counts {bn.weight=3} (the others: {})"}},
-      {"a shard without a record", {same, same, std::nullopt}, {"avg/model-00003.safetensors: has no resume record (the others: have one)"}},
-      {"the first without a record", {std::nullopt, same}, {"avg/model-00002.safetensors: has a resume record (the others: none)"}},
+      {"a shard without a record",
+       {same, same, std::nullopt},
+       {"avg/model-00003.safetensors: has no resume record (the others: have one)"}},
+      {"the first without a record",
+       {std::nullopt, same},
+       {"avg/model-00002.safetensors: has a resume record (the others: none)"}},
   };
   for (const auto& k : cases) {
     INFO(k.what);

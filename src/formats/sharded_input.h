@@ -39,8 +39,8 @@ struct checkpoint_location {
 bool is_index_name(const std::string& path);
 // Resolves a folder to the index or single file its library loads (config.json's
 // "transformers_weights", else from_pretrained's order for transformers' names, then diffusers',
-// then PEFT's) and an index file to its folder. Throws input_error for a folder holding none, naming what it holds; for a diffusers
-// pipeline (model_index.json, no weights of its own), naming its component folders to average.
+// then PEFT's) and an index file to its folder. Throws input_error for a folder holding none, naming what it holds; for
+// a diffusers pipeline (model_index.json, no weights of its own), naming its component folders to average.
 checkpoint_location locate_checkpoint(const std::string& path);
 
 // Validates an index's bytes. Throws input_error naming `path` with every problem found.
