@@ -21,6 +21,18 @@ std::unique_ptr<std::vector<std::string>>& stdin_list() {
   return list;
 }
 
+std::string read_stdin(uint64_t max_size) {
+  std::string text;
+  char buf[65536];
+  while (std::cin.read(buf, sizeof buf) || std::cin.gcount() > 0) {
+    text.append(buf, static_cast<size_t>(std::cin.gcount()));
+    if (text.size() > max_size)
+      throw input_error(fmt::format("--inputs-from -: stdin holds more than {} bytes", max_size));
+  }
+  if (std::cin.bad()) throw io_error("--inputs-from -: cannot read stdin");
+  return text;
+}
+
 std::vector<std::string> read_lines(std::istream& in) {
   std::vector<std::string> lines;
   std::string line;
@@ -68,10 +80,11 @@ std::vector<std::string> select_inputs(const input_selection& s) {
   if (!s.inputs_from.empty()) {
     std::vector<std::string> listed;
     if (s.inputs_from == "-") {
-      listed = read_lines(std::cin);
+      std::istringstream in(read_stdin(kMaxInputListBytes));
+      listed = read_lines(in);
       stdin_list() = std::make_unique<std::vector<std::string>>(listed);
     } else {
-      std::istringstream in(read_text_file(s.inputs_from));
+      std::istringstream in(read_text_file(s.inputs_from, kMaxInputListBytes, open_mode::streams_too));
       listed = read_lines(in);
     }
     paths.insert(paths.end(), listed.begin(), listed.end());

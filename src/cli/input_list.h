@@ -2,14 +2,18 @@
  * Which checkpoints to fold, in which order: paths from the command line and --inputs-from
  * (a file or stdin, one path per line), sorted by name, natural order (ckpt_2 before ckpt_10) or
  * modification time, then thinned with --every K (the K-th, 2K-th, ... are kept) and cut to the
- * --last N.
+ * --last N. The list may be a regular file, a pipe (bash's `<(...)`) or stdin
+ * (`-`), read up to kMaxInputListBytes.
  */
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace swavg {
+
+inline constexpr uint64_t kMaxInputListBytes = uint64_t{64} << 20;
 
 enum class sort_order { none, name, natural, mtime };
 
@@ -21,7 +25,8 @@ struct input_selection {
   int every = 1;
 };
 
-// Throws usage_error for bad options or an empty result, io_error for an unreadable list file.
+// Throws usage_error for bad options or an empty result, io_error for an unreadable list file,
+// input_error for a list past kMaxInputListBytes.
 std::vector<std::string> select_inputs(const input_selection& s);
 
 // The paths select_inputs read from stdin (--inputs-from -), or nullptr. Stdin can be read only

@@ -30,8 +30,8 @@ void read_chunks(const std::string& path, size_t chunk, const std::function<bool
   read_all(regular_file::open(path), chunk, take);
 }
 
-std::string read_text_file(const std::string& path, uint64_t max_size) {
-  const regular_file file = regular_file::open(path);
+std::string read_text_file(const std::string& path, uint64_t max_size, open_mode mode) {
+  const regular_file file = regular_file::open(path, mode);
   const auto too_big = [&] { return input_error(fmt::format("{}: larger than {} bytes", path, max_size)); };
   if (static_cast<uint64_t>(file.status().st_size) > max_size) throw too_big();
   std::string out;

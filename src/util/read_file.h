@@ -10,6 +10,8 @@
 #include <functional>
 #include <string>
 
+#include "util/regular_file.h"
+
 namespace swavg {
 
 // Hands `take` the file's bytes in pieces of at most `chunk` bytes, in order, until the end or until
@@ -17,7 +19,9 @@ namespace swavg {
 void read_chunks(const std::string& path, size_t chunk, const std::function<bool(const char*, size_t)>& take);
 
 // A small file's contents (io_error when missing or unreadable, input_error when not a regular file
-// or past `max_size`, checked before the first read).
-std::string read_text_file(const std::string& path, uint64_t max_size = 64 << 20);
+// or past `max_size`, checked before the first read). With open_mode::streams_too a pipe or a
+// device is read too, up to `max_size` bytes (/dev/zero is refused once it passes them).
+std::string read_text_file(const std::string& path, uint64_t max_size = 64 << 20,
+                           open_mode mode = open_mode::regular_only);
 
 }  // namespace swavg

@@ -37,11 +37,18 @@ void require_regular(const std::string& path, const struct stat& st) {
 
 }  // namespace
 
-regular_file regular_file::open(const std::string& path) {
-  // A device is refused before it is opened (opening some has effects); the descriptor's own fstat
-  // then catches a path swapped in between.
+regular_file regular_file::open(const std::string& path, open_mode mode) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw_open_error(path, errno);
+  if (mode == open_mode::streams_too && !S_ISDIR(st.st_mode)) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);  // waits for a FIFO's writer
+    if (fd < 0) throw_open_error(path, errno);
+    regular_file f(fd, st, path);
+    if (::fstat(fd, &f.st_) != 0) throw io_error(fmt::format("{}: cannot stat: {}", path, errno_text(errno)));
+    return f;
+  }
+  // A device is refused before it is opened (opening some has effects); the descriptor's own fstat
+  // then catches a path swapped in between.
   require_regular(path, st);
   // O_NONBLOCK: a FIFO swapped in after the stat opens at once instead of waiting for a writer.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);

@@ -3,8 +3,8 @@
  * socket named as a checkpoint, a rules file or an averaging function would block the read forever
  * (a FIFO with no writer, /dev/zero never ends) or feed it unbounded bytes; each is refused before
  * the first byte is read, checked on the descriptor itself (fstat), so a path swapped between a
- * check and the open cannot slip through. Streams are taken only where an option says so
- * (`--inputs-from -`), and not through this.
+ * check and the open cannot slip through. Streams are taken only where an option says it reads a
+ * list (`--inputs-from`: a pipe from `<(ls ...)`, /dev/stdin), and then only up to a size bound.
  */
 #pragma once
 
@@ -15,12 +15,17 @@
 
 namespace swavg {
 
+enum class open_mode {
+  regular_only,  // anything but a regular file is refused before it is read
+  streams_too,   // a pipe, FIFO, character device or socket is read as it comes (a folder is refused)
+};
+
 // An open, read-only descriptor of a regular file and its fstat; closes on destruction.
 class regular_file {
  public:
   // io_error when missing (a dangling link says so) or unopenable; input_error when not a regular
   // file ("expected a regular file but it is a FIFO").
-  static regular_file open(const std::string& path);
+  static regular_file open(const std::string& path, open_mode mode = open_mode::regular_only);
 
   regular_file(regular_file&& other) noexcept;
   regular_file& operator=(regular_file&&) = delete;

@@ -1,6 +1,7 @@
 """Every file a run reads is an input: no output may be one, hold one or lie inside one (--force or
 not); every file read by name is a regular file (a FIFO or a device is refused before the first
-read, never waited on); a folder resolves to the weights transformers' from_pretrained loads.
+read, never waited on), except the list --inputs-from reads, which may be a pipe, up to 64 MiB; a
+folder resolves to the weights transformers' from_pretrained loads.
 
 References: the files themselves (their bytes before and after a refused run) and, for folders,
 transformers' AutoModelForCausalLM.from_pretrained on the same folder.
@@ -143,7 +144,6 @@ class SpecialFileTest(TempDirTest):
             "input": ["average", special, *self.ckpts, *out],
             "--resume": ["average", "--resume", special, *self.ckpts, *out],
             "--rules": ["average", "--rules", special, *self.ckpts, *out],
-            "--inputs-from": ["average", "--inputs-from", special, *self.ckpts, *out],
             "--model": ["average", "--model", special, *self.ckpts, *out],
             "--avg-fn": ["average", "--avg-fn", special, *self.ckpts, *out],
             "--multi-avg-fn": ["average", "--multi-avg-fn", special, *self.ckpts, *out],
@@ -164,6 +164,63 @@ class SpecialFileTest(TempDirTest):
                     self.assertIn("expected a regular file but it is " + kind, p.stderr)
                     self.assertIn(special, p.stderr)
                     self.assertFalse(os.path.exists(self.path("out.pt")))
+
+
+class InputListTest(TempDirTest):
+    """--inputs-from reads a list: a file, a pipe or stdin, up to 64 MiB, never forever."""
+
+    def setUp(self):
+        super().setUp()
+        self.ckpts = run_paths("cnn")[:3]
+        self.out = self.path("out.pt")
+
+    def inputs_of(self, p):
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return json.loads(p.stdout)["inputs"]
+
+    def test_a_pipe_and_process_substitution(self):
+        listing = "\n".join(self.ckpts[1:])
+        p = subprocess.run(["bash", "-c", 'exec "$0" average "$1" --inputs-from <(printf "%s\n" "$2") -o "$3" --json',
+                            SWAVG, self.ckpts[0], listing, self.out], capture_output=True, text=True, timeout=TIMEOUT_S)
+        self.assertEqual(self.inputs_of(p), self.ckpts)
+        fifo = self.path("list.fifo")
+        os.mkfifo(fifo)
+        writer = subprocess.Popen(["bash", "-c", 'printf "%s\n" "$1" > "$0"', fifo, listing])
+        p = subprocess.run([SWAVG, "average", self.ckpts[0], "--inputs-from", fifo, "-o", self.out, "--force",
+                            "--json"], capture_output=True, text=True, timeout=TIMEOUT_S)
+        writer.wait(timeout=TIMEOUT_S)
+        self.assertEqual(self.inputs_of(p), self.ckpts)
+        p = subprocess.run([SWAVG, "average", *self.ckpts, "--inputs-from", "/dev/null", "-o", self.out, "--force",
+                            "--json"], capture_output=True, text=True, timeout=TIMEOUT_S)
+        self.assertEqual(self.inputs_of(p), self.ckpts)
+
+    def test_an_endless_list_stops_at_the_bound(self):
+        for argv, stdin in ((["--inputs-from", "/dev/zero"], None), (["--inputs-from", "-"], "/dev/zero")):
+            with self.subTest(argv=argv):
+                with open(stdin or os.devnull, "rb") as f:
+                    p = subprocess.run([SWAVG, "average", *self.ckpts, *argv, "-o", self.out], stdin=f,
+                                       capture_output=True, text=True, timeout=TIMEOUT_S)
+                self.assertEqual(p.returncode, 3, p.stderr)
+                self.assertIn("67108864 bytes", p.stderr)
+                self.assertFalse(os.path.exists(self.out))
+
+    def test_the_list_bound_at_its_edge(self):
+        head = self.ckpts[1] + "\n#"
+        for size, ok in ((67108864, True), (67108865, False)):
+            with self.subTest(size=size):
+                listed = self.path("list.txt")
+                with open(listed, "w") as f:
+                    f.write(head + "#" * (size - len(head) - 1) + "\n")
+                self.assertEqual(os.path.getsize(listed), size)
+                for argv, stdin in ((["--inputs-from", listed], None), (["--inputs-from", "-"], listed)):
+                    with open(stdin or os.devnull, "rb") as f:
+                        p = subprocess.run([SWAVG, "average", self.ckpts[0], *argv, "-o", self.out, "--force",
+                                            "--json"], stdin=f, capture_output=True, text=True, timeout=TIMEOUT_S)
+                    if ok:
+                        self.assertEqual(self.inputs_of(p), self.ckpts[:2])
+                    else:
+                        self.assertEqual(p.returncode, 3, p.stderr)
+                        self.assertIn("67108864 bytes", p.stderr)
 
 
 @unittest.skipUnless(transformers is not None and os.path.isdir(fixture("hf_stack/llama")),
