@@ -319,7 +319,7 @@ constexpr const char* kPipelineIndexName = "model_index.json";  // a diffusers p
   }
   throw input_error(fmt::format(
       "{}: a folder without a checkpoint: looked for {}, {}, {} and {} (and diffusers' {}.*, PEFT's {}.*); it holds {}",
-      folder, kSafetensorsIndexName, kTorchIndexName, kSafetensorsSingleName, kTorchSingleName,
+      folder, kSafetensorsSingleName, kSafetensorsIndexName, kTorchSingleName, kTorchIndexName,
       weights_stem(file_format::safetensors, weights_names::diffusers),
       weights_stem(file_format::safetensors, weights_names::peft), listed(names)));
 }

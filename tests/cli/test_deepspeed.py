@@ -8,7 +8,7 @@ import shutil
 import unittest
 
 from common import TempDirTest, fixture, same_bits, swavg
-from reference import load_output, swa_fold
+from reference import load_output, load_safetensors, swa_fold
 
 try:
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
@@ -73,6 +73,18 @@ class DeepSpeedTest(TempDirTest):
         self.assertEqual(list(got), list(want))  # zero_to_fp32's order: buffers, frozen, trainable, tied
         for k in want:
             self.assertTrue(same_bits(got[k], want[k]), k)
+
+    def test_folder_output(self):
+        # -o DIR/ writes a Hugging Face folder; nothing of the DeepSpeed folder (latest, zero_to_fp32.py) is copied.
+        out = self.path("avg")
+        swavg("average", *self.tags("zero3_w2"), "-o", out + "/")
+        self.assertEqual(sorted(os.listdir(out)), ["model.safetensors"])
+        want = self.path("avg.pt")
+        swavg("average", *self.tags("zero3_w2"), "-o", want)
+        got, ref = load_safetensors(os.path.join(out, "model.safetensors"))[0], load_output(want)
+        self.assertEqual(sorted(got), sorted(k for k in ref))
+        for k in got:
+            self.assertTrue(same_bits(got[k], ref[k].contiguous()), k)
 
     def test_hostile_folders_exit_3(self):
         good = self.tags("zero3_w2")[0]
