@@ -16,9 +16,15 @@ BUILD_DIR=${BUILD_DIR:-build-asan}
 JOBS=${JOBS:-$(nproc)}
 start=$(date +%s)
 
+# ccache as in setup.sh (keyed on paths relative to the checkout, so a fresh clone reuses objects).
+launcher=()
+if command -v ccache > /dev/null; then
+  export CCACHE_BASEDIR="$PWD"
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
 # -O1 keeps the instrumented binaries quick without the compile time of -O2/-O3.
 # shellcheck disable=SC2086
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
+cmake -S . -B "$BUILD_DIR" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
       -DSWAVG_SANITIZE=ON ${CMAKE_ARGS:-}
 targets=(test_pickle test_pickle_literals test_pickle_keys test_pickle_deny_list test_zip_reader test_zip_writer
          test_crc32 test_safetensors test_torch_file test_sharded_input test_sha256
