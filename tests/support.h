@@ -7,13 +7,16 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "tensor/tensor_view.h"
+#include "util/error.h"
 
 namespace swavg::test {
 
@@ -44,6 +47,17 @@ inline std::string row_major_bytes(const tensor_view& v) {
   return out;
 }
 
+// The message of the swavg::error `f` throws ("" when it throws none), and its exit code.
+inline std::string error_of(const std::function<void()>& f, swavg::exit_code* code = nullptr) {
+  try {
+    f();
+  } catch (const swavg::error& e) {
+    if (code) *code = e.code();
+    return e.what();
+  }
+  return "";
+}
+
 // A folder under $TMPDIR (or /tmp), removed with what is in it.
 class temp_dir {
  public:
@@ -56,10 +70,11 @@ class temp_dir {
   temp_dir(const temp_dir&) = delete;
   temp_dir& operator=(const temp_dir&) = delete;
   ~temp_dir() {
-    for (const auto& name : files()) ::unlink((path_ + "/" + name).c_str());
-    ::rmdir(path_.c_str());
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
   }
   const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
   std::vector<std::string> files() const {
     std::vector<std::string> names;
     if (DIR* d = ::opendir(path_.c_str())) {

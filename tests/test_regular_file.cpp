@@ -9,35 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "support.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
 #include "util/read_file.h"
 #include "util/regular_file.h"
 
 using namespace swavg;
+using namespace swavg::test;
 
 namespace {
-
-struct temp_dir {
-  std::string path;
-  temp_dir() {
-    std::string pattern = "/tmp/swavg_regular_XXXXXX";
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~temp_dir() { std::system(("rm -rf '" + path + "'").c_str()); }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
-
-std::string error_of(const std::function<void()>& f, exit_code* code = nullptr) {
-  try {
-    f();
-  } catch (const error& e) {
-    if (code) *code = e.code();
-    return e.what();
-  }
-  return "";
-}
 
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));

@@ -17,22 +17,14 @@
 #include "formats/load.h"
 #include "formats/sharded_input.h"
 #include "util/error.h"
+#include "support.h"
 #include "util/mapped_file.h"
 
 using namespace swavg;
+using namespace swavg::test;
 using json = nlohmann::json;
 
 namespace {
-
-struct temp_dir {
-  std::string path;
-  temp_dir() {
-    char name[] = "/tmp/swavg_sharded_XXXXXX";
-    path = ::mkdtemp(name);
-  }
-  ~temp_dir() { std::system(("rm -rf '" + path + "'").c_str()); }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
 
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
@@ -59,16 +51,6 @@ void write_shard(const std::string& path, const std::vector<std::pair<std::strin
   const uint64_t n = text.size();
   std::memcpy(&bytes[0], &n, 8);
   write_file(path, bytes + text + data);
-}
-
-std::string error_of(const std::function<void()>& f, exit_code* code = nullptr) {
-  try {
-    f();
-  } catch (const error& e) {
-    if (code) *code = e.code();
-    return e.what();
-  }
-  return "";
 }
 
 std::string index_with(const std::string& weight_map, const std::string& metadata = "{}") {
@@ -181,7 +163,7 @@ TEST_CASE("shards are merged in the weight map's shard order, each in its own or
              index_with(R"({"b": "model-00002-of-00002.safetensors", "a": "model-00002-of-00002.safetensors",
                             "y": "model-00001-of-00002.safetensors", "z": "model-00001-of-00002.safetensors"})",
                         R"({"total_size": 40})"));
-  for (const std::string& arg : {d.path, d.path + "/", d / kSafetensorsIndexName}) {
+  for (const std::string& arg : {d.path(), d.path() + "/", d / kSafetensorsIndexName}) {
     INFO(arg);
     const state_dict sd = load_state_dict(arg);
     CHECK(sd.path == arg);
@@ -195,11 +177,11 @@ TEST_CASE("shards are merged in the weight map's shard order, each in its own or
     CHECK(sd.tensors[2].view.mapping->path() == d / "model-00001-of-00002.safetensors");
     CHECK(reinterpret_cast<const float*>(sd.tensors[1].view.data())[3] == 103.0f);
     CHECK(sd.tensors[0].view.storage_key != sd.tensors[2].view.storage_key);
-    CHECK(output_source_of(arg).folder == d.path);
+    CHECK(output_source_of(arg).folder == d.path());
   }
-  CHECK(checkpoint_files(d.path) == std::vector<std::string>{d / kSafetensorsIndexName,
-                                                             d / "model-00002-of-00002.safetensors",
-                                                             d / "model-00001-of-00002.safetensors"});
+  CHECK(checkpoint_files(d.path()) == std::vector<std::string>{d / kSafetensorsIndexName,
+                                                               d / "model-00002-of-00002.safetensors",
+                                                               d / "model-00001-of-00002.safetensors"});
   CHECK(output_source_of(d / "model-00001-of-00002.safetensors").folder.empty());
   CHECK(checkpoint_files(d / "model-00001-of-00002.safetensors") ==
         std::vector<std::string>{d / "model-00001-of-00002.safetensors"});
@@ -244,34 +226,34 @@ TEST_CASE("a total_size that disagrees is a warning, not an error", "[sharded_in
   temp_dir d;
   write_shard(d / "s.safetensors", {{"a", 3}});
   write_file(d / kSafetensorsIndexName, index_with(R"({"a": "s.safetensors"})", R"({"total_size": 13})"));
-  CHECK(load_state_dict(d.path).tensors.size() == 1);
+  CHECK(load_state_dict(d.path()).tensors.size() == 1);
 }
 
 TEST_CASE("folders: which file is read, and a folder without a checkpoint", "[sharded_input]") {
   temp_dir d;
   exit_code code = exit_code::ok;
-  CHECK_THAT(error_of([&] { load_state_dict(d.path); }, &code), Catch::Contains("a folder without a checkpoint") &&
-                                                                    Catch::Contains(kSafetensorsIndexName) &&
-                                                                    Catch::Contains("it holds nothing"));
+  CHECK_THAT(error_of([&] { load_state_dict(d.path()); }, &code), Catch::Contains("a folder without a checkpoint") &&
+                                                                      Catch::Contains(kSafetensorsIndexName) &&
+                                                                      Catch::Contains("it holds nothing"));
   CHECK(code == exit_code::bad_input);
   write_file(d / "config.json", "{}");
   for (int i = 0; i < 12; ++i) write_file(d / ("f" + std::to_string(i + 10)), "");
-  CHECK_THAT(error_of([&] { load_state_dict(d.path); }),
+  CHECK_THAT(error_of([&] { load_state_dict(d.path()); }),
              Catch::Contains("'config.json', 'f10'") && Catch::Contains("and 3 more"));
 
   // transformers' from_pretrained order, each file added taking over from the ones before:
   // pytorch_model.bin.index.json < pytorch_model.bin < model.safetensors.index.json < model.safetensors.
   write_shard(d / "p.safetensors", {{"from_pt_index", 1}});
   write_file(d / kTorchIndexName, index_with(R"({"from_pt_index": "p.safetensors"})"));
-  CHECK(load_state_dict(d.path).tensors.front().name == "from_pt_index");
+  CHECK(load_state_dict(d.path()).tensors.front().name == "from_pt_index");
   write_shard(d / kTorchSingleName, {{"single_bin", 1}});  // safetensors bytes: read by content
-  CHECK(load_state_dict(d.path).tensors.front().name == "single_bin");
+  CHECK(load_state_dict(d.path()).tensors.front().name == "single_bin");
   write_shard(d / "s.safetensors", {{"from_st_index", 1}});
   write_file(d / kSafetensorsIndexName, index_with(R"({"from_st_index": "s.safetensors"})"));
-  CHECK(load_state_dict(d.path).tensors.front().name == "from_st_index");
+  CHECK(load_state_dict(d.path()).tensors.front().name == "from_st_index");
   write_shard(d / kSafetensorsSingleName, {{"single", 1}});
-  CHECK(load_state_dict(d.path).tensors.front().name == "single");
-  CHECK(checkpoint_files(d.path) == std::vector<std::string>{d / kSafetensorsSingleName});
+  CHECK(load_state_dict(d.path()).tensors.front().name == "single");
+  CHECK(checkpoint_files(d.path()) == std::vector<std::string>{d / kSafetensorsSingleName});
   CHECK(load_state_dict(d / kTorchIndexName).tensors.front().name == "from_pt_index");
 }
 
@@ -280,14 +262,14 @@ TEST_CASE("folders: config.json's transformers_weights is read first, as from_pr
   write_shard(d / kSafetensorsSingleName, {{"single", 1}});
   write_shard(d / "custom.safetensors", {{"named", 1}});
   write_file(d / "config.json", R"({"transformers_weights": "custom.safetensors"})");
-  CHECK(load_state_dict(d.path).tensors.front().name == "named");
+  CHECK(load_state_dict(d.path()).tensors.front().name == "named");
   write_shard(d / "c.safetensors", {{"named_index", 1}});
   write_file(d / "custom.safetensors.index.json", index_with(R"({"named_index": "c.safetensors"})"));
   write_file(d / "config.json", R"({"transformers_weights": "custom.safetensors.index.json"})");
-  CHECK(load_state_dict(d.path).tensors.front().name == "named_index");
+  CHECK(load_state_dict(d.path()).tensors.front().name == "named_index");
   for (const char* other : {R"({"transformers_weights": null})", "{}", "not json", "[1]"}) {
     write_file(d / "config.json", other);
-    CHECK(load_state_dict(d.path).tensors.front().name == "single");
+    CHECK(load_state_dict(d.path()).tensors.front().name == "single");
   }
   struct bad_case {
     const char* config;
@@ -304,15 +286,15 @@ TEST_CASE("folders: config.json's transformers_weights is read first, as from_pr
        }) {
     write_file(d / "config.json", c.config);
     exit_code code = exit_code::ok;
-    CHECK_THAT(error_of([&] { load_state_dict(d.path); }, &code), Catch::Contains(c.message));
+    CHECK_THAT(error_of([&] { load_state_dict(d.path()); }, &code), Catch::Contains(c.message));
     CHECK(code == c.code);
   }
   // The size read of config.json, at its edge (literal: 16 MiB).
   const std::string named = R"({"transformers_weights": "custom.safetensors"})";
   write_file(d / "config.json", named + std::string(16777216 - named.size(), ' '));
-  CHECK(load_state_dict(d.path).tensors.front().name == "named");
+  CHECK(load_state_dict(d.path()).tensors.front().name == "named");
   write_file(d / "config.json", named + std::string(16777217 - named.size(), ' '));
-  CHECK_THAT(error_of([&] { load_state_dict(d.path); }), Catch::Contains("larger than 16777216 bytes"));
+  CHECK_THAT(error_of([&] { load_state_dict(d.path()); }), Catch::Contains("larger than 16777216 bytes"));
 }
 
 TEST_CASE("an index that cannot be read", "[sharded_input]") {
@@ -345,26 +327,26 @@ TEST_CASE("weight file names: transformers', diffusers' and PEFT's", "[sharded_i
 TEST_CASE("folders of diffusers and PEFT, and what a file's name says", "[sharded_input]") {
   temp_dir d;
   write_shard(d / "diffusion_pytorch_model.bin", {{"unet_bin", 1}});  // not a torch file, never read
-  CHECK(locate_checkpoint(d.path).names == weights_names::diffusers);
+  CHECK(locate_checkpoint(d.path()).names == weights_names::diffusers);
   write_shard(d / "diffusion_pytorch_model.safetensors", {{"unet", 1}});
-  CHECK(load_state_dict(d.path).tensors.front().name == "unet");
+  CHECK(load_state_dict(d.path()).tensors.front().name == "unet");
   write_shard(d / "u.safetensors", {{"unet_sharded", 1}});
   write_file(d / "diffusion_pytorch_model.safetensors.index.json", index_with(R"({"unet_sharded": "u.safetensors"})"));
-  checkpoint_location at = locate_checkpoint(d.path + "/");
+  checkpoint_location at = locate_checkpoint(d.path() + "/");
   CHECK(at.index == d / "diffusion_pytorch_model.safetensors.index.json");
-  CHECK(at.folder == d.path);
+  CHECK(at.folder == d.path());
   CHECK(at.names == weights_names::diffusers);
   write_shard(d / "adapter_model.safetensors", {{"lora", 1}});
-  CHECK(locate_checkpoint(d.path).names == weights_names::diffusers);  // diffusers' before PEFT's
+  CHECK(locate_checkpoint(d.path()).names == weights_names::diffusers);  // diffusers' before PEFT's
   write_shard(d / kSafetensorsSingleName, {{"single", 1}});
-  at = locate_checkpoint(d.path);
+  at = locate_checkpoint(d.path());
   CHECK(at.names == weights_names::transformers);  // transformers' first
   CHECK(at.file == d / kSafetensorsSingleName);
 
   temp_dir p;
   write_shard(p / "adapter_model.bin", {{"lora", 1}});
-  CHECK(locate_checkpoint(p.path).names == weights_names::peft);
-  CHECK(locate_checkpoint(p.path).file == p / "adapter_model.bin");
+  CHECK(locate_checkpoint(p.path()).names == weights_names::peft);
+  CHECK(locate_checkpoint(p.path()).file == p / "adapter_model.bin");
 
   CHECK(locate_checkpoint("x/diffusion_pytorch_model-00001-of-00002.safetensors").names == weights_names::diffusers);
   CHECK(locate_checkpoint("diffusion_pytorch_model.safetensors").names == weights_names::diffusers);
@@ -380,7 +362,7 @@ TEST_CASE("a diffusers pipeline's root names its component folders", "[sharded_i
   temp_dir d;
   write_file(d / "model_index.json", "{}");
   exit_code code = exit_code::ok;
-  CHECK_THAT(error_of([&] { locate_checkpoint(d.path); }, &code),
+  CHECK_THAT(error_of([&] { locate_checkpoint(d.path()); }, &code),
              Catch::Contains("a diffusers pipeline (model_index.json found)") &&
                  Catch::Contains("none holds weights; it holds 'model_index.json'"));
   CHECK(code == exit_code::bad_input);
@@ -389,10 +371,10 @@ TEST_CASE("a diffusers pipeline's root names its component folders", "[sharded_i
   write_shard(d / "vae/diffusion_pytorch_model.bin", {{"a", 1}});
   write_shard(d / "text_encoder/model.safetensors", {{"a", 1}});
   write_file(d / "scheduler/scheduler_config.json", "{}");
-  const std::string message = error_of([&] { locate_checkpoint(d.path); });
+  const std::string message = error_of([&] { locate_checkpoint(d.path()); });
   CHECK_THAT(message, Catch::Contains("average its component folders one by one instead ('text_encoder/', 'unet/', "
                                       "'vae/')"));
   CHECK_THAT(message, !Catch::Contains("scheduler"));
   write_shard(d / kSafetensorsSingleName, {{"own", 1}});  // weights of its own: read them
-  CHECK(locate_checkpoint(d.path).file == d / kSafetensorsSingleName);
+  CHECK(locate_checkpoint(d.path()).file == d / kSafetensorsSingleName);
 }
