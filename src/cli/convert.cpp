@@ -36,7 +36,8 @@ void convert_to_folder(const convert_options& o) {
   out.refuse_non_empty();
   const output_format format = o.format.value_or(output_format::safetensors);
   state_dict sd = load_state_dict(o.input, o.load);
-  if (!o.drop_objects) check_objects_fit(o.output, output_format::safetensors, sd.objects);
+  if (!o.drop_objects)
+    check_objects_fit(o.output, format == output_format::dcp ? format : output_format::safetensors, sd.objects);
   std::vector<tensor_spec> specs;
   for (const auto& t : sd.tensors) specs.push_back(tensor_spec{t.name, t.view.type, t.view.shape, std::nullopt});
   std::map<std::string, std::string> metadata;
@@ -46,6 +47,7 @@ void convert_to_folder(const convert_options& o) {
   if (!source.folder.empty()) extra = classify_folder(source.folder);
 
   out.stage(source.folder, extra.copied, source.names);
+  if (format == output_format::dcp) out.chunk_like(o.input, sd.key);
   output_sink& sink = out.open(format, std::move(specs), metadata);
   std::vector<uint8_t> copy;
   for (const auto& t : sd.tensors) {
@@ -67,8 +69,9 @@ void run_convert(const convert_options& o) {
   if (is_directory_output(o.output)) return convert_to_folder(o);
   if (!o.max_shard_size.empty())
     throw usage_error(fmt::format("--max-shard-size needs a folder output (-o DIR/), not '{}'", o.output));
-  check_output_path(o.output, checkpoint_files(o.input), o.force);
   const output_format format = choose_output_format(o.output, o.format);
+  refuse_folder_format(o.output, format);
+  check_output_path(o.output, checkpoint_files(o.input), o.force);
   state_dict sd = load_state_dict(o.input, o.load);
   const std::vector<object_entry> objects = o.drop_objects ? std::vector<object_entry>{} : sd.objects;
   std::map<std::string, std::string> metadata;

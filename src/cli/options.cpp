@@ -45,9 +45,11 @@ CLI::Validator integer_in(int64_t lo, int64_t hi) {
 }
 
 CLI::Option* add_format_option(CLI::App* app, std::optional<output_format>& target) {
-  return add_enum_option(app, "--format", target,
-                         names_of({output_format::torch, output_format::safetensors}, output_format_name),
-                         "torch or safetensors (default: from the output's extension)");
+  return add_enum_option(
+      app, "--format", target,
+      names_of({output_format::torch, output_format::safetensors, output_format::dcp}, output_format_name),
+      "torch, safetensors or dcp (a Distributed Checkpoint folder, -o DIR/ only; default: from "
+      "the output's extension)");
 }
 
 CLI::Option* add_device_option(CLI::App* app, const std::string& flags, device_spec& target, const std::string& help) {

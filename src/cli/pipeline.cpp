@@ -237,6 +237,7 @@ fold_report run_directory_job(const fold_job& job) {
     spdlog::info("{}/{}: not copied (weights, an index or not a file)", source_folder, name);
 
   out.stage(source_folder, extra.copied, source.names, job_identity(job, folded, format));
+  if (format == output_format::dcp) out.chunk_like(job.inputs.front(), in.checkpoints.front().key);
   const fold_result result = run_fold(folded, in, fold_target{out.path(), format, job.drop_objects, &out});
   out.finish();
   if (!out.plain())
@@ -272,8 +273,9 @@ fold_report run_fold_job(const fold_job& job) {
   validate_config(c, job.inputs.size(), !job.resume.empty());
   check_device(c.device);
   require_lerp_kernels(c);
-  check_paths(job, files_read(job));
   const output_format format = choose_output_format(job.output, job.format);
+  refuse_folder_format(job.output, format);
+  check_paths(job, files_read(job));
 
   const fold_inputs in = load_fold_inputs(job);
   const fold_config folded = config_for(job, in);

@@ -13,6 +13,8 @@
 #include "tensor/tensor_view.h"
 #include "util/checked.h"
 #include "util/error.h"
+#include "util/mapped_file.h"
+#include "util/atomic_dir.h"
 
 namespace swavg {
 namespace {
@@ -380,6 +382,11 @@ dcp_metadata parse_dcp_metadata(const uint8_t* data, size_t size, const std::str
     md.entries.push_back(std::move(e));
   }
   return md;
+}
+
+dcp_metadata read_dcp_metadata(const std::string& folder) {
+  const auto f = mapped_file::open(without_trailing_slash(folder) + "/.metadata");
+  return parse_dcp_metadata(f->data(), f->size(), f->path());
 }
 
 }  // namespace swavg

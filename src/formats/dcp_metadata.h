@@ -55,6 +55,9 @@ struct dcp_metadata {
 // the entry and the chunk for anything malformed or off the allow list.
 dcp_metadata parse_dcp_metadata(const uint8_t* data, size_t size, const std::string& path);
 
+// Reads and parses `folder`/.metadata (memory-mapped), as above.
+dcp_metadata read_dcp_metadata(const std::string& folder);
+
 // Checks that `chunks` tile a tensor of `size` exactly: every chunk inside, none overlapping, no
 // element left out. Returns "" when they do, else what is wrong (naming the chunk by its offsets).
 std::string check_chunk_tiling(const std::vector<int64_t>& size, const std::vector<dcp_chunk>& chunks);

@@ -5,9 +5,13 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "formats/dcp_input.h"
+#include "formats/dcp_output.h"
 #include "formats/load.h"
 #include "formats/sharded_output.h"
 #include "formats/worker_files.h"
@@ -144,8 +148,34 @@ void output_folder::hold_partial() {
 
 const std::string& output_folder::where() const { return plain() ? stage_->path() : partial_; }
 
+void output_folder::chunk_like(const std::string& first_input, const std::string& key) {
+  if (!is_dcp_folder(first_input)) return;
+  chunks_like_ = std::make_unique<dcp_chunk_source>();
+  chunks_like_->metadata = read_dcp_metadata(first_input);
+  chunks_like_->key = key;
+  chunks_like_->path = without_trailing_slash(first_input) + "/" + kDcpMetadataName;
+}
+
 output_sink& output_folder::open(output_format format, std::vector<tensor_spec> specs,
                                  const std::map<std::string, std::string>& metadata) {
+  if (format == output_format::dcp) {
+    copied_.erase(std::remove(copied_.begin(), copied_.end(), std::string(kDcpMetadataName)), copied_.end());
+    dcp_ = std::make_unique<dcp_plan>(plan_dcp(std::move(specs), chunks_like_.get(), out_));
+    if (dcp_->files.size() > kMaxShards)
+      throw usage_error(fmt::format("{}/: the DCP output would have {} rank files, more than the {} a folder may have",
+                                    out_, dcp_->files.size(), kMaxShards));
+    layout_ = dcp_->layout;
+    layout_->max_shard_size = max_shard_size_;
+    const std::string plan = plan_json(*layout_, metadata, copied_, worker_count_, options_, dcp_->metadata);
+    if (plain()) {
+      plan_hash_ = sha256_hex(plan.data(), plan.size());
+    } else {
+      ensure_dir(partial_);
+      plan_hash_ = write_plan_once(partial_, plan);
+    }
+    dcp_sink_ = std::make_unique<dcp_sink>(where(), *dcp_, worker_index_, worker_count_, !plain());
+    return *dcp_sink_;
+  }
   layout_ = plan_layout(format, std::move(specs), max_shard_size_, names_);
   if (layout_->shards.size() > kMaxShards)
     throw usage_error(fmt::format("{}/: --max-shard-size {} makes {} shards, more than the {} a folder may have", out_,
@@ -162,12 +192,15 @@ output_sink& output_folder::open(output_format format, std::vector<tensor_spec> 
 }
 
 void output_folder::finish() {
-  files_ = sink_->files();
+  files_ = dcp_sink_ ? dcp_sink_->files() : sink_->files();
   if (worker_index_ == 0)
     for (const auto& name : copied_)
       files_.push_back(copy_file_hashed(source_ + "/" + name, where() + "/" + name, name));
   if (plain()) {
-    if (layout_->indexed()) write_index(where(), *layout_);
+    if (dcp_)
+      write_dcp_metadata(where(), dcp_->metadata);
+    else if (layout_->indexed())
+      write_index(where(), *layout_);
     stage_->publish(force_);
     return;
   }

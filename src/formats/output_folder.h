@@ -26,8 +26,11 @@
 
 namespace swavg {
 
+class dcp_sink;
 class sharded_sink;
 class staged_dir;
+struct dcp_chunk_source;
+struct dcp_plan;
 
 // Files of an input folder: what is copied to the output (not weights) and what is skipped (a file
 // named like one of the job's, is_job_file_name, with a warning).
@@ -79,12 +82,16 @@ class output_folder {
   // into the plan (worker_files.h). A worker of several holds its lock from here at the latest.
   void stage(std::string source, std::vector<std::string> copied, weights_names names = weights_names::transformers,
              job_options options = {});
+  // 2b. --format dcp: chunk like `first_input` when it is a DCP folder (dcp_output.h), its state
+  // dict taken at `key`. Call before open().
+  void chunk_like(const std::string& first_input, const std::string& key);
   // 3. Plans the shards of `specs` (in `format`, with `metadata` in each; usage_error past
-  // kMaxShards), writes the plan and opens this worker's shards: write() every tensor the sink
-  // owns(), in order, then commit().
+  // kMaxShards; dcp: the rank files, dcp_output.h), writes the plan and opens this worker's
+  // shards: write() every tensor the sink owns(), in order, then commit().
   output_sink& open(output_format format, std::vector<tensor_spec> specs,
                     const std::map<std::string, std::string>& metadata);
-  // 4. After the sink's commit: the copies, then the index and OUT/ published, or the manifest.
+  // 4. After the sink's commit: the copies, then the index (dcp: .metadata) and OUT/ published, or
+  // the manifest (finalize writes the index).
   void finish();
 
   const shard_layout& layout() const { return *layout_; }
@@ -109,6 +116,9 @@ class output_folder {
   std::optional<shard_layout> layout_;
   std::string plan_hash_;
   std::unique_ptr<sharded_sink> sink_;
+  std::unique_ptr<dcp_chunk_source> chunks_like_;
+  std::unique_ptr<dcp_plan> dcp_;
+  std::unique_ptr<dcp_sink> dcp_sink_;
   std::vector<written_file> files_;
 };
 

@@ -13,7 +13,28 @@
 
 namespace swavg {
 
-const char* output_format_name(output_format f) { return f == output_format::torch ? "torch" : "safetensors"; }
+const char* output_format_name(output_format f) {
+  switch (f) {
+    case output_format::torch: return "torch";
+    case output_format::safetensors: return "safetensors";
+    case output_format::dcp: break;
+  }
+  return "dcp";
+}
+
+std::optional<output_format> output_format_from_name(const std::string& name) {
+  for (output_format f : {output_format::torch, output_format::safetensors, output_format::dcp})
+    if (name == output_format_name(f)) return f;
+  return std::nullopt;
+}
+
+void refuse_folder_format(const std::string& path, output_format format) {
+  if (format == output_format::dcp)
+    throw usage_error(
+        fmt::format("{}: --format dcp writes a Distributed Checkpoint folder, not one file; give "
+                    "the folder with a trailing slash: -o {}/",
+                    path, path));
+}
 
 output_format choose_output_format(const std::string& path, std::optional<output_format> requested) {
   if (requested) return *requested;
@@ -21,9 +42,14 @@ output_format choose_output_format(const std::string& path, std::optional<output
 }
 
 void check_objects_fit(const std::string& path, output_format format, const std::vector<object_entry>& objects) {
-  if (format != output_format::safetensors || objects.empty()) return;
+  if (format == output_format::torch || objects.empty()) return;
   std::vector<std::string> names;
   for (const auto& o : objects) names.push_back(fmt::format("{} ({})", o.name, o.type));
+  if (format == output_format::dcp)
+    throw usage_error(
+        fmt::format("{}: swavg's DCP output holds tensors only, not the non-tensor entries {}; pass --drop-objects "
+                    "to leave them out",
+                    path, quoted_list(names)));
   throw usage_error(
       fmt::format("{}: safetensors holds tensors only, not the non-tensor entries {}; write torch.save "
                   "(--format torch) to keep them or pass --drop-objects to leave them out",
@@ -42,6 +68,7 @@ std::map<std::string, std::string> inherited_metadata(const std::vector<const st
 
 uint64_t save_state_dict(const std::string& path, const std::vector<named_tensor>& tensors, output_format format,
                          const std::map<std::string, std::string>& metadata, const std::vector<object_entry>& objects) {
+  refuse_folder_format(path, format);
   check_objects_fit(path, format, objects);
   atomic_file out(path);
   if (format == output_format::torch) {
@@ -81,7 +108,7 @@ struct tensor_sink::impl {
 
   impl(const std::string& path, output_format f, std::vector<tensor_spec> s,
        const std::map<std::string, std::string>& m, const std::vector<object_entry>& objects, bool hashed)
-      : out(path), format(f), specs(std::move(s)), metadata(m) {
+      : out((refuse_folder_format(path, f), path)), format(f), specs(std::move(s)), metadata(m) {
     check_objects_fit(path, format, objects);
     if (hashed) out.hash_contents();
     for (size_t i = 0; i < specs.size(); ++i)

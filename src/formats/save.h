@@ -20,9 +20,14 @@
 
 namespace swavg {
 
-enum class output_format { torch, safetensors };
+// dcp: a PyTorch Distributed Checkpoint folder (formats/dcp_output.h), folder outputs only.
+enum class output_format { torch, safetensors, dcp };
 
-const char* output_format_name(output_format f);  // "torch", "safetensors"
+const char* output_format_name(output_format f);  // "torch", "safetensors", "dcp"
+std::optional<output_format> output_format_from_name(const std::string& name);
+
+// usage_error when `format` is a folder's (dcp) and `path` is to be one file.
+void refuse_folder_format(const std::string& path, output_format format);
 
 // `requested` (--format) or else by the path's extension.
 output_format choose_output_format(const std::string& path, std::optional<output_format> requested);
@@ -34,7 +39,7 @@ uint64_t save_state_dict(const std::string& path, const std::vector<named_tensor
                          const std::map<std::string, std::string>& metadata = {},
                          const std::vector<object_entry>& objects = {});
 
-// Throws usage_error naming the entries when `format` cannot hold `objects` (safetensors).
+// Throws usage_error naming the entries when `format` cannot hold `objects` (safetensors, dcp).
 void check_objects_fit(const std::string& path, output_format format, const std::vector<object_entry>& objects);
 
 // The __metadata__ a safetensors output inherits from `inputs` (in order: a later one's value

@@ -22,6 +22,7 @@
 #include <set>
 #include <utility>
 
+#include "formats/dcp_output.h"
 #include "formats/hf_index.h"
 #include "formats/output_folder.h"
 #include "formats/torch_file.h"
@@ -39,6 +40,36 @@ namespace {
 constexpr int kPlanVersion = 1;
 constexpr int kRecordVersion = 1;
 constexpr uint64_t kMaxRecordBytes = 256 << 20;
+
+std::string hex_of(const std::string& bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+std::optional<std::string> bytes_of_hex(const std::string& hex) {
+  auto digit = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  if (hex.size() % 2 != 0) return std::nullopt;
+  std::string out;
+  out.reserve(hex.size() / 2);
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    const int hi = digit(hex[i]), lo = digit(hex[i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi << 4 | lo);
+  }
+  return out;
+}
+
+// The file finalize writes beside the shards: the index (several shards) or a DCP output's .metadata.
+std::string plan_index_name(const job_plan& p) {
+  if (p.layout.format == output_format::dcp) return kDcpMetadataName;
+  return p.layout.indexed() ? output_index_name(p.layout.format, p.layout.names) : "";
+}
 
 template <typename T>
 T field(const nlohmann::json& j, const char* key, const std::string& path) {
@@ -175,7 +206,8 @@ std::string manifest_name(size_t index, size_t count) {
 }
 
 std::string plan_json(const shard_layout& layout, const std::map<std::string, std::string>& metadata,
-                      const std::vector<std::string>& copied, size_t workers, const job_options& options) {
+                      const std::vector<std::string>& copied, size_t workers, const job_options& options,
+                      const std::string& dcp_metadata) {
   nlohmann::ordered_json j;
   j["swavg_plan"] = kPlanVersion;
   j["format"] = output_format_name(layout.format);
@@ -195,6 +227,7 @@ std::string plan_json(const shard_layout& layout, const std::map<std::string, st
   j["shards"] = shards;
   j["copied"] = copied;
   j["metadata"] = metadata;
+  if (layout.format == output_format::dcp) j["dcp_metadata"] = hex_of(dcp_metadata);
   return j.dump(1) + "\n";
 }
 
@@ -204,9 +237,14 @@ job_plan parse_plan(const std::string& text, const std::string& path) {
     throw input_error(fmt::format("{}: not a plan of this swavg (swavg_plan {})", path, j.at("swavg_plan").dump()));
   job_plan p;
   const std::string format = field<std::string>(j, "format", path);
-  if (format != "torch" && format != "safetensors")
-    throw input_error(fmt::format("{}: unknown format '{}'", path, format));
-  p.layout.format = format == "torch" ? output_format::torch : output_format::safetensors;
+  const auto known_format = output_format_from_name(format);
+  if (!known_format) throw input_error(fmt::format("{}: unknown format '{}'", path, format));
+  p.layout.format = *known_format;
+  if (p.layout.format == output_format::dcp) {
+    const auto bytes = bytes_of_hex(field<std::string>(j, "dcp_metadata", path));
+    if (!bytes) throw input_error(fmt::format("{}: \"dcp_metadata\" is not hex", path));
+    p.dcp_metadata = *bytes;
+  }
   p.layout.max_shard_size = field<uint64_t>(j, "max_shard_size", path);
   const uint64_t workers = field<uint64_t>(j, "workers", path);
   if (workers == 0 || workers > static_cast<uint64_t>(kMaxWorkers))
@@ -245,7 +283,7 @@ job_plan parse_plan(const std::string& text, const std::string& path) {
   }
   if (total != p.layout.total_size)
     throw input_error(fmt::format("{}: total_size {} is not the shards' sum {}", path, p.layout.total_size, total));
-  const std::string index = p.layout.indexed() ? output_index_name(p.layout.format, p.layout.names) : "";
+  const std::string index = plan_index_name(p);
   for (const auto& c : p.copied)
     if (c.empty() || c.find('/') != std::string::npos || c == "." || c == ".." || files.count(c) || c == index ||
         is_job_file_name(c) || !files.insert(c).second)
@@ -542,9 +580,10 @@ finalize_result finalize_partial(const std::string& out_arg, bool verify, bool f
     }
   }
   r.files = check_manifests(partial, r.plan, r.plan_hash, texts);
-  const bool indexed = r.plan.layout.indexed();
-  const std::string index_name = indexed ? output_index_name(r.plan.layout.format, r.plan.layout.names) : "";
-  const std::string index_text = indexed ? index_json(r.plan.layout) : "";
+  const bool dcp = r.plan.layout.format == output_format::dcp;
+  const std::string index_name = plan_index_name(r.plan);
+  const bool indexed = !index_name.empty();
+  const std::string index_text = dcp ? r.plan.dcp_metadata : indexed ? index_json(r.plan.layout) : "";
 
   if (record_text) {
     if (have_partial) {
@@ -599,7 +638,7 @@ finalize_result finalize_partial(const std::string& out_arg, bool verify, bool f
     r.removed_temps.push_back(name);
   }
   step("temps");
-  if (indexed) r.files.push_back(write_index(partial, r.plan.layout));
+  if (indexed) r.files.push_back(dcp ? write_dcp_metadata(partial, index_text) : write_index(partial, r.plan.layout));
   step("index");
   if (!record_text) {
     const std::string record = record_json(texts);

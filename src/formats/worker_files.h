@@ -55,12 +55,14 @@ struct job_plan {
   shard_layout layout;  // specs hold names only
   std::vector<std::string> copied;
   size_t workers = 1;
+  std::string dcp_metadata;  // format dcp: the `.metadata` finalize writes (dcp_output.h)
 };
 
 // The plan file's text (identical for every worker of the job) and its parse (input_error when it
 // is not one).
 std::string plan_json(const shard_layout& layout, const std::map<std::string, std::string>& metadata,
-                      const std::vector<std::string>& copied, size_t workers, const job_options& options = {});
+                      const std::vector<std::string>& copied, size_t workers, const job_options& options = {},
+                      const std::string& dcp_metadata = "");
 job_plan parse_plan(const std::string& text, const std::string& path);
 
 struct worker_manifest {
@@ -100,8 +102,8 @@ class partial_lock {
 };
 
 // Checks OUT.partial/ (the plan, every worker's manifest, every file's size and, with `verify`,
-// SHA-256), writes the index, records the job beside OUT, removes the plan and manifests, fsyncs
-// the folder and renames it to OUT (then fsyncs OUT's parent), and removes the record.
+// SHA-256), writes the index (a DCP output's `.metadata`, from the plan), records the job beside OUT, removes the plan
+// and manifests, fsyncs the folder and renames it to OUT (then fsyncs OUT's parent), and removes the record.
 // incomplete_error (exit 6) while a worker's manifest is missing, a worker is writing or another
 // finalize runs; input_error (3) for a plan or manifest that is malformed, past the bounds above or
 // not a regular file; mismatch_error (4) for a manifest of another plan or count, or files no

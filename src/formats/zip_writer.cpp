@@ -46,7 +46,7 @@ uint32_t clamp32(uint64_t v, bool zip64) { return zip64 ? kMax32 : static_cast<u
 
 }  // namespace
 
-zip_writer::zip_writer(atomic_file& out, bool force_zip64) : out_(out), force_zip64_(force_zip64) {}
+zip_writer::zip_writer(atomic_file& out, bool force_zip64) : out_(out), force_zip64_(force_zip64), base_(out.tell()) {}
 
 void zip_writer::fail(const std::string& what) const {
   throw error(exit_code::internal, fmt::format("{}: zip writer: {}", out_.target(), what));
@@ -58,7 +58,7 @@ void zip_writer::write_local_header(const std::string& name, uint64_t size, uint
   if (name.empty() || name.size() > kMax16)
     fail(fmt::format("record name of {} bytes (must be 1 to 65535)", name.size()));
 
-  const uint64_t offset = out_.tell();
+  const uint64_t offset = out_.tell() - base_;
   const bool local64 = force_zip64_ || size >= kMax32;
   const bool zip64 = local64 || offset >= kMax32;
   const uint64_t zip64_extra = local64 ? 4 + 16 : 0;
@@ -121,7 +121,7 @@ void zip_writer::end_record() {
     fail(fmt::format("record {} declared {} bytes but only {} were written", quoted(r.name), r.size, written_));
   uint8_t crc[4];
   store_le(crc, crc_);
-  out_.pwrite(crc, 4, r.header_offset + 14);
+  out_.pwrite(crc, 4, base_ + r.header_offset + 14);
   r.crc = crc_;
   open_ = false;
 }
@@ -131,7 +131,7 @@ void zip_writer::finish() {
   if (open_) fail(fmt::format("finish() while record {} is open", quoted(records_.back().name)));
   finished_ = true;
 
-  const uint64_t cd_offset = out_.tell();
+  const uint64_t cd_offset = out_.tell() - base_;
   std::string h;
   for (const record& r : records_) {
     const bool size64 = force_zip64_ || r.size >= kMax32;
@@ -168,7 +168,7 @@ void zip_writer::finish() {
     }
     out_.write(h.data(), h.size());
   }
-  const uint64_t cd_size = out_.tell() - cd_offset;
+  const uint64_t cd_size = out_.tell() - base_ - cd_offset;
   const uint64_t count = records_.size();
   const bool count64 = force_zip64_ || count >= kMax16;
   const bool size64 = force_zip64_ || cd_size >= kMax32;
@@ -176,7 +176,7 @@ void zip_writer::finish() {
 
   h.clear();
   if (count64 || size64 || offset64) {
-    const uint64_t end64 = out_.tell();
+    const uint64_t end64 = out_.tell() - base_;
     put32(h, kEnd64Sig);
     put64(h, kEnd64Size - 12);
     put16(h, kVersionZip64);

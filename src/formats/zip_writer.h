@@ -1,7 +1,9 @@
 /*
  * Writing the ZIP container of torch.save (PyTorch's "inline container"): zip_writer streams records
  * to an atomic_file one after the other, stored uncompressed, each record's data 64-byte aligned
- * through an extra field named "FB", ZIP64 records for archives or entries past 4 GiB.
+ * through an extra field named "FB", ZIP64 records for archives or entries past 4 GiB. The archive
+ * starts where `out` stands when the writer is made (offsets and alignment count from there), so
+ * several archives can follow one another in one file, as DCP's .distcp files hold them.
  */
 #pragma once
 
@@ -42,6 +44,7 @@ class zip_writer {
   };
   atomic_file& out_;
   bool force_zip64_;
+  uint64_t base_;  // where the archive starts in `out_`
   std::vector<record> records_;
   bool open_ = false;
   bool finished_ = false;

@@ -1,0 +1,211 @@
+"""--format dcp: swavg's Distributed Checkpoint folders, read back by torch 2.14 itself.
+
+References: torch's own dcp_to_torch_save of the input fixtures (scripts/fixtures/dcp.py), then the
+average in Python (reference.swa_fold); the outputs are read with torch.distributed.checkpoint.load
+in one process and into DTensor state dicts over 2 and 4 gloo processes on localhost, and with
+dcp_to_torch_save. The chunk layout is compared with the first input's .metadata as torch reads it.
+"""
+import filecmp
+import os
+import pickle
+import shutil
+import socket
+import unittest
+import warnings
+
+import torch
+import torch.distributed.checkpoint as dcp_api
+
+from common import TempDirTest, same_bits, swavg
+from reference import swa_fold, load_output
+from test_dcp import consolidated, dcp, flat, fold
+
+# The fixtures' placements (scripts/fixtures/dcp.py): "model." tensors as DTensors on a 1-D mesh.
+PLACEMENT = {"embed.weight": "s0", "proj.weight": "s1", "proj.bias": "s0", "norm.weight": "r", "head.weight": "s0"}
+
+
+def reference_average(names):
+    refs = [flat(consolidated(n)[1]["model"]) for n in names]
+    return {k: fold(swa_fold, [r[k] for r in refs]) for k, v in refs[0].items() if isinstance(v, torch.Tensor)}
+
+
+def metadata(folder):
+    with open(os.path.join(folder, ".metadata"), "rb") as f:
+        return pickle.load(f)  # written by torch's dcp.save or by swavg in this test
+
+
+def layout(folder, prefix="model."):
+    """{fqn: [(offsets, sizes, file)]} as torch reads the folder's .metadata."""
+    md = metadata(folder)
+    files = {(k.fqn, tuple(k.offset)): v.relative_path for k, v in md.storage_data.items() if k.offset is not None}
+    out = {}
+    for fqn, tm in md.state_dict_metadata.items():
+        if fqn.startswith(prefix) and hasattr(tm, "chunks"):
+            out[fqn] = [(tuple(c.offsets), tuple(c.sizes), files[(fqn, tuple(c.offsets))]) for c in tm.chunks]
+    return out
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _load_ranks(rank, world, port, folder, want_path, failures):
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        kinds = {"s0": [Shard(0)], "s1": [Shard(1)], "r": [Replicate()]}
+        want = torch.load(want_path, weights_only=True)
+        state = {"model": {}}
+        for k, v in want.items():
+            empty = torch.zeros_like(v)
+            state["model"][k] = distribute_tensor(empty, mesh, kinds[PLACEMENT[k]]) if k in PLACEMENT else empty
+        dcp_api.load(state, checkpoint_id=folder)
+        for k, v in want.items():
+            got = state["model"][k]
+            got = got.full_tensor() if hasattr(got, "full_tensor") else got
+            if not same_bits(got, v):
+                with open("%s.rank%d" % (failures, rank), "a") as f:
+                    f.write("%s differs on rank %d of %d\n" % (k, rank, world))
+    finally:
+        dist.destroy_process_group()
+
+
+class DcpOutputTest(TempDirTest):
+    def assert_same(self, got, want):
+        self.assertEqual(sorted(got), sorted(want))
+        for k in want:
+            with self.subTest(tensor=k):
+                self.assertTrue(same_bits(got[k], want[k]), "%s: not bit-exact" % k)
+
+    def load_one_process(self, folder, want, prefix="model"):
+        state = {prefix: {k: torch.zeros_like(v) for k, v in want.items()}} if prefix else \
+            {k: torch.zeros_like(v) for k, v in want.items()}
+        dcp_api.load(state, checkpoint_id=folder)
+        return state[prefix] if prefix else state
+
+    def consolidate(self, folder):
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+        out = folder.rstrip("/") + ".consolidated.pt"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dcp_to_torch_save(folder, out)
+        return torch.load(out, weights_only=True)
+
+    def average(self, names, out, *extra):
+        swavg("average", *[dcp(n) for n in names], "--format", "dcp", "-o", out, *extra)
+        return out
+
+    def test_one_process_load_equals_torch_reference(self):
+        for names in (["rank4_0", "rank4_1"], ["run1_0", "run1_1", "run1_2"], ["rank2_0", "rank4_1", "run1_2"]):
+            with self.subTest(names=names):
+                out = self.average(names, self.path("-".join(names) + "/"))
+                want = reference_average(names)
+                self.assert_same(self.load_one_process(out, want), want)
+                self.assert_same(flat(self.consolidate(out)["model"]), want)
+                self.assertEqual(layout(out), layout(dcp(names[0])))  # chunked like the first input
+
+    def test_chunks_in_the_first_inputs_rank_files(self):
+        out = self.average(["rank4_0", "rank4_1"], self.path("avg/"))
+        self.assertEqual(sorted(f for f in os.listdir(out) if f.endswith(".distcp")),
+                         ["__0_0.distcp", "__1_0.distcp", "__2_0.distcp", "__3_0.distcp"])
+        got = layout(out)
+        self.assertEqual(got["model.proj.weight"][1], ((0, 3), (6, 3), "__1_0.distcp"))  # Shard(1)
+        self.assertEqual(got["model.proj.bias"][3], ((3,), (0,), "__3_0.distcp"))  # an empty chunk
+        md = metadata(out)
+        self.assertEqual(md.version, "1.0.0")
+        self.assertIsNone(md.storage_meta.load_id)
+        self.assertEqual(md.planner_data["model.embed.weight"], ("model", "embed.weight"))
+        for k, info in md.storage_data.items():  # each chunk is a torch.save of the chunk's tensor
+            with open(os.path.join(out, info.relative_path), "rb") as f:
+                f.seek(info.offset)
+                import io
+                t = torch.load(io.BytesIO(f.read(info.length)), weights_only=True)
+            chunk = [c for c in md.state_dict_metadata[k.fqn].chunks if tuple(c.offsets) == tuple(k.offset)][0]
+            self.assertEqual(tuple(t.shape), tuple(chunk.sizes), k.fqn)
+        self.assertEqual(os.path.getsize(os.path.join(out, info.relative_path)) >= info.offset + info.length, True)
+
+    def test_dtensor_load_over_2_and_4_ranks(self):
+        import torch.multiprocessing as mp
+        names = ["rank4_0", "rank4_1"]
+        out = self.average(names, self.path("avg/"))
+        want_path = self.path("want.pt")
+        torch.save(reference_average(names), want_path)
+        for world in (2, 4):
+            with self.subTest(world=world):
+                failures = self.path("failures%d" % world)
+                mp.spawn(_load_ranks, args=(world, _free_port(), out, want_path, failures), nprocs=world, join=True)
+                found = [f for f in os.listdir(self.tmp) if f.startswith("failures%d" % world)]
+                self.assertEqual(found, [], "".join(open(self.path(f)).read() for f in found))
+
+    def test_non_dcp_first_input_is_one_chunk_per_tensor(self):
+        src = self.path("in.pt")
+        swavg("convert", dcp("rank4_0"), "-o", src)
+        out = self.path("conv/")
+        swavg("convert", src, "--format", "dcp", "-o", out)
+        want = load_output(src)
+        self.assert_same(self.load_one_process(out, want, prefix=None), want)
+        self.assertEqual(sorted(os.listdir(out)), [".metadata", "__0_0.distcp"])
+        for fqn, chunks in layout(out, prefix="").items():
+            self.assertEqual(chunks, [((0,) * len(want[fqn].shape), tuple(want[fqn].shape), "__0_0.distcp")], fqn)
+        # and swavg reads its own DCP output back
+        back = self.path("back.pt")
+        swavg("convert", out, "-o", back)
+        self.assert_same(load_output(back), want)
+
+    def test_swavg_reads_its_output(self):
+        names = ["rank2_0", "rank2_1"]
+        out = self.average(names, self.path("avg/"))
+        again = self.path("again.pt")
+        swavg("average", out, out, "-o", again)
+        self.assert_same(load_output(again), reference_average(names))
+        p = swavg("inspect", out)
+        self.assertIn("embed.weight", p.stdout + p.stderr)
+
+    def test_shard_parallel_is_byte_identical(self):
+        names = ["rank4_0", "rank4_1"]
+        target = self.path("sp/")
+        self.average(names, target)
+        single = self.path("single")
+        os.rename(target, single)
+        for i in range(2):
+            self.average(names, target, "--shard", "%d/2" % i)
+        self.assertFalse(os.path.exists(target))
+        swavg("finalize", target)
+        files = sorted(os.listdir(target))
+        self.assertEqual(files, sorted(os.listdir(single)))
+        self.assertIn(".metadata", files)
+        match, mismatch, errors = filecmp.cmpfiles(single, target, files, shallow=False)
+        self.assertEqual((mismatch, errors), ([], []))
+
+    def test_file_output_is_refused(self):
+        for args in (["average", dcp("rank2_0"), dcp("rank2_1")], ["convert", dcp("rank2_0")]):
+            with self.subTest(command=args[0]):
+                out = self.path("x.pt")
+                p = swavg(*args, "--format", "dcp", "-o", out, check=False)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn("swavg: error:", p.stderr)
+                self.assertIn("not one file", p.stderr)
+                self.assertIn(out + "/", p.stderr)
+                self.assertFalse(os.path.exists(out))
+
+    def test_non_tensor_entries(self):
+        out = self.path("flat/")
+        p = swavg("average", dcp("flat_0"), dcp("flat_1"), "--format", "dcp", "-o", out, check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--drop-objects", p.stderr)
+        self.assertFalse(os.path.exists(out))
+        self.assertEqual([f for f in os.listdir(self.tmp)], [])  # no partial output either
+        swavg("average", dcp("flat_0"), dcp("flat_1"), "--format", "dcp", "--drop-objects", "-o", out)
+        refs = [flat(consolidated(n)[1]) for n in ("flat_0", "flat_1")]
+        want = {k: fold(swa_fold, [r[k] for r in refs]) for k, v in refs[0].items() if isinstance(v, torch.Tensor)}
+        self.assert_same(self.load_one_process(out, want, prefix=None), want)
+
+
+if __name__ == "__main__":
+    unittest.main()
