@@ -343,34 +343,26 @@ dcp_plan plan_dcp(std::vector<tensor_spec> specs, const dcp_chunk_source* like, 
   std::string identity = checkpoint_id;
   for (const auto& s : specs) {
     if (s.alias_of) throw error(exit_code::internal, fmt::format("DCP output: '{}' is an alias", s.name));
-    dcp_out_tensor t;
-    t.type = s.type;
-    t.shape = s.shape;
     const std::string fqn = like && !like->key.empty() ? like->key + "." + s.name : s.name;
+    dcp_out_tensor t{fqn, {}, s.type, s.shape, {}, 1};
     const auto it = entries.find(fqn);
     if (it != entries.end()) {
       const dcp_entry& e = *it->second;
       if (e.size != s.shape)
         throw mismatch_error(fmt::format("{}: tensor '{}' is {} there but {} in the output; its chunks cannot be kept",
                                          like->path, fqn, shape_string(e.size), shape_string(s.shape)));
-      t.fqn = fqn;
       t.path = e.path.empty() ? std::vector<std::string>{fqn} : e.path;
       std::map<size_t, size_t> per_file;
       for (const auto& c : e.chunks) {
-        dcp_out_chunk oc;
-        oc.offsets = c.offsets;
-        oc.sizes = c.sizes;
+        dcp_out_chunk oc{c.offsets, c.sizes};
         oc.file = file_of(c.storage.relative_path);
         oc.pass = per_file[oc.file]++;
         t.passes = std::max(t.passes, oc.pass + 1);
         t.chunks.push_back(std::move(oc));
       }
     } else {
-      t.fqn = fqn;
       t.path = like && !like->key.empty() ? std::vector<std::string>{like->key, s.name} : std::vector<std::string>{fqn};
-      dcp_out_chunk oc;
-      oc.offsets.assign(s.shape.size(), 0);
-      oc.sizes = s.shape;
+      dcp_out_chunk oc{std::vector<int64_t>(s.shape.size(), 0), s.shape};
       oc.file = file_of(kDcpSingleFile);
       t.chunks.push_back(std::move(oc));
     }
