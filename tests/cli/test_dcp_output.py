@@ -6,9 +6,9 @@ in one process and into DTensor state dicts over 2 and 4 gloo processes on local
 dcp_to_torch_save. The chunk layout is compared with the first input's .metadata as torch reads it.
 """
 import filecmp
+import io
 import os
 import pickle
-import shutil
 import socket
 import unittest
 import warnings
@@ -17,7 +17,7 @@ import torch
 import torch.distributed.checkpoint as dcp_api
 
 from common import TempDirTest, same_bits, swavg
-from reference import swa_fold, load_output
+from reference import ema_decays, ema_fold, load_output, swa_fold
 from test_dcp import consolidated, dcp, flat, fold
 
 # The fixtures' placements (scripts/fixtures/dcp.py): "model." tensors as DTensors on a 1-D mesh.
@@ -110,6 +110,15 @@ class DcpOutputTest(TempDirTest):
                 self.assert_same(flat(self.consolidate(out)["model"]), want)
                 self.assertEqual(layout(out), layout(dcp(names[0])))  # chunked like the first input
 
+    def test_ema(self):
+        names = ["rank4_0", "rank2_1"]
+        out = self.path("ema/")
+        swavg("ema", "--decay", "0.9", *[dcp(n) for n in names], "--format", "dcp", "-o", out)
+        refs = [flat(consolidated(n)[1]["model"]) for n in names]
+        want = {k: fold(ema_fold, [r[k] for r in refs], ema_decays(2, 0.9)) for k in refs[0]}
+        self.assert_same(self.load_one_process(out, want), want)
+        self.assertEqual(layout(out), layout(dcp(names[0])))
+
     def test_chunks_in_the_first_inputs_rank_files(self):
         out = self.average(["rank4_0", "rank4_1"], self.path("avg/"))
         self.assertEqual(sorted(f for f in os.listdir(out) if f.endswith(".distcp")),
@@ -121,14 +130,16 @@ class DcpOutputTest(TempDirTest):
         self.assertEqual(md.version, "1.0.0")
         self.assertIsNone(md.storage_meta.load_id)
         self.assertEqual(md.planner_data["model.embed.weight"], ("model", "embed.weight"))
+        ends = {}
         for k, info in md.storage_data.items():  # each chunk is a torch.save of the chunk's tensor
             with open(os.path.join(out, info.relative_path), "rb") as f:
                 f.seek(info.offset)
-                import io
                 t = torch.load(io.BytesIO(f.read(info.length)), weights_only=True)
             chunk = [c for c in md.state_dict_metadata[k.fqn].chunks if tuple(c.offsets) == tuple(k.offset)][0]
             self.assertEqual(tuple(t.shape), tuple(chunk.sizes), k.fqn)
-        self.assertEqual(os.path.getsize(os.path.join(out, info.relative_path)) >= info.offset + info.length, True)
+            ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
+        for name, end in ends.items():  # the archives fill each rank file exactly
+            self.assertEqual(os.path.getsize(os.path.join(out, name)), end, name)
 
     def test_dtensor_load_over_2_and_4_ranks(self):
         import torch.multiprocessing as mp
@@ -139,7 +150,9 @@ class DcpOutputTest(TempDirTest):
         for world in (2, 4):
             with self.subTest(world=world):
                 failures = self.path("failures%d" % world)
-                mp.spawn(_load_ranks, args=(world, _free_port(), out, want_path, failures), nprocs=world, join=True)
+                # forked, not spawned: the ranks need not import torch again
+                mp.start_processes(_load_ranks, args=(world, _free_port(), out, want_path, failures), nprocs=world,
+                                   join=True, start_method="fork")
                 found = [f for f in os.listdir(self.tmp) if f.startswith("failures%d" % world)]
                 self.assertEqual(found, [], "".join(open(self.path(f)).read() for f in found))
 
