@@ -10,13 +10,14 @@ import io
 import os
 import pickle
 import socket
+import subprocess
 import unittest
 import warnings
 
 import torch
 import torch.distributed.checkpoint as dcp_api
 
-from common import TempDirTest, same_bits, swavg
+from common import SWAVG, TempDirTest, same_bits, swavg
 from reference import ema_decays, ema_fold, load_output, swa_fold
 from test_dcp import consolidated, dcp, flat, fold
 
@@ -186,9 +187,16 @@ class DcpOutputTest(TempDirTest):
         self.average(names, target)
         single = self.path("single")
         os.rename(target, single)
-        for i in range(2):
-            self.average(names, target, "--shard", "%d/2" % i)
+        self.average(names, target, "--shard", "0/2")
+        # worker 1 in torchrun's form (RANK, WORLD_SIZE)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env.update(RANK="1", WORLD_SIZE="2")
+        p = subprocess.run([SWAVG, "average", *[dcp(n) for n in names], "--format", "dcp", "-o", target],
+                           capture_output=True, text=True, env=env, timeout=600)
+        self.assertEqual(p.returncode, 0, p.stderr)
         self.assertFalse(os.path.exists(target))
+        self.assertEqual(sorted(f for f in os.listdir(target.rstrip("/") + ".partial") if f.endswith(".distcp")),
+                         ["__0_0.distcp", "__1_0.distcp", "__2_0.distcp", "__3_0.distcp"])
         swavg("finalize", target)
         files = sorted(os.listdir(target))
         self.assertEqual(files, sorted(os.listdir(single)))
