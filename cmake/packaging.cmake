@@ -23,6 +23,9 @@ if(NOT SKBUILD)
           DESTINATION "${CMAKE_INSTALL_DATAROOTDIR}/fish/vendor_completions.d" COMPONENT swavg)
   install(FILES README.md DESTINATION "${CMAKE_INSTALL_DOCDIR}" COMPONENT swavg)
 
+  # cpack (and `make install`) package what is built instead of building everything first: the
+  # package test runs cpack in a build folder whose test binaries need not be built.
+  set(CMAKE_SKIP_INSTALL_ALL_DEPENDENCY ON)
   set(CPACK_GENERATOR DEB)
   set(CPACK_PACKAGE_NAME swavg)
   set(CPACK_PACKAGE_VERSION "${PROJECT_VERSION}")
