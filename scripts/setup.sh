@@ -21,6 +21,7 @@ PACKAGES=(
   libtorch-dev libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev catch2 zlib1g-dev libre2-dev
   python3 python3-venv python3-torch python3-torchvision python3-numpy python3-yaml
   slurm-wlm munge  # the slurm tests' local cluster (scripts/slurm_local.sh)
+  man-db groff-base zsh fish  # tests/cli/test_completion.py renders the man page and parses the completions
 )
 LIBTORCH=${SWAVG_LIBTORCH:-wheel}
 case "$LIBTORCH" in

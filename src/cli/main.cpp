@@ -9,7 +9,9 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "cli/completion.h"
 #include "cli/hand_over.h"
+#include "cli/man_page.h"
 #include "cli/options.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -73,6 +75,8 @@ int main(int argc, char** argv) {
 
   std::vector<command> commands = {setup_average(app),   setup_ema(app),      setup_inspect(app),    setup_convert(app),
                                    setup_update_bn(app), setup_finalize(app), setup_posthoc_ema(app)};
+  commands.push_back(setup_completion(app));
+  commands.push_back(setup_help_man(app));
   one_value_per_use(app);
 
   try {
