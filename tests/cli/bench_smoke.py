@@ -1,6 +1,10 @@
 """A smoke run of scripts/bench.py's DCP row (--dcp --quick): 4 tiny DCP checkpoints of 4 gloo ranks,
 averaged warm once, against the floor; no timing is asserted, only that the row runs, reports peak RSS
-and read_ahead_kb, and that swavg's average equals torch's dcp_to_torch_save + average."""
+and read_ahead_kb, and that swavg's average equals torch's dcp_to_torch_save + average.
+
+Not in ctest (not named test_*.py): 5 processes import torch, 105 s at load average 8 on 2 CPUs. Run it by hand:
+    SWAVG_BIN=$PWD/build/swavg PYTHONPATH=tests/cli /var/lib/swavg/venv/bin/python tests/cli/bench_smoke.py
+"""
 import json
 import os
 import subprocess
