@@ -44,6 +44,16 @@ least 5x faster than the fastest peer, and swavg's RSS within the flat budget.
     /usr/bin/python3 scripts/bench.py --peers all --peer-python /tmp/venvtest/v/bin/python \\
         --peer-path /tmp/mergekit-site                # 4 x 100 MiB, 3 rounds: 7 min on 2 busy CPUs
 
+With --dcp: 4 DCP checkpoints of 4 ranks each (torch.distributed.checkpoint.save from 4 gloo
+processes on CPU, scripts/bench_dcp.py under --dcp-python), --dcp-mb MiB of float32 each, averaged
+cold and warm as --cold does, against the floor (read every .metadata and .distcp once, write and
+fsync one output), with peak RSS against the flat budget; swavg's output is checked against torch's
+dcp_to_torch_save + average. --read-ahead-kb 128,8192 runs every --cold/--dcp case at each
+read_ahead_kb of the work folder's block device (root), restoring the original value afterwards;
+--readahead-matrix is the whole read-ahead matrix in one command (README, Performance):
+
+    python3 scripts/bench.py --readahead-matrix --repeats 3 --workdir /tmp/swb --json ra.json
+
 Children are started by a small launcher process (bench_peer.py runner) created before bench.py
 imports torch: a child's ru_maxrss starts at the RSS of the process that forks it. swavg runs from
 a private copy of the binary, so that a rebuild during the run cannot swap it.
@@ -198,6 +208,11 @@ def transformer_shapes(mib):
     ctx = 1024
     vocab = max(64, round(params / 3 / d))
     layers = max(1, round((params - (vocab + ctx + 2) * d) / (12 * d * d + 13 * d)))
+    return gpt_shapes(d, vocab, ctx, layers)
+
+
+def gpt_shapes(d, vocab, ctx, layers):
+    """Token/position embeddings, `layers` blocks (LayerNorms, qkv, proj, MLP) and a final LayerNorm."""
     shapes = [("tok_emb.weight", (vocab, d)), ("pos_emb.weight", (ctx, d))]
     for i in range(layers):
         b = f"blocks.{i}."
@@ -407,6 +422,9 @@ class Bench:
     outdir: str
     runner: Runner
     notes: list = dataclasses.field(default_factory=list)
+    baseline_rss: int = None  # the disk modes: peak RSS of `swavg --version`
+    checked: dict = dataclasses.field(default_factory=dict)  # --dcp: swavg's output against torch's
+    done: list = dataclasses.field(default_factory=list)  # the disk modes: rows of earlier read_ahead_kb
 
     def out(self, name):
         return os.path.join(self.outdir, name)
@@ -770,6 +788,7 @@ def print_report(res, jobs, sets, args):
 
 DISK_TARGET = 1.2  # issue 12: average within 1.2x of the I/O floor, cold and warm
 DISK_BLOCK = 4 << 20  # float32 values per generated block (16 MiB)
+FLOOR_AHEAD = 64 << 20  # --floor-ahead: the floor's reads with this much under POSIX_FADV_WILLNEED ahead
 
 
 def drop_caches():
@@ -892,6 +911,9 @@ def disk_jobs(b, s, peer=True):
     out = b.out(f"{s.key}_floor.bin")
     files = [f for p in s.paths for f in files_of(p)]
     jobs.append(Job(f"{s.key}/floor", py + ["floor", *files, "--out", out, "--out-bytes", str(s.file_bytes)], out))
+    if b.args.floor_ahead:
+        jobs.append(Job(f"{s.key}/floor-ahead", py + ["floor", *files, "--out", out, "--out-bytes", str(s.file_bytes),
+                                                      "--ahead", str(FLOOR_AHEAD)], out))
     return jobs
 
 
@@ -909,7 +931,7 @@ def time_disk(b, s, cache, repeats, peer=True):
     return {j.key: j for j in jobs}
 
 
-def disk_rows(s, cache, jobs):
+def disk_rows(s, cache, jobs, baseline_rss=None):
     floor = jobs[f"{s.key}/floor"].median()
     rows = []
     for key, job in jobs.items():
@@ -918,7 +940,12 @@ def disk_rows(s, cache, jobs):
         row = {"set": s.key, "label": s.label, "cache": cache, "tool": tool, "median_s": job.median(),
                "floor_s": floor, "ratio_to_floor": ratio, "peak_rss_bytes": job.peak_rss(),
                "throughput_mib_s": s.total_bytes / MiB / job.median(), "runs": [r.wall_s for r in job.runs],
-               "median_user_s": job.median("user_s"), "median_sys_s": job.median("sys_s")}
+               "ratio_min": job.min() / floor, "ratio_max": max(r.wall_s for r in job.runs) / floor,
+               "median_user_s": job.median("user_s"), "median_sys_s": job.median("sys_s"),
+               "model_bytes": s.file_bytes, "budget_bytes": s.budget_bytes}
+        if tool.startswith("swavg") and baseline_rss is not None:
+            row["rss_above_baseline_bytes"] = job.peak_rss() - baseline_rss
+            row["rss_ok"] = row["rss_above_baseline_bytes"] <= s.budget_bytes
         if tool == "swavg":
             row["target"] = f"within {DISK_TARGET}x of the I/O floor"
             row["ok"] = ratio <= DISK_TARGET
@@ -926,21 +953,173 @@ def disk_rows(s, cache, jobs):
     return rows
 
 
-def run_cold(b):
-    """--cold: average of 8 and of 32 checkpoints and of 8 sharded ones, cold and warm."""
+def disk_cases(b):
+    """The sets of --cold (8 x 159 MiB, 32 x 40 MiB, 8 sharded folders) and of --dcp, less those
+    --disk-cases leaves out."""
     a = b.args
     q = a.quick
-    cases = [make_disk_set(b.workdir, "disk8", 4 if q else 159, 8, "float32", a.seed),
-             make_disk_set(b.workdir, "disk32", 1 if q else 40, 32, "float32", a.seed + 1),
-             make_disk_set(b.workdir, "disk8_sharded", 4 if q else 159, 8, "float32", a.seed + 2,
-                           shard_mib=2 if q else 60)]
+    keep = a.disk_cases.split(",") if a.disk_cases else None
+    cases = []
+    if a.cold:
+        for key, mib, n, seed, shard in (("disk8", 4 if q else 159, 8, a.seed, None),
+                                         ("disk32", 1 if q else 40, 32, a.seed + 1, None),
+                                         ("disk8_sharded", 4 if q else 159, 8, a.seed + 2, 2 if q else 60)):
+            if keep is None or key in keep:
+                cases.append(make_disk_set(b.workdir, key, mib, n, "float32", seed, shard_mib=shard))
+    if a.dcp and (keep is None or DCP_KEY in keep):
+        cases.append(make_dcp_set(b, 4 if q else a.dcp_mb))
+    return cases
+
+
+def run_cold(b, cases, read_ahead_kb):
+    """Every case, cold and warm (--caches), at the device's current read_ahead_kb."""
+    a = b.args
     rows = []
     for s in cases:
-        if a.disk_cases and s.key not in a.disk_cases.split(","):
-            continue
         for cache in a.caches.split(","):
-            rows += disk_rows(s, cache, time_disk(b, s, cache, a.repeats, peer=not a.no_peer))
+            jobs = time_disk(b, s, cache, a.repeats, peer=not a.no_peer and s.key != DCP_KEY)
+            for r in disk_rows(s, cache, jobs, b.baseline_rss):
+                r["read_ahead_kb"] = read_ahead_kb
+                rows.append(r)
+            if a.json:  # what is done so far, should the run be stopped
+                with open(a.json + ".partial", "w") as f:
+                    json.dump(b.done + rows, f, indent=1)
+            if s.key == DCP_KEY and not a.no_check and s.key not in b.checked:
+                ok, detail = check_dcp_output(b, s, jobs[f"{s.key}/swavg"].output)
+                b.checked[s.key] = {"matches_torch": ok, "detail": detail}
+                log(f"  {s.key}: {detail}")
     return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# DCP inputs: --dcp
+#
+# 4 checkpoints saved by torch.distributed.checkpoint.save from 4 gloo processes on CPU (DTensors on
+# a CPU DeviceMesh, as FSDP2 saves), written by scripts/bench_dcp.py under --dcp-python (torch 2.x
+# with DTensor: this bench may run under a Python without it). The model has many layers and a
+# small embedding, so the flat-RSS budget (3 x largest tensor + 64 MiB) is well under the model.
+
+BENCH_DCP = os.path.join(HERE, "bench_dcp.py")
+DCP_KEY = "dcp4x4"
+VENV_PYTHON = "/var/lib/swavg/venv/bin/python"
+
+
+def dcp_shapes(mib):
+    """A GPT-like state dict of about `mib` MiB in float32 whose largest tensor is ~1/16 of it."""
+    params = mib * MiB // 4
+    d = 1024 if mib >= 256 else 256 if mib >= 16 else 64
+    vocab = max(64, params // 16 // d // 64 * 64)
+    ctx = 1024
+    layers = max(1, round((params - (vocab + ctx + 2) * d) / (12 * d * d + 13 * d)))
+    return gpt_shapes(d, vocab, ctx, layers)
+
+
+def make_dcp_set(b, mib, n=4, ranks=4):
+    """n DCP folders of a `mib` MiB float32 model, each saved by `ranks` gloo processes."""
+    a = b.args
+    folder = os.path.join(b.workdir, DCP_KEY)
+    config = {"kind": "dcp", "mib": mib, "n": n, "ranks": ranks, "seed": a.seed, "version": 1}
+    man = _cached(folder, config)
+    if man:
+        return CkptSet(**man["sets"][0])
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    entries = dcp_shapes(mib)
+    with open(os.path.join(folder, "entries.json"), "w") as f:
+        json.dump(entries, f)
+    paths = [os.path.join(folder, f"ckpt_{i:03d}") for i in range(n)]
+    log(f"dcp: writing {n} x {mib} MiB with torch.distributed.checkpoint.save on {ranks} gloo ranks ...")
+    subprocess.run([a.dcp_python, BENCH_DCP, "make", *paths, "--entries", os.path.join(folder, "entries.json"),
+                    "--ranks", str(ranks), "--seed", str(a.seed)], check=True)
+    size = sum(os.path.getsize(f) for f in files_of(paths[0]))
+    s = CkptSet(key=DCP_KEY, paths=paths, file_bytes=size,
+                label=f"{n} x {size / MiB:.0f} MiB DCP of {ranks} ranks",
+                largest_tensor_bytes=max(math.prod(sh) for _, sh in entries) * 4, n_tensors=len(entries))
+    _save_manifest(folder, config, [s])
+    return s
+
+
+def check_dcp_output(b, s, output):
+    """swavg's average of the DCP set against torch's dcp_to_torch_save + average."""
+    res = subprocess.run([b.args.dcp_python, BENCH_DCP, "check", output, *s.paths], capture_output=True, text=True)
+    detail = (res.stdout.strip() or res.stderr.strip()[-500:])
+    return res.returncode == 0, detail
+
+
+# ---------------------------------------------------------------------------------------------
+# The block device's readahead: --read-ahead-kb
+
+
+def read_ahead_file(path):
+    """/sys/block/<dev>/queue/read_ahead_kb of the block device holding `path` (a partition's
+    disk), or None (no block device: tmpfs, overlay, NFS)."""
+    st = os.stat(path)
+    dev = os.path.realpath(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+    for d in (dev, os.path.dirname(dev)):  # a partition has no queue/ of its own
+        f = os.path.join(d, "queue", "read_ahead_kb")
+        if os.path.exists(f):
+            return f
+    return None
+
+
+class ReadAhead:
+    """Sets read_ahead_kb of the work folder's device for a block and always restores it, also on
+    SIGTERM / SIGHUP / Ctrl-C (root only)."""
+
+    def __init__(self, path):
+        self.file = read_ahead_file(path)
+        if self.file is None:
+            raise SystemExit(f"--read-ahead-kb: {path} is on no block device with a queue/read_ahead_kb")
+        with open(self.file) as f:
+            self.original = int(f.read())
+        self.saved_handlers = {}
+
+    def set(self, kb):
+        try:
+            with open(self.file, "w") as f:
+                f.write(f"{kb}\n")
+        except OSError as e:
+            raise SystemExit(f"--read-ahead-kb needs root to write {self.file}: {e}")
+        with open(self.file) as f:
+            return int(f.read())
+
+    def _on_signal(self, signum, frame):
+        raise SystemExit(f"signal {signum}: read_ahead_kb restored to {self.original}")
+
+    def __enter__(self):
+        import signal
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            self.saved_handlers[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+        with open(self.file, "w") as f:
+            f.write(f"{self.original}\n")
+        for sig, h in self.saved_handlers.items():
+            signal.signal(sig, h)
+        log(f"read_ahead_kb of {self.file} restored to {self.original}")
+        return False
+
+
+def current_read_ahead_kb(path):
+    f = read_ahead_file(path)
+    if f is None:
+        return None
+    with open(f) as fh:
+        return int(fh.read())
+
+
+def default_read_ahead(b, s):
+    """What swavg's default read-ahead does on this set: its -v line (`read-ahead: ...`), or 'off'."""
+    out = b.out(f"{s.key}_probe.safetensors")
+    res = subprocess.run([b.args.swavg, "-v", "average", *s.paths, "-o", out, "--force"],
+                         capture_output=True, text=True, env={k: v for k, v in os.environ.items()
+                                                              if k != "SWAVG_PREFETCH_BYTES"})
+    if os.path.exists(out):
+        os.unlink(out)
+    lines = [ln.split("read-ahead", 1)[1].lstrip(": ") for ln in res.stderr.splitlines() if "read-ahead" in ln]
+    return lines[-1] if lines else "off"
 
 
 def run_larger_than_ram(b):
@@ -968,7 +1147,7 @@ def run_larger_than_ram(b):
         saved, a.prefetch_bytes = a.prefetch_bytes, []
         jobs = time_disk(b, s, "cold", 1, peer=False)
         a.prefetch_bytes = saved
-        rows = disk_rows(s, "cold", jobs)
+        rows = disk_rows(s, "cold", jobs, b.baseline_rss)
         for r in rows:
             r["inputs_bytes"] = s.total_bytes
             r["memory_bytes"] = mem
@@ -1035,15 +1214,32 @@ def run_workers(b, counts):
     return rows
 
 
+def _tool_name(tool):
+    if tool.startswith("swavg-readahead-"):
+        return f"swavg PREFETCH={tool.rsplit('-', 1)[1]}"
+    return "swavg (default)" if tool == "swavg" else tool
+
+
 def print_disk_report(res):
     if res.get("cold"):
         print("\nAverage from a cold and a warm page cache, against the I/O floor "
-              f"(target {DISK_TARGET}x; medians of {res['args']['repeats']}):")
-        rows = [[r["label"], r["cache"], r["tool"], _s(r["median_s"]), _s(r["floor_s"]),
-                 f"{r['ratio_to_floor']:.2f}x", _s(r["median_user_s"] + r["median_sys_s"]), _mib(r["peak_rss_bytes"]),
+              f"(target {DISK_TARGET}x; medians of {res['args']['repeats']}; spread = fastest and slowest run / "
+              "floor median;\nPREFETCH = SWAVG_PREFETCH_BYTES, 0 = none; RSS+ = peak RSS above `swavg --version`'s, "
+              "budget 3 x largest tensor + 64 MiB; ra = read_ahead_kb):")
+        rows = [[r["label"], r["read_ahead_kb"], r["cache"], _tool_name(r["tool"]), _s(r["median_s"]),
+                 _s(r["floor_s"]), f"{r['ratio_to_floor']:.2f}x", f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}",
+                 _s(r["median_user_s"] + r["median_sys_s"]), _mib(r["peak_rss_bytes"]),
+                 _mib(r.get("rss_above_baseline_bytes")),
+                 "" if "rss_ok" not in r else f"{_mib(r['budget_bytes'])} {'ok' if r['rss_ok'] else 'OVER'}",
                  "" if "ok" not in r else ("PASS" if r["ok"] else "MISS")] for r in res["cold"]]
-        print(table(["inputs", "cache", "tool", "median s", "floor s", "/floor", "CPU s", "peak RSS MiB", "target"],
-                    rows))
+        print(table(["inputs", "ra", "cache", "tool", "median s", "floor s", "/floor", "spread", "CPU s",
+                     "peak RSS MiB", "RSS+", "budget", "target"], rows))
+        print_matrix(res["cold"])
+    for key, d in res.get("default_read_ahead", {}).items():
+        print(f"swavg's default read-ahead on {key}: {d}")
+    for key, c in res.get("dcp_check", {}).items():
+        print(f"{key}: swavg's average {'matches' if c['matches_torch'] else 'DIFFERS FROM'} torch's "
+              f"dcp_to_torch_save + average ({c['detail']})")
     if res.get("larger_than_ram"):
         print("\nLarger than RAM (cold, one run):")
         rows = [[r["label"], r["tool"], _s(r["median_s"]), f"{r['throughput_mib_s']:.0f}",
@@ -1059,14 +1255,55 @@ def print_disk_report(res):
         print("note: " + n)
 
 
+def print_matrix(rows):
+    """One line per set x cache x read_ahead_kb: each swavg variant's median / floor [spread]."""
+    tools = list(dict.fromkeys(r["tool"] for r in rows if r["tool"].startswith("swavg") or r["tool"] == "floor-ahead"))
+    if len(tools) < 2 and len({r["read_ahead_kb"] for r in rows}) < 2:
+        return
+    print("\nread-ahead matrix: each tool's median / floor median [fastest-slowest run / floor median]; floor-ahead: "
+          "the floor with 64 MiB per file under POSIX_FADV_WILLNEED")
+    by = {}
+    for r in rows:
+        by.setdefault((r["label"], r["cache"], r["read_ahead_kb"]), {})[r["tool"]] = r
+    out = []
+    for (label, cache, kb), group in by.items():
+        floor = next(iter(group.values()))["floor_s"]
+        cells = [f"{g['ratio_to_floor']:.2f} [{g['ratio_min']:.2f}-{g['ratio_max']:.2f}]" if g else ""
+                 for g in (group.get(t) for t in tools)]
+        out.append([label, cache, kb, _s(floor)] + cells)
+    print(table(["inputs", "cache", "ra", "floor s"] + [_tool_name(t) for t in tools], out))
+
+
 def run_disk_bench(b):
     a = b.args
     info = machine_info(a.swavg)
     print(f"swavg disk bench: {info['swavg_version']} ({info['swavg_commit']}), {info['nproc']} CPUs, "
           f"{info['date']}, load average {info['loadavg_start'][0]:.1f}")
+    if info["loadavg_start"][0] > 0.5:
+        b.notes.append(f"load average {info['loadavg_start'][0]:.1f} on {info['nproc']} CPUs at start: "
+                       "other work was running, timings are noisy")
     res = {"machine": info, "args": vars(a)}
-    if a.cold:
-        res["cold"] = run_cold(b)
+    version = Job("disk/version", [a.swavg, "--version"])
+    run_job(b.runner, version)
+    b.baseline_rss = res["baseline_rss_bytes"] = version.peak_rss()
+    if a.cold or a.dcp:
+        cases = disk_cases(b)
+        res["cold"] = []
+        if a.read_ahead_kb:
+            with ReadAhead(b.workdir) as ra:
+                info["read_ahead_kb_original"] = ra.original
+                for kb in a.read_ahead_kb:
+                    got = ra.set(kb)
+                    log(f"read_ahead_kb {got} ({ra.file})")
+                    res["cold"] += run_cold(b, cases, got)
+                    b.done = res["cold"]
+                    res.setdefault("default_read_ahead", {}).update(
+                        {f"{s.key} at read_ahead_kb {got}": default_read_ahead(b, s) for s in cases})
+        else:
+            kb = current_read_ahead_kb(b.workdir)
+            res["cold"] = run_cold(b, cases, kb)
+            res["default_read_ahead"] = {f"{s.key} at read_ahead_kb {kb}": default_read_ahead(b, s) for s in cases}
+        res["dcp_check"] = b.checked
     if a.larger_than_ram:
         res["larger_than_ram"] = run_larger_than_ram(b)
     if a.workers:
@@ -1275,12 +1512,33 @@ def parse_args(argv):
     p.add_argument("--ltr-gib", type=float, help="--larger-than-ram: total input size in GiB instead")
     p.add_argument("--workers", help="e.g. 1,2,4: N concurrent --shard i/N processes + finalize "
                                      "(cold with --cold)")
-    p.add_argument("--prefetch-bytes", default="",
+    p.add_argument("--prefetch-bytes",
                    help="--cold: also time swavg with SWAVG_PREFETCH_BYTES set to each of these (0: no "
                         "read-ahead), e.g. 0,134217728")
     p.add_argument("--no-peer", action="store_true", help="--cold: leave the Python peer out")
-    p.add_argument("--disk-cases", help="--cold: only these of disk8,disk32,disk8_sharded")
-    p.add_argument("--caches", default="cold,warm", help="--cold: cold, warm or both [cold,warm]")
+    p.add_argument("--dcp", action="store_true",
+                   help="disk case: average of 4 DCP checkpoints of 4 ranks each (torch.distributed.checkpoint.save "
+                        "in 4 gloo processes), cold and warm, against the I/O floor, with peak RSS")
+    p.add_argument("--dcp-mb", type=int, default=320,
+                   help="--dcp: model size in MiB of float32 of each checkpoint [320, as 8 x 159 MiB and 32 x 40 MiB "
+                        "of --cold; quick 4]")
+    p.add_argument("--dcp-python", default=VENV_PYTHON if os.path.exists(VENV_PYTHON) else sys.executable,
+                   help="--dcp: the Python (torch 2.x with DTensor) that writes and checks the DCP folders "
+                        f"[{VENV_PYTHON}]")
+    p.add_argument("--no-check", action="store_true",
+                   help="--dcp: skip comparing swavg's average with torch's dcp_to_torch_save + average")
+    p.add_argument("--floor-ahead", action="store_true",
+                   help="--cold/--dcp: also time the floor with 64 MiB of each file under POSIX_FADV_WILLNEED "
+                        "ahead of its reads (floor-ahead; the target stays against the plain floor)")
+    p.add_argument("--read-ahead-kb",
+                   help="--cold/--dcp: run every case at each of these read_ahead_kb of the work folder's block "
+                        "device (root; restored afterwards), e.g. 128,8192")
+    p.add_argument("--readahead-matrix", action="store_true",
+                   help="the read-ahead matrix: --cold --dcp --disk-cases disk32,disk8,dcp4x4 --read-ahead-kb "
+                        "128,8192 --caches cold,warm --prefetch-bytes 0,33554432,134217728,536870912 --no-peer --floor-ahead "
+                        "(each overridable)")
+    p.add_argument("--disk-cases", help="--cold/--dcp: only these of disk8,disk32,disk8_sharded,dcp4x4")
+    p.add_argument("--caches", default="cold,warm", help="--cold/--dcp: cold, warm or both [cold,warm]")
     p.add_argument("--peers", help="instead of the full bench: swavg against what users run, on the same "
                                    f"Hugging Face folders: all, or some of {','.join(PEER_TOOLS)}")
     p.add_argument("--peer-python", default=sys.executable,
@@ -1293,7 +1551,13 @@ def parse_args(argv):
                    help="--peers: the folders' dtype [float32]")
     args = p.parse_args(argv)
     q = args.quick
-    if (args.cold or args.larger_than_ram or args.workers or args.peers) and args.repeats is None:
+    if args.readahead_matrix:
+        args.cold = args.dcp = args.no_peer = args.floor_ahead = True
+        args.disk_cases = args.disk_cases or f"disk32,disk8,{DCP_KEY}"
+        args.read_ahead_kb = args.read_ahead_kb or "128,8192"
+        args.prefetch_bytes = args.prefetch_bytes or "0,33554432,134217728,536870912"
+    args.read_ahead_kb = [int(x) for x in args.read_ahead_kb.split(",")] if args.read_ahead_kb else []
+    if (args.cold or args.dcp or args.larger_than_ram or args.workers or args.peers) and args.repeats is None:
         args.repeats = 1 if q else 3
     if args.peers:
         args.peers = list(PEER_TOOLS) if args.peers == "all" else args.peers.split(",")
@@ -1378,7 +1642,7 @@ def main(argv=None):
     runner = Runner(outdir)  # before torch is imported: see the module docstring
     try:
         bench = Bench(args, workdir, outdir, runner)
-        disk = args.cold or args.larger_than_ram or args.workers
+        disk = args.cold or args.dcp or args.larger_than_ram or args.workers
         res = run_peers_bench(bench) if args.peers else run_disk_bench(bench) if disk else run_bench(bench)
     finally:
         runner.close()

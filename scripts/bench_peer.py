@@ -17,6 +17,7 @@ Each subcommand runs as its own process, so that bench.py can time it and read i
   floor     the I/O floor: read every input once (16 MiB readinto calls into one reused
             bytearray; from the page cache when warm) and write one output as large as the first
             input (or --out-bytes), fsynced, as swavg fsyncs its output. Imports no torch.
+            --ahead N also keeps N bytes ahead of the reads under POSIX_FADV_WILLNEED.
 Inputs may be torch.save files, safetensors files or Hugging Face folders (shards and an index, or
 one model.safetensors / pytorch_model.bin).
   runner    bench.py's process launcher (see cmd_runner).
@@ -245,8 +246,16 @@ def cmd_floor(args):
     view = memoryview(buf)
     for path in args.inputs:
         with open(path, "rb", buffering=0) as f:
-            while f.readinto(view):
-                pass
+            if args.ahead:
+                os.posix_fadvise(f.fileno(), 0, args.ahead, os.POSIX_FADV_WILLNEED)
+            pos = 0
+            while True:
+                if args.ahead:  # keep --ahead bytes asked for ahead of the reads
+                    os.posix_fadvise(f.fileno(), pos + args.ahead, FLOOR_CHUNK, os.POSIX_FADV_WILLNEED)
+                got = f.readinto(view)
+                if not got:
+                    break
+                pos += got
     left = args.out_bytes if args.out_bytes is not None else os.path.getsize(args.inputs[0])
     fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -329,6 +338,9 @@ def main(argv=None):
                            help="fsync the output and its folder (bench.py --peers)")
         if name == "floor":
             s.add_argument("--out-bytes", type=int, help="output size [the first input's]")
+            s.add_argument("--ahead", type=int, default=0,
+                           help="keep this many bytes of each input under POSIX_FADV_WILLNEED ahead of the "
+                                "reads (bench.py's floor-ahead: the floor with the kernel's readahead helped)")
     s = sub.add_parser("inspect")
     s.add_argument("input")
     s.set_defaults(fn=cmd_inspect)

@@ -1,6 +1,9 @@
-// The fold's read-ahead (fold/prefetch.h): how much is asked for, and when, on real mapped files.
+// The fold's read-ahead (fold/prefetch.h): how much is asked for, and when, on real mapped files;
+// the default total and where it comes from.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -99,4 +102,41 @@ TEST_CASE("read-ahead follows a worker's share, not the whole plan", "[prefetch]
   CHECK(ahead.bytes_requested() == 0);
   ahead.start(in.plans[2]);
   CHECK(ahead.bytes_requested() == 2 * 4 * kMiB);  // the share's bytes only
+}
+
+TEST_CASE("read-ahead default: on below a file's smallest window of kernel readahead, else off", "[prefetch]") {
+  CHECK(default_prefetch_total(std::nullopt) == 0);  // not known (no block device): off
+  CHECK(default_prefetch_total(0) == kPrefetchDefaultTotal);
+  CHECK(default_prefetch_total(128) == kPrefetchDefaultTotal);
+  CHECK(default_prefetch_total(4095) == kPrefetchDefaultTotal);  // last on
+  CHECK(default_prefetch_total(4096) == 0);                      // first off: 4 MiB, kPrefetchMinPerFile
+  CHECK(default_prefetch_total(8192) == 0);
+  CHECK(kPrefetchDefaultTotal == 134217728);
+  CHECK(kPrefetchMinPerFile == 4096 * 1024);
+}
+
+TEST_CASE("read-ahead default: read_ahead_kb of the device a file is on", "[prefetch]") {
+  CHECK_FALSE(read_ahead_kb_of("/nonexistent/swavg_prefetch").has_value());
+  CHECK_FALSE(read_ahead_kb_of("/proc/self/status").has_value());  // procfs: no device, no bdi
+  inputs in(1, 1);
+  struct stat st {};
+  REQUIRE(::stat(in.paths[0].c_str(), &st) == 0);
+  std::ifstream queue("/sys/dev/block/" + std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev)) +
+                      "/queue/read_ahead_kb");
+  uint64_t kb = 0;
+  if (queue >> kb) CHECK(read_ahead_kb_of(in.paths[0]) == kb);  // /tmp on a whole disk (else a partition, tmpfs)
+}
+
+TEST_CASE("read-ahead: SWAVG_PREFETCH_BYTES over the default", "[prefetch]") {
+  inputs in(2, 1);
+  const char* saved = std::getenv("SWAVG_PREFETCH_BYTES");
+  const std::string restore = saved ? saved : "";
+  ::setenv("SWAVG_PREFETCH_BYTES", "16777216", 1);
+  CHECK(prefetcher(in.order()).window() == 8 * kMiB);
+  ::setenv("SWAVG_PREFETCH_BYTES", "0", 1);
+  CHECK(prefetcher(in.order()).window() == 0);
+  ::unsetenv("SWAVG_PREFETCH_BYTES");
+  const uint64_t total = default_prefetch_total(read_ahead_kb_of(in.paths[0]));
+  CHECK(prefetcher(in.order()).window() == (total == 0 ? 0 : total / 2));
+  if (saved) ::setenv("SWAVG_PREFETCH_BYTES", restore.c_str(), 1);
 }

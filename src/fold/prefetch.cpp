@@ -1,9 +1,15 @@
 #include "fold/prefetch.h"
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <string>
+#include <unordered_set>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "util/mapped_file.h"
@@ -11,24 +17,63 @@
 namespace swavg {
 namespace {
 
-uint64_t total_from_environment() {
-  const char* text = std::getenv("SWAVG_PREFETCH_BYTES");
-  if (text == nullptr || *text == '\0') return kPrefetchTotalBytes;
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(text, &end, 10);
-  if (*end != '\0') {
-    spdlog::warn("SWAVG_PREFETCH_BYTES='{}' is not a number of bytes; using {}", text, kPrefetchTotalBytes);
-    return kPrefetchTotalBytes;
+// The smallest read_ahead_kb of the devices the mapped inputs of `order` are on; nullopt if none is known.
+std::optional<uint64_t> smallest_read_ahead_kb(const std::vector<const tensor_plan*>& order) {
+  std::unordered_set<const mapped_file*> seen;
+  std::optional<uint64_t> smallest;
+  const auto visit = [&](const tensor_view* v) {
+    if (v == nullptr || v->mapping == nullptr || !v->mapping->mapped() || !seen.insert(v->mapping).second) return;
+    const auto kb = read_ahead_kb_of(v->mapping->path());
+    if (kb && (!smallest || *kb < *smallest)) smallest = kb;
+  };
+  for (const tensor_plan* p : order) {
+    visit(p->resumed);
+    for (const auto& s : p->sources) visit(s.view);
   }
-  return v;
+  return smallest;
+}
+
+uint64_t total_from_environment(const std::vector<const tensor_plan*>& order) {
+  const char* text = std::getenv("SWAVG_PREFETCH_BYTES");
+  if (text != nullptr && *text != '\0') {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(text, &end, 10);
+    if (*end == '\0') return v;
+    spdlog::warn("SWAVG_PREFETCH_BYTES='{}' is not a number of bytes; using the default", text);
+  }
+  const auto kb = smallest_read_ahead_kb(order);
+  const uint64_t total = default_prefetch_total(kb);
+  spdlog::debug("read-ahead default: {} bytes (inputs' read_ahead_kb {})", total, kb ? std::to_string(*kb) : "unknown");
+  return total;
 }
 
 }  // namespace
 
-prefetcher::prefetcher(const std::vector<const tensor_plan*>& order) : prefetcher(order, total_from_environment()) {}
+uint64_t default_prefetch_total(std::optional<uint64_t> read_ahead_kb) {
+  if (!read_ahead_kb) return 0;
+  return *read_ahead_kb < (kPrefetchMinPerFile >> 10) ? kPrefetchDefaultTotal : 0;
+}
+
+std::optional<uint64_t> read_ahead_kb_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  const unsigned ma = major(st.st_dev), mi = minor(st.st_dev);
+  // A partition has no queue/ of its own: its disk's is one folder up.
+  for (const std::string& f : {fmt::format("/sys/dev/block/{}:{}/queue/read_ahead_kb", ma, mi),
+                               fmt::format("/sys/dev/block/{}:{}/../queue/read_ahead_kb", ma, mi),
+                               fmt::format("/sys/class/bdi/{}:{}/read_ahead_kb", ma, mi)}) {
+    std::ifstream in(f);
+    uint64_t kb = 0;
+    if (in >> kb) return kb;
+  }
+  return std::nullopt;
+}
+
+prefetcher::prefetcher(const std::vector<const tensor_plan*>& order)
+    : prefetcher(order, total_from_environment(order)) {}
 
 prefetcher::prefetcher(const std::vector<const tensor_plan*>& order, uint64_t total_bytes) {
-  if (total_bytes == 0) return;  // off (the default): no tables to build for every tensor
+  if (total_bytes == 0) return;  // off: no tables to build for every tensor
   uses_.resize(order.size());
   for (size_t k = 0; k < order.size(); ++k) {
     index_.emplace(order[k], k);

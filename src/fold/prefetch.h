@@ -5,13 +5,15 @@
  * The prefetcher knows the order the tensors will be folded in (a worker's share, not necessarily
  * the whole plan) and keeps a window of the bytes each input file will be read for next under
  * madvise(MADV_WILLNEED): the kernel reads them asynchronously into the page cache, without mapping
- * them into this process, so peak RSS stays flat. It is off unless SWAVG_PREFETCH_BYTES asks for it
- * (kPrefetchTotalBytes below says why).
+ * them into this process, so peak RSS stays flat. By default it is on only where the kernel's
+ * readahead is small (default_prefetch_total below says why); SWAVG_PREFETCH_BYTES overrides that.
  */
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -22,19 +24,28 @@ namespace swavg {
 class mapped_file;
 
 // Bytes read ahead on all input files together, split evenly between them, within these bounds
-// per file; SWAVG_PREFETCH_BYTES in the environment sets the total. Off by default: on this
-// project's machine (virtio disk, read_ahead_kb 8192) the kernel's own readahead kept a cold
-// average at the I/O floor, and every window measured (32 MiB to 512 MiB) cost CPU time in the
-// fold thread and made it slower (README, Performance).
-constexpr uint64_t kPrefetchTotalBytes = 0;
+// per file; SWAVG_PREFETCH_BYTES in the environment sets the total, else default_prefetch_total.
 constexpr uint64_t kPrefetchMinPerFile = uint64_t{4} << 20;
 constexpr uint64_t kPrefetchMaxPerFile = uint64_t{64} << 20;
+// The default total where the kernel reads ahead less than one file's smallest window by itself.
+constexpr uint64_t kPrefetchDefaultTotal = uint64_t{128} << 20;
+// The default read-ahead: kPrefetchDefaultTotal where the inputs' block device has a read_ahead_kb
+// below a file's smallest window (kPrefetchMinPerFile, 4096 KiB), 0 (off) from there on, or where it
+// is not known (no block device). Measured (README, Performance): at read_ahead_kb 128 read-ahead
+// kept a cold fold near the floor where the kernel alone did not; at 8192 every window cost CPU time
+// in the fold thread and made it slower.
+uint64_t default_prefetch_total(std::optional<uint64_t> read_ahead_kb);
+// read_ahead_kb of the block device holding `path` (a partition's disk; else the file system's
+// backing device in /sys/class/bdi), nullopt where there is none.
+std::optional<uint64_t> read_ahead_kb_of(const std::string& path);
 // Read-ahead is asked for in pieces of at most this many bytes.
 constexpr uint64_t kPrefetchPiece = uint64_t{4} << 20;
 
 class prefetcher {
  public:
-  // `order`: the tensors in the order they will be folded; they must outlive the prefetcher.
+  // `order`: the tensors in the order they will be folded; they must outlive the prefetcher. The
+  // total: SWAVG_PREFETCH_BYTES, else default_prefetch_total of the smallest read_ahead_kb of the
+  // inputs' devices.
   explicit prefetcher(const std::vector<const tensor_plan*>& order);
   prefetcher(const std::vector<const tensor_plan*>& order, uint64_t total_bytes);
 
