@@ -35,7 +35,7 @@ class flat_input {
     if (slice_ == 0 && !copy_.empty()) release_pages(v);
   }
   // Element `element` on; sliced, the slice from there (at most `slice` elements).
-  const uint8_t* at(int64_t element) {
+  const uint8_t* at(int64_t element) const {
     if (slice_ == 0) return data_ + element * static_cast<int64_t>(itemsize(view_.type));
     gather_range(view_, element, std::min(slice_, view_.numel() - element), copy_.data());
     return copy_.data();
@@ -50,7 +50,7 @@ class flat_input {
  private:
   const tensor_view& view_;
   int64_t slice_;
-  std::vector<uint8_t> copy_;  // before data_, which may point into it
+  mutable std::vector<uint8_t> copy_;  // before data_, which may point into it; sliced, the slice
   const uint8_t* data_;
 };
 
