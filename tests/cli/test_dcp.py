@@ -202,10 +202,12 @@ class DcpTest(TempDirTest):
 class MemoryTest(unittest.TestCase):
     """Averaging two 4-rank DCP checkpoints of 16 and of 64 tensors of 4 MiB (chunked by rows and by
     columns, so every tensor is assembled from 4 chunks): the peak RSS of the larger average is
-    within 16 MiB of the smaller one's, while its inputs hold 2 x 192 MiB more (a reader that
+    within 48 MiB of the smaller one's, while its inputs hold 2 x 192 MiB more (a reader that
     assembled the tensors at load grew by that much). Both averages are bit-exact."""
     SIZES = (16, 64)
-    LIMIT = 16 << 20
+    # The pieces being read are mapped a large page-cache folio (up to 2 MiB) at a time around each
+    # touch, a few MiB per piece for a moment, whatever the model's size: measured up to 17 MiB.
+    LIMIT = 48 << 20
 
     @classmethod
     def setUpClass(cls):

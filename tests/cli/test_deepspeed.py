@@ -146,10 +146,12 @@ class DeepSpeedTest(TempDirTest):
 class MemoryTest(unittest.TestCase):
     """Averaging two 4-rank ZeRO-3 tag folders of 16 and of 64 parameters of 4 MiB (each rebuilt from
     4 ranks' flat partitions; scripts/fixtures/deepspeed.py make_zero3_memory): the peak RSS of the
-    larger average is within 16 MiB of the smaller one's, while its inputs hold 2 x 192 MiB more.
+    larger average is within 48 MiB of the smaller one's, while its inputs hold 2 x 192 MiB more.
     The smaller folders are checked against zero_to_fp32, both averages against the parameters."""
     SIZES = (16, 64)
-    LIMIT = 16 << 20
+    # The pieces being read are mapped a large page-cache folio (up to 2 MiB) at a time around each
+    # touch, a few MiB per piece for a moment, whatever the model's size: measured up to 17 MiB.
+    LIMIT = 48 << 20
 
     @classmethod
     def setUpClass(cls):
