@@ -32,6 +32,11 @@ inline nlohmann::json read_json(const std::string& path) {
 inline std::string row_major_bytes(const tensor_view& v) {
   const size_t item = itemsize(v.type);
   std::string out;
+  if (v.pieces) {  // assembled from its pieces (tests/test_tensor_view.cpp checks that)
+    out.resize(v.nbytes());
+    gather_contiguous(v, out.data());
+    return out;
+  }
   out.reserve(v.nbytes());
   const int64_t n = v.numel();
   std::vector<int64_t> index(v.shape.size(), 0);

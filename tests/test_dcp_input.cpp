@@ -29,8 +29,9 @@ size_t check_against_torch(const state_dict& sd, const nlohmann::json& manifest,
     CHECK(t.view.shape == (*want)["size"].get<std::vector<int64_t>>());
     const std::string bytes = test::row_major_bytes(t.view);
     CHECK(crc32_update(0, bytes.data(), bytes.size()) == (*want)["crc32"].get<uint32_t>());
-    // one chunk: a view into its .distcp; several: assembled into a buffer of its own
+    // one chunk: a view into its .distcp; several: a pieced view of them, assembled when read
     CHECK((t.view.mapping != nullptr) == ((*want)["chunks"].size() == 1));
+    CHECK((t.view.pieces != nullptr) == ((*want)["chunks"].size() > 1));
     ++n;
   }
   return n;

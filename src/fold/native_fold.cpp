@@ -2,7 +2,8 @@
  * Averages a tensor across the inputs with swavg's own kernels (native_kernels.h), slice by slice:
  * each slice of the accumulator is filled from the first input (or the resumed average), folded
  * with the same slice of every other input, converted to the output dtype and written; the input
- * pages behind it are dropped. Each element is computed alone, so slicing changes no bit.
+ * pages behind it are dropped. A tensor in pieces (DCP chunks, ZeRO-3 slices) is assembled slice by
+ * slice too. Each element is computed alone, so slicing changes no bit.
  */
 #include "fold/native_fold.h"
 
@@ -44,11 +45,11 @@ void native_average(const fold_config& c, const tensor_plan& p, const chunk_writ
   const dtype out_type = p.outcome.output_type;
   std::vector<flat_input> flats;
   flats.reserve(p.sources.size());
-  for (const auto& s : p.sources) flats.emplace_back(*s.view);
-  std::optional<flat_input> resumed;
-  if (p.resumed) resumed.emplace(*p.resumed);
   const int64_t numel = p.sources.empty() ? p.resumed->numel() : p.sources.front().view->numel();
   const int64_t chunk = std::min<int64_t>(kFoldChunkElements, std::max<int64_t>(numel, 1));
+  for (const auto& s : p.sources) flats.emplace_back(*s.view, chunk);
+  std::optional<flat_input> resumed;
+  if (p.resumed) resumed.emplace(*p.resumed, chunk);
   std::vector<uint8_t> acc(static_cast<size_t>(chunk) * itemsize(acc_type));
   std::vector<uint8_t> out(out_type == acc_type ? 0 : static_cast<size_t>(chunk) * itemsize(out_type));
   std::vector<std::optional<lerp_form>> forms;

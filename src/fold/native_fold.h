@@ -6,6 +6,7 @@
  */
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -23,23 +24,33 @@ constexpr int64_t kFoldChunkElements = int64_t{1} << 18;
 using chunk_writer = std::function<void(const void* data, uint64_t bytes)>;
 
 // The view's elements, contiguous and aligned: the mapping itself when it already is, else a copy
-// (whose source pages are then dropped).
+// (whose source pages are then dropped). With `slice`, a pieced view (tensor_view.h) is assembled
+// one slice of that many elements at a time when at() reaches it, into one slice's buffer, and the
+// pieces' pages behind each slice are dropped by release(): no copy of the whole tensor.
 class flat_input {
  public:
-  explicit flat_input(const tensor_view& v) : view_(v), data_(contiguous_data(v, copy_)) {
-    if (!copy_.empty()) release_pages(v);
+  explicit flat_input(const tensor_view& v, int64_t slice = 0)
+      : view_(v), slice_(v.pieces ? slice : 0), data_(slice_ > 0 ? nullptr : contiguous_data(v, copy_)) {
+    if (slice_ > 0) copy_.resize(static_cast<size_t>(std::min(slice_, v.numel())) * itemsize(v.type));
+    if (slice_ == 0 && !copy_.empty()) release_pages(v);
   }
-  const uint8_t* at(int64_t element) const { return data_ + element * static_cast<int64_t>(itemsize(view_.type)); }
+  // Element `element` on; sliced, the slice from there (at most `slice` elements).
+  const uint8_t* at(int64_t element) const {
+    if (slice_ == 0) return data_ + element * static_cast<int64_t>(itemsize(view_.type));
+    gather_range(view_, element, std::min(slice_, view_.numel() - element), copy_.data());
+    return copy_.data();
+  }
   // Drops the mapped pages behind elements [begin, begin + length) once they have been used.
   void release(int64_t begin, int64_t length) const {
-    if (!copy_.empty()) return;
+    if (slice_ == 0 && !copy_.empty()) return;
     const uint64_t item = itemsize(view_.type);
     release_pages(view_, (static_cast<uint64_t>(view_.offset) + begin) * item, static_cast<uint64_t>(length) * item);
   }
 
  private:
   const tensor_view& view_;
-  std::vector<uint8_t> copy_;  // before data_, which may point into it
+  int64_t slice_;
+  mutable std::vector<uint8_t> copy_;  // before data_, which may point into it; sliced, the slice
   const uint8_t* data_;
 };
 

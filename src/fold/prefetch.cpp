@@ -87,15 +87,23 @@ prefetcher::prefetcher(const std::vector<const tensor_plan*>& order, uint64_t to
 }
 
 void prefetcher::add_view(size_t k, const tensor_view& v) {
+  if (v.pieces) {  // assembled whole when its tensor starts, piece by piece
+    for (const tensor_piece& p : *v.pieces) add_view(k, p.view, true);
+    return;
+  }
+  add_view(k, v, !v.is_contiguous());
+}
+
+void prefetcher::add_view(size_t k, const tensor_view& v, bool gathered) {
   if (v.mapping == nullptr || !v.mapping->mapped() || v.numel() == 0) return;
-  const bool whole_storage = !v.is_contiguous();  // read (gathered) whole
+  const bool whole_storage = !v.is_contiguous();  // a strided view's storage is read whole
   const uint8_t* begin = whole_storage ? v.storage : v.data();
   const uint64_t length = whole_storage ? v.storage_bytes : v.nbytes();
   auto [it, added] = stream_of_.emplace(v.mapping, streams_.size());
   if (added) streams_.push_back(stream{v.mapping, {}});
   stream& s = streams_[it->second];
   s.ranges.push_back(range{static_cast<uint64_t>(begin - v.mapping->data()), length});
-  uses_[k].push_back(use{it->second, s.listed, length, whole_storage ? 0 : itemsize(v.type)});
+  uses_[k].push_back(use{it->second, s.listed, length, gathered ? 0 : itemsize(v.type)});
   s.listed += length;
 }
 

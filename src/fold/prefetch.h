@@ -79,6 +79,8 @@ class prefetcher {
   };
 
   void add_view(size_t k, const tensor_view& v);
+  // A plain view; `gathered`: read whole when its tensor starts, not slice by slice.
+  void add_view(size_t k, const tensor_view& v, bool gathered);
   void top_up(stream& s);
 
   std::vector<stream> streams_;

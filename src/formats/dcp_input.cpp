@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
-#include <cstring>
 #include <map>
 #include <unordered_set>
 
@@ -97,6 +96,9 @@ class dcp_reader {
       throw input_error(fmt::format("{}: {}: holds a tensor of shape {}, but .metadata declares sizes {}", path, what,
                                     shape_string(v.shape), shape_string(c.sizes)));
     v.storage_key = fmt::format("{}@{}/{}", c.storage.relative_path, c.storage.offset, v.storage_key);
+    // The archive's headers were read: their pages (and those mapped around them) go, or every
+    // chunk of the model would keep some mapped until the fold reaches it.
+    a.file->release_pages(c.storage.offset, c.storage.offset + c.storage.length);
     return v;
   }
 
@@ -118,45 +120,21 @@ class dcp_reader {
       if (e.chunks[i].sizes == e.size) whole = i;
     if (whole < e.chunks.size()) return chunk(e, whole);  // the tiling check leaves the others empty
 
-    const size_t isz = itemsize(e.type);
-    const auto nbytes = checked_mul(numel, isz);
-    if (!nbytes || *nbytes > SIZE_MAX)
-      throw input_error(fmt::format("{}: tensor '{}' of size {} is too large", folder_, e.fqn, shape_string(e.size)));
-    auto buffer = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(*nbytes));
-    const std::vector<int64_t> strides = contiguous_strides(e.size);
-    const size_t nd = e.size.size();
+    // Several chunks: a pieced view, assembled only when the fold reads it.
+    std::vector<tensor_piece> pieces;
     for (size_t i = 0; i < e.chunks.size(); ++i) {
       const dcp_chunk& c = e.chunks[i];
       bool empty = false;
       for (int64_t s : c.sizes) empty = empty || s == 0;
       if (empty) continue;
-      const tensor_view v = chunk(e, i);
-      std::vector<uint8_t> copy;
-      const uint8_t* src = contiguous_data(v, copy);
-      const size_t row = static_cast<size_t>(c.sizes[nd - 1]) * isz;
-      uint64_t rows = 1;
-      for (size_t d = 0; d + 1 < nd; ++d) rows *= static_cast<uint64_t>(c.sizes[d]);
-      for (uint64_t r = 0; r < rows; ++r, src += row) {
-        uint64_t rest = r;
-        int64_t dst = c.offsets[nd - 1];
-        for (size_t d = nd - 1; d-- > 0;) {
-          const auto n = static_cast<uint64_t>(c.sizes[d]);
-          dst += (c.offsets[d] + static_cast<int64_t>(rest % n)) * strides[d];
-          rest /= n;
-        }
-        std::memcpy(buffer->data() + static_cast<size_t>(dst) * isz, src, row);
-      }
-      release_pages(v);
+      tensor_piece p{chunk(e, i), c.offsets, false};
+      const std::string wrong = check_piece(e.type, e.size, p);
+      if (!wrong.empty())
+        throw input_error(fmt::format("{}: tensor '{}' of size {}: chunk {} (offsets {}, sizes {}) {}", folder_, e.fqn,
+                                      shape_string(e.size), i, shape_string(c.offsets), shape_string(c.sizes), wrong));
+      pieces.push_back(std::move(p));
     }
-    tensor_view v;
-    v.type = e.type;
-    v.shape = e.size;
-    v.strides = strides;
-    v.storage = buffer->data();
-    v.storage_bytes = *nbytes;
-    v.storage_key = "dcp:" + e.fqn;
-    v.owner = buffer;
-    return v;
+    return make_pieced_view(e.type, e.size, std::move(pieces), "dcp:" + e.fqn);
   }
 
   std::vector<std::string> files() const {

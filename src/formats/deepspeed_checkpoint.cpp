@@ -182,17 +182,14 @@ tensor_view tensor_at(opened& o, const pickle_node* n, const std::string& what) 
   return o.reader->view_of(what, *n->tensor);
 }
 
-tensor_view owned_view(dtype type, const std::vector<int64_t>& shape, std::shared_ptr<std::vector<uint8_t>> bytes,
-                       const std::string& key) {
-  tensor_view v;
-  v.type = type;
-  v.shape = shape;
-  v.strides = contiguous_strides(shape);
-  v.storage = bytes->data();
-  v.storage_bytes = bytes->size();
-  v.storage_key = key;
-  v.owner = std::move(bytes);
-  return v;
+// `count` elements of the contiguous view `v` from element `first` on, as a flat piece placed at
+// element `at` of its tensor.
+tensor_piece flat_piece(const tensor_view& v, uint64_t first, uint64_t count, uint64_t at) {
+  tensor_piece p{v, {static_cast<int64_t>(at)}, true};
+  p.view.offset += static_cast<int64_t>(first);
+  p.view.shape = {static_cast<int64_t>(count)};
+  p.view.strides = {1};
+  return p;
 }
 
 // ZeRO stage 0-2: the weights are the model states' `module`.
@@ -347,7 +344,6 @@ state_dict read_zero3(const std::string& path, const std::string& tag) {
     if (k && k->kind == pickle_kind::string && buffers.count(k->text))
       add(k->text, tensor_at(ranks[0].model, v, fmt::format("buffer '{}'", k->text)), states0);
 
-  const size_t item = itemsize(flat_type);
   for (const auto& [name, shape] : frozen) {
     const std::string what = fmt::format("{}: frozen parameter '{}'", states0, name);
     const uint64_t numel = zero3_numel(shape, what);
@@ -371,7 +367,6 @@ state_dict read_zero3(const std::string& path, const std::string& tag) {
     if (have < numel)
       throw input_error(fmt::format("{} of shape {} needs {} elements but the ranks' fragments hold {}", what,
                                     shape_string(shape), numel, have));
-    const size_t fitem = itemsize(fragments[0].type);
     if (static_cast<uint64_t>(fragments[0].numel()) >= numel) {
       tensor_view v = fragments[0];
       v.shape = shape;
@@ -379,15 +374,14 @@ state_dict read_zero3(const std::string& path, const std::string& tag) {
       add(name, std::move(v), states0);
       continue;
     }
-    auto bytes = std::make_shared<std::vector<uint8_t>>(numel * fitem);
+    std::vector<tensor_piece> pieces;
     uint64_t done = 0;
     for (const tensor_view& f : fragments) {
       const uint64_t take = std::min<uint64_t>(static_cast<uint64_t>(f.numel()), numel - done);
-      std::copy_n(f.data(), take * fitem, bytes->data() + done * fitem);
-      release_pages(f);
+      if (take > 0) pieces.push_back(flat_piece(f, 0, take, done));
       done += take;
     }
-    add(name, owned_view(fragments[0].type, shape, bytes, "zero3-frozen/" + name), states0);
+    add(name, make_pieced_view(fragments[0].type, shape, std::move(pieces), "zero3-frozen/" + name), states0);
   }
 
   std::vector<uint64_t> numels;
@@ -408,15 +402,13 @@ state_dict read_zero3(const std::string& path, const std::string& tag) {
       add(name, std::move(v), states0);
       continue;
     }
-    auto bytes = std::make_shared<std::vector<uint8_t>>(plan[i].numel * item);
-    uint8_t* out = bytes->data();
+    std::vector<tensor_piece> pieces;
+    uint64_t done = 0;
     for (const zero3_slice& s : slices) {
-      const tensor_view& g = ranks[s.rank].groups[s.group];
-      std::copy_n(g.data() + s.offset * item, s.count * item, out);
-      release_pages(g, static_cast<uint64_t>(g.data() - g.storage) + s.offset * item, s.count * item);
-      out += s.count * item;
+      pieces.push_back(flat_piece(ranks[s.rank].groups[s.group], s.offset, s.count, done));
+      done += s.count;
     }
-    add(name, owned_view(flat_type, shape, bytes, "zero3/" + name), states0);
+    add(name, make_pieced_view(flat_type, shape, std::move(pieces), "zero3/" + name), states0);
   }
 
   for (const auto& [k, v] : shared->entries) {

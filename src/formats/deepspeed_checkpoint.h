@@ -11,7 +11,8 @@
  *   of `param_shapes`, in every rank's concatenated groups; a tensor is rank 0's slice, then rank
  *   1's, ..., cut to its numel (the padding is at the end). Frozen parameters are concatenated from
  *   each rank's `frozen_param_fragments`, buffers come from rank 0's `module` (`buffer_names`),
- *   tied parameters (`shared_params`) share their source's tensor.
+ *   tied parameters (`shared_params`) share their source's tensor. A tensor of several slices is a
+ *   pieced view of them (tensor_view.h), assembled only when the fold reaches it.
  *
  * Everything read from the files is checked before use: the world size against the rank files
  * present, each rank's group sizes against rank 0's, the parameters' partitions against the

@@ -392,7 +392,8 @@ void write_torch_state_dict(atomic_file& out, const std::vector<named_tensor>& t
     auto it = written.find(id);
     if (it == written.end()) {
       std::string key = writer.begin_storage(v.type, v.storage_bytes);
-      writer.write(v.storage, v.storage_bytes);
+      std::vector<uint8_t> assembled;  // a pieced view's bytes (its storage is the tensor, row-major)
+      writer.write(v.pieces ? contiguous_data(v, assembled) : v.storage, v.storage_bytes);
       writer.end_storage();
       it = written.emplace(id, key).first;
     }

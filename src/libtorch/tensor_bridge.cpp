@@ -40,6 +40,11 @@ at::Tensor to_tensor(const tensor_view& v) {
   const auto options = at::TensorOptions().dtype(to_scalar_type(v.type)).device(at::kCPU);
   const uint8_t* first = v.data();
   if (v.numel() == 0) return at::empty(v.shape, options);
+  if (v.pieces) {
+    auto whole = at::empty(v.shape, options);
+    gather_contiguous(v, whole.data_ptr());
+    return whole;
+  }
   if (reinterpret_cast<uintptr_t>(first) % itemsize(v.type) != 0) {
     auto copy = at::empty({static_cast<int64_t>(v.storage_bytes / itemsize(v.type))}, options);
     std::memcpy(copy.data_ptr(), v.storage, v.storage_bytes);
