@@ -144,12 +144,18 @@ void output_folder::hold_partial() {
 
 const std::string& output_folder::where() const { return plain() ? stage_->path() : partial_; }
 
+shard_layout output_folder::plan_shards(output_format format, std::vector<tensor_spec> specs,
+                                        weights_names names) const {
+  shard_layout layout = plan_layout(format, std::move(specs), max_shard_size_, names);
+  if (layout.shards.size() > kMaxShards)
+    throw usage_error(fmt::format("{}/: --max-shard-size {} makes {} shards, more than the {} a folder may have", out_,
+                                  max_shard_size_, layout.shards.size(), kMaxShards));
+  return layout;
+}
+
 output_sink& output_folder::open(output_format format, std::vector<tensor_spec> specs,
                                  const std::map<std::string, std::string>& metadata) {
-  layout_ = plan_layout(format, std::move(specs), max_shard_size_, names_);
-  if (layout_->shards.size() > kMaxShards)
-    throw usage_error(fmt::format("{}/: --max-shard-size {} makes {} shards, more than the {} a folder may have", out_,
-                                  max_shard_size_, layout_->shards.size(), kMaxShards));
+  layout_ = plan_shards(format, std::move(specs), names_);
   const std::string plan = plan_json(*layout_, metadata, copied_, worker_count_, options_);
   if (plain()) {
     plan_hash_ = sha256_hex(plan.data(), plan.size());

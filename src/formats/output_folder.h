@@ -79,6 +79,9 @@ class output_folder {
   // into the plan (worker_files.h). A worker of several holds its lock from here at the latest.
   void stage(std::string source, std::vector<std::string> copied, weights_names names = weights_names::transformers,
              job_options options = {});
+  // The shards of `specs` in `format`, named as `names` (stage's), as open() plans them
+  // (usage_error past kMaxShards), for plans (--dry-run): nothing written.
+  shard_layout plan_shards(output_format format, std::vector<tensor_spec> specs, weights_names names) const;
   // 3. Plans the shards of `specs` (in `format`, with `metadata` in each; usage_error past
   // kMaxShards), writes the plan and opens this worker's shards: write() every tensor the sink
   // owns(), in order, then commit().

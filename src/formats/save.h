@@ -50,6 +50,17 @@ struct tensor_spec {
   std::optional<size_t> alias_of;
 };
 
+// The size of the file a tensor_sink of `specs`, `metadata` and `objects` writes, for plans
+// (--dry-run): safetensors' exactly (the writer's own header code); torch.save's the data plus a
+// bound on the archive's records and data.pkl (exact false), the objects' pickle not counted.
+struct planned_size {
+  uint64_t bytes = 0;
+  bool exact = true;
+};
+planned_size planned_file_size(const std::string& path, output_format format, const std::vector<tensor_spec>& specs,
+                               const std::map<std::string, std::string>& metadata,
+                               const std::vector<object_entry>& objects = {});
+
 // Streams tensors to a torch.save or safetensors file in the order declared up front: write() the
 // bytes of each tensor (contiguous, row-major; none for an alias) one after the other, then
 // commit(). `objects` follow the tensors (torch.save only). Nothing appears at `path` before
