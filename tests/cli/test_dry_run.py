@@ -79,6 +79,9 @@ class DryRunTest(TempDirTest):
         out = self.path("swa.safetensors")
         args = ["average", *self.inputs, "-o", out]
         plan = self.dry(*args)
+        # Options and inputs in any order (test_options.py leaves --dry-run to this test).
+        self.assertEqual(json.loads(swavg("average", "--dry-run", self.inputs[0], "--json", *self.inputs[1:],
+                                          "-o", out).stdout), plan)
         self.assertEqual([i["path"] for i in plan["inputs"]], self.inputs)
         self.assertEqual([i["key"] for i in plan["inputs"]], ["", "", ""])
         by_name = {t["name"]: t for t in plan["details"]}
