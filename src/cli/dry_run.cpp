@@ -254,10 +254,11 @@ std::string dry_run_table(const dry_run& d) {
   if (d.worker_count > 1) t += fmt::format("; worker {} of {}", d.worker_index, d.worker_count);
   t += "):\n";
   for (const auto& f : d.files)
-    t += fmt::format("  {}  {} tensors, {}{} bytes ({}){}\n", f.path, f.tensors, f.size.exact ? "" : "about ",
-                     f.size.bytes, human_bytes(f.size.bytes),
+    t += fmt::format("  {}  {} tensor{}, {}{} bytes ({}){}\n", f.path, f.tensors, f.tensors == 1 ? "" : "s",
+                     f.size.exact ? "" : "about ", f.size.bytes, human_bytes(f.size.bytes),
                      d.worker_count > 1 ? fmt::format(", worker {}{}", f.worker, f.written ? " (this one)" : "") : "");
-  if (!d.index.empty()) t += fmt::format("  {}  the index\n", d.index);
+  if (!d.index.empty())
+    t += fmt::format("  {}  the index{}\n", d.index, d.worker_count > 1 ? " (written by swavg finalize)" : "");
   for (const auto& c : d.copied) t += fmt::format("  {}  copied\n", c);
 
   t += fmt::format("\nTo read: {} bytes ({}); to write: {}{} bytes ({})\n", d.bytes_read, human_bytes(d.bytes_read),

@@ -291,11 +291,15 @@ class PeakMemoryTest(TempDirTest):
             inputs.append(p)
         args = ["average", *inputs, "-o", self.path("avg.safetensors")]
         out, planning = child_peak([*args, "--dry-run", "--json"])
+        if planning > 4 * (48 << 20):  # swavg-torch: LibTorch's start-up peak (~500 MB) hides the fold's
+            self.skipTest("the binary's start-up peak RSS (%d bytes) is above the fold's" % planning)
         plan = json.loads(out)
         self.assertEqual(plan["peak_memory"]["largest_tensor"], "bn.running_var")
         estimate = plan["peak_memory"]["bytes"]
         _, real = child_peak(args)
         # What the estimate leaves out, the program with its inputs' headers, is what the dry run holds.
+        # 25%: the estimate counts the 4 MiB write buffer whole and the page cache's fault-around and
+        # the allocator's slack are not modelled; measured here: 50.1 MB grown for 54.5 MB estimated.
         grown = real - planning
         print("peak RSS: dry run %d, real %d, grown %d, estimate %d" % (planning, real, grown, estimate))
         self.assertLess(abs(grown - estimate), 0.25 * estimate, (grown, estimate))
