@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "cli/dry_run.h"
 #include "cli/options.h"
 #include "cli/pipeline.h"
 
@@ -13,6 +14,7 @@
 #include "formats/sharded_input.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/atomic_dir.h"
 
 namespace swavg {
 namespace {
@@ -25,11 +27,50 @@ struct convert_options {
   bool force = false;
   bool drop_objects = false;
   std::string max_shard_size;
+  bool dry_run = false;
+  bool json = false;
 };
+
+// --dry-run: the input's tensors, each copied, and the output's files.
+dry_run describe_convert(const convert_options& o, const state_dict& sd, output_format format) {
+  dry_run d;
+  d.command = "convert";
+  d.mode = "convert";
+  d.inputs.push_back(dry_run_input_of(sd));
+  d.n = 1;
+  d.output = without_trailing_slash(o.output);
+  d.format = output_format_name(format);
+  d.objects_dropped = o.drop_objects && !sd.objects.empty();
+  for (const auto& e : sd.objects) d.carried.push_back({e.name, e.type, sd.path});
+  uint64_t largest = 0;
+  for (const auto& t : sd.tensors) {
+    dry_run_tensor x;
+    x.action = "copy";
+    x.outcome.name = t.name;
+    x.outcome.action = tensor_action::latest;
+    x.outcome.reason = "convert";
+    x.outcome.count = 1;
+    x.outcome.input_type = x.outcome.accumulate_type = x.outcome.output_type = t.view.type;
+    x.file = o.output;
+    d.bytes_read += t.view.nbytes();
+    const uint64_t ws =
+        t.view.is_contiguous()
+            ? std::max(t.view.nbytes(), format == output_format::torch ? t.view.storage_bytes : uint64_t{0})
+            : 2 * t.view.nbytes();
+    if (ws > largest || d.peak_tensor.empty()) {
+      largest = std::max(largest, ws);
+      d.peak_tensor = t.name;
+    }
+    d.tensors.push_back(std::move(x));
+  }
+  d.peak_memory = largest + kOutputBufferBytes;
+  return d;
+}
 
 // Resharding: the state dict as a Hugging Face folder (formats/output_folder.h), staged and published.
 void convert_to_folder(const convert_options& o) {
   const uint64_t limit = o.max_shard_size.empty() ? kDefaultMaxShardSize : parse_shard_size(o.max_shard_size);
+  if (!o.max_shard_size.empty() && o.format) refuse_shard_size(o.output, *o.format);
   output_folder out(o.output, limit, 0, 1, o.force);
   out.refuse_not_folder();
   out.refuse_inputs_inside(checkpoint_files(o.input));
@@ -46,6 +87,27 @@ void convert_to_folder(const convert_options& o) {
   const checkpoint_location source = output_source_of(o.input);
   if (!source.folder.empty()) extra = classify_folder(source.folder);
 
+  if (o.dry_run) {
+    if (format == output_format::dcp) out.chunk_like(o.input, sd.key);
+    const shard_layout layout = out.plan_shards(format, specs, source.names);
+    dry_run d = describe_convert(o, sd, format);
+    d.folder = true;
+    for (size_t s = 0; s < layout.shards.size(); ++s) {
+      const output_shard& shard = layout.shards[s];
+      for (size_t i : shard.specs) d.tensors[i].file = shard.file;
+      dry_run_file f;
+      f.path = shard.file;
+      f.tensors = shard.specs.size();
+      f.data_bytes = shard.bytes;
+      f.size = planned_shard_size(out.path(), layout, s, metadata);
+      d.bytes_written += f.size.bytes;
+      d.bytes_written_exact &= f.size.exact;
+      d.files.push_back(std::move(f));
+    }
+    d.index = planned_index_name(layout);
+    d.copied = extra.copied;
+    return print_dry_run(d, o.json);
+  }
   out.stage(source.folder, extra.copied, source.names);
   if (format == output_format::dcp) out.chunk_like(o.input, sd.key);
   output_sink& sink = out.open(format, std::move(specs), metadata);
@@ -66,6 +128,7 @@ void convert_to_folder(const convert_options& o) {
 }
 
 void run_convert(const convert_options& o) {
+  if (o.json && !o.dry_run) throw usage_error("convert --json prints the plan of --dry-run: add --dry-run");
   if (is_directory_output(o.output)) return convert_to_folder(o);
   if (!o.max_shard_size.empty())
     throw usage_error(fmt::format("--max-shard-size needs a folder output (-o DIR/), not '{}'", o.output));
@@ -76,6 +139,30 @@ void run_convert(const convert_options& o) {
   const std::vector<object_entry> objects = o.drop_objects ? std::vector<object_entry>{} : sd.objects;
   std::map<std::string, std::string> metadata;
   if (format == output_format::safetensors) metadata = inherited_metadata({&sd});
+  if (o.dry_run) {
+    // torch.save keeps shared storages shared: a tensor over an earlier one's storage adds no data.
+    std::vector<tensor_spec> specs;
+    std::map<std::string, size_t> storage_spec;
+    for (const auto& t : sd.tensors) {
+      const std::string id = fmt::format("{}:{}", static_cast<const void*>(t.view.owner.get()), t.view.storage_key);
+      std::optional<size_t> alias;
+      if (format == output_format::torch) {
+        const auto [it, added] = storage_spec.emplace(id, specs.size());
+        if (!added) alias = it->second;
+      }
+      specs.push_back(tensor_spec{t.name, t.view.type, t.view.shape, alias});
+    }
+    dry_run d = describe_convert(o, sd, format);
+    dry_run_file f;
+    f.path = o.output;
+    f.tensors = specs.size();
+    for (const auto& t : specs) f.data_bytes += spec_data_bytes(t);
+    f.size = planned_file_size(o.output, format, specs, metadata, objects);
+    d.bytes_written = f.size.bytes;
+    d.bytes_written_exact = f.size.exact;
+    d.files.push_back(std::move(f));
+    return print_dry_run(d, o.json);
+  }
   uint64_t bytes = save_state_dict(o.output, sd.tensors, format, metadata, objects);
   spdlog::info("wrote {} tensors and {} other entries ({} bytes) to {}", sd.tensors.size(), objects.size(), bytes,
                o.output);
@@ -103,6 +190,10 @@ command setup_convert(CLI::App& parent) {
   app->add_flag("--drop-objects", o->drop_objects,
                 "Leave the non-tensor entries (_extra_state, epoch, ...) out instead of carrying them (torch.save "
                 "outputs) or refusing (safetensors)");
+  app->add_flag("--dry-run", o->dry_run,
+                "Check everything and print the plan (tensors, output files and sizes, bytes, peak memory) instead "
+                "of writing; writes nothing");
+  app->add_flag("--json", o->json, "With --dry-run: print the plan as JSON on stdout");
   app->footer(
       "Examples:\n"
       "  swavg convert ckpt.pt -o model.safetensors\n"

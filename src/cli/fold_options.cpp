@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <limits>
 
+#include "cli/dry_run.h"
 #include "cli/options.h"
+#include "formats/save.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -85,7 +87,10 @@ void add_fold_options(CLI::App* app, fold_options& o) {
   app->add_flag("--allow-nonfinite", c.allow_nonfinite, "Accept NaN and Inf values in the inputs");
   add_device_option(app, "--device", c.device, "Fold on cpu or cuda[:N]");
   app->add_option("--report", o.report_file, "Write a JSON report to FILE");
-  app->add_flag("--json", o.json, "Print the JSON report on stdout");
+  app->add_flag("--json", o.json, "Print the JSON report on stdout (with --dry-run: the plan)");
+  app->add_flag("--dry-run", o.dry_run,
+                "Check everything and print the plan (inputs, every tensor's action, output files and sizes, bytes "
+                "and peak memory) instead of folding; writes nothing");
 
   const std::string bn = "BatchNorm recomputation (--update-bn)";
   app->add_flag("--update-bn", o.update_bn,
@@ -122,6 +127,7 @@ void run_fold_command(fold_options o) {
       throw usage_error(
           fmt::format("--max-shard-size needs a folder output (-o DIR/, with the slash), not '{}'", o.job.output));
     o.job.max_shard_size = parse_shard_size(o.max_shard_size);
+    if (o.job.format) refuse_shard_size(o.job.output, *o.job.format);
   }
   o.job.worker = resolve_worker(o.shard, o.shard_count, o.job.directory, [](const char* n) { return std::getenv(n); });
   o.job.inputs = select_inputs(o.selection);
@@ -139,6 +145,14 @@ void run_fold_command(fold_options o) {
     bn = o.bn;
   } else if (!o.bn.data.path.empty()) {
     throw usage_error("--data is used with --update-bn; add --update-bn to recompute BatchNorm statistics");
+  }
+
+  if (o.dry_run) {
+    if (bn) throw usage_error("--dry-run plans the fold only: run it without --update-bn");
+    const std::unique_ptr<fold_job_plan> plan = plan_fold_job(o.job, true);
+    const char* command = o.job.config.mode == fold_mode::ema ? "ema" : "average";
+    print_dry_run(describe_fold_job(command, o.job, *plan), o.json);
+    return;
   }
 
   const pipeline_report result = run_fold_pipeline(o.job, bn);

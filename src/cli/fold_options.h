@@ -24,6 +24,7 @@ struct fold_options {
   std::string rules_file;
   std::string report_file;
   bool json = false;
+  bool dry_run = false;  // --dry-run: print the plan (cli/dry_run.h) instead of folding
   bool update_bn = false;
   bn_step bn;
   std::string max_shard_size;  // as given; parsed once the output is known to be a folder

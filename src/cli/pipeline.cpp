@@ -103,13 +103,12 @@ void check_directory_paths(const fold_job& job, const output_folder& out, const 
   }
 }
 
-fold_inputs load_fold_inputs(const fold_job& job) {
-  fold_inputs in;
+// Into `in`, where the plan's views of them stay (a resumed average is not moved).
+void load_fold_inputs(const fold_job& job, fold_inputs& in) {
   in.checkpoints = load_checkpoints(job);
   if (!job.resume.empty()) in.resume.emplace(open_resumed(load_state_dict(job.resume, load_options{}), job.config));
   if (!job.model.empty())
     for (const auto& t : read_torchscript(job.model).tensors) in.model_kinds[t.name] = t.kind;
-  return in;
 }
 
 // The configuration as run: a power-function EMA that is resumed continues from the record's last time.
@@ -215,19 +214,22 @@ job_options job_identity(const fold_job& job, const fold_config& c, output_forma
 
 // -o DIR/: the shards (this worker's), the files copied from the last input's folder, and the index,
 // staged and published (plain run) or left in OUT.partial/ with a manifest (worker of several).
-fold_report run_directory_job(const fold_job& job) {
-  const auto start = std::chrono::steady_clock::now();
+std::unique_ptr<fold_job_plan> plan_directory_job(const fold_job& job, bool dry_run) {
+  auto p = std::make_unique<fold_job_plan>();
+  p->start = std::chrono::steady_clock::now();
   const fold_config& c = job.config;
   const worker_id& w = job.worker;
   validate_config(c, job.inputs.size(), !job.resume.empty());
   check_device(c.device);
   require_lerp_kernels(c);
-  output_folder out(job.output, job.max_shard_size, w.index, w.count, job.force);
+  p->folder = std::make_unique<output_folder>(job.output, job.max_shard_size, w.index, w.count, job.force);
+  output_folder& out = *p->folder;
   check_directory_paths(job, out, files_read(job));
-  out.hold_partial();
+  if (!dry_run) out.hold_partial();
   const output_format format = job.format.value_or(output_format::safetensors);
 
-  const fold_inputs in = load_fold_inputs(job);
+  load_fold_inputs(job, p->inputs);
+  const fold_inputs& in = p->inputs;
   const fold_config folded = config_for(job, in);
   folder_files extra;
   const checkpoint_location source = output_source_of(job.inputs.back());
@@ -236,9 +238,35 @@ fold_report run_directory_job(const fold_job& job) {
   for (const auto& name : extra.skipped)
     spdlog::info("{}/{}: not copied (weights, an index or not a file)", source_folder, name);
 
-  out.stage(source_folder, extra.copied, source.names, job_identity(job, folded, format));
+  p->format = format;
+  p->config = folded;
+  p->source = source;
+  p->extra = std::move(extra);
+  p->target = fold_target{out.path(), format, job.drop_objects, &out};
+  p->outline = outline_fold(p->config, in, p->target);
   if (format == output_format::dcp) out.chunk_like(job.inputs.front(), in.checkpoints.front().key);
-  const fold_result result = run_fold(folded, in, fold_target{out.path(), format, job.drop_objects, &out});
+  p->layout = out.plan_shards(format, p->outline.specs, source.names);
+  return p;
+}
+
+// The shards the sink wrote are the ones planned (and shown by --dry-run).
+void check_planned_shards(const shard_layout& planned, const shard_layout& written) {
+  bool same = planned.shards.size() == written.shards.size();
+  for (size_t s = 0; same && s < planned.shards.size(); ++s)
+    same = planned.shards[s].file == written.shards[s].file && planned.shards[s].specs == written.shards[s].specs;
+  if (!same) throw error(exit_code::internal, "the output's shards differ from the planned ones");
+}
+
+fold_report execute_directory_job(const fold_job& job, fold_job_plan& p) {
+  const worker_id& w = job.worker;
+  output_folder& out = *p.folder;
+  const output_format format = p.format;
+  const fold_config& folded = p.config;
+  const folder_files& extra = p.extra;
+  out.hold_partial();
+  out.stage(p.source.folder, extra.copied, p.source.names, job_identity(job, folded, format));
+  const fold_result result = run_fold(folded, p.inputs, p.outline, p.target);
+  check_planned_shards(*p.layout, out.layout());
   out.finish();
   if (!out.plain())
     spdlog::info("{}/: worker {} of {} done ({} files); run `swavg finalize {}/` once every worker is", out.partial(),
@@ -255,8 +283,27 @@ fold_report run_directory_job(const fold_job& job) {
     }
   if (w.index == 0) report.copied = extra.copied;
   report.skipped = extra.skipped;
-  report.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.start).count();
   return report;
+}
+
+std::unique_ptr<fold_job_plan> plan_file_job(const fold_job& job) {
+  auto p = std::make_unique<fold_job_plan>();
+  p->start = std::chrono::steady_clock::now();
+  const fold_config& c = job.config;
+  validate_config(c, job.inputs.size(), !job.resume.empty());
+  check_device(c.device);
+  require_lerp_kernels(c);
+  check_paths(job, files_read(job));
+  const output_format format = choose_output_format(job.output, job.format);
+  refuse_folder_format(job.output, format);
+
+  p->format = format;
+  load_fold_inputs(job, p->inputs);
+  p->config = config_for(job, p->inputs);
+  p->target = fold_target{job.output, format, job.drop_objects, nullptr};
+  p->outline = outline_fold(p->config, p->inputs, p->target);
+  return p;
 }
 
 }  // namespace
@@ -266,24 +313,21 @@ bool is_directory_output(const std::string& output) {
   return (!output.empty() && output.back() == '/') || (::stat(output.c_str(), &st) == 0 && S_ISDIR(st.st_mode));
 }
 
-fold_report run_fold_job(const fold_job& job) {
-  if (job.directory) return run_directory_job(job);
-  const auto start = std::chrono::steady_clock::now();
-  const fold_config& c = job.config;
-  validate_config(c, job.inputs.size(), !job.resume.empty());
-  check_device(c.device);
-  require_lerp_kernels(c);
-  const output_format format = choose_output_format(job.output, job.format);
-  refuse_folder_format(job.output, format);
-  check_paths(job, files_read(job));
+std::unique_ptr<fold_job_plan> plan_fold_job(const fold_job& job, bool dry_run) {
+  return job.directory ? plan_directory_job(job, dry_run) : plan_file_job(job);
+}
 
-  const fold_inputs in = load_fold_inputs(job);
-  const fold_config folded = config_for(job, in);
-  const fold_result result = run_fold(folded, in, fold_target{job.output, format, job.drop_objects, nullptr});
-
-  fold_report report = report_of(job, folded, format, result);
-  report.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+fold_report execute_fold_job(const fold_job& job, fold_job_plan& p) {
+  if (job.directory) return execute_directory_job(job, p);
+  const fold_result result = run_fold(p.config, p.inputs, p.outline, p.target);
+  fold_report report = report_of(job, p.config, p.format, result);
+  report.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.start).count();
   return report;
+}
+
+fold_report run_fold_job(const fold_job& job) {
+  const std::unique_ptr<fold_job_plan> plan = plan_fold_job(job);
+  return execute_fold_job(job, *plan);
 }
 
 uint64_t save_updated_state(const std::string& path, output_format format, const update_bn_result& updated,

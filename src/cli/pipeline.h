@@ -13,7 +13,9 @@
  */
 #pragma once
 
+#include <chrono>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,10 +23,13 @@
 #include "cli/report.h"
 #include "cli/worker.h"
 #include "fold/config.h"
+#include "fold/execute.h"
 #include "formats/dataset.h"
 #include "formats/load.h"
+#include "formats/output_folder.h"
 #include "formats/save.h"
 #include "formats/shard_layout.h"
+#include "formats/sharded_input.h"
 #include "libtorch/bn_replay.h"
 
 namespace swavg {
@@ -61,8 +66,31 @@ struct pipeline_report {
   std::optional<bn_report> bn;
 };
 
-// Checks the output path, loads the inputs, folds them and writes the average. Throws
-// swavg::error subclasses; nothing is written unless it succeeds.
+// What a fold job decided before its output's first byte: plan_fold_job's, which
+// execute_fold_job runs and --dry-run shows (cli/dry_run.h).
+struct fold_job_plan {
+  std::chrono::steady_clock::time_point start;
+  output_format format = output_format::torch;
+  fold_inputs inputs;
+  fold_config config;  // as folded: a resumed power-function EMA continues from the record's time
+  fold_target target;
+  fold_outline outline;                   // the fold's plan, the output's tensors and metadata
+  std::unique_ptr<output_folder> folder;  // -o DIR/: the folder, its source files and its shards
+  checkpoint_location source;
+  folder_files extra;
+  std::optional<shard_layout> layout;
+};
+
+// Checks the options and every path, loads and checks the inputs, and plans the fold and the
+// output, writing nothing (with `dry_run`, a worker does not take its lock on OUT.partial/ either).
+// Throws what the run would before its first output byte. The plan holds views into its inputs:
+// it stays where it was made.
+std::unique_ptr<fold_job_plan> plan_fold_job(const fold_job& job, bool dry_run = false);
+// Folds and writes what `plan` (plan_fold_job's of `job`) says.
+fold_report execute_fold_job(const fold_job& job, fold_job_plan& plan);
+
+// Checks the output path, loads the inputs, folds them and writes the average (plan_fold_job, then
+// execute_fold_job). Throws swavg::error subclasses; nothing is written unless it succeeds.
 fold_report run_fold_job(const fold_job& job);
 
 // Runs `job` and, with `bn`, the BatchNorm recomputation on its result (job.model is the

@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/dry_run.h"
 #include "cli/options.h"
 #include "cli/report.h"
 #include "fold/config.h"
@@ -47,6 +48,7 @@ struct posthoc_options {
   std::optional<dtype> output_dtype;
   std::string report_file;
   bool json = false;
+  bool dry_run = false;
 };
 
 double parse_sigma(const std::string& text) {
@@ -131,6 +133,49 @@ nlohmann::ordered_json output_json(const planned_output& out, const std::vector<
   return j;
 }
 
+// --dry-run: the snapshots in the order they are combined, every tensor (combined in float64, or
+// copied from the last snapshot), each output file.
+dry_run describe_posthoc(const std::vector<state_dict>& snapshots, const std::vector<posthoc_output>& targets,
+                         const posthoc_outline& outline, output_format format) {
+  dry_run d;
+  d.command = "posthoc-ema";
+  d.mode = "posthoc-ema";
+  for (const auto& sd : snapshots) d.inputs.push_back(dry_run_input_of(sd));
+  d.n = static_cast<int64_t>(snapshots.size());
+  d.output = targets.front().path;
+  d.format = output_format_name(format);
+  d.objects_dropped = outline.objects_dropped;
+  for (const auto& e : outline.objects) d.carried.push_back({e.name, e.type, snapshots.back().path});
+  uint64_t largest = 0;
+  for (const auto& p : outline.plan.tensors) {
+    dry_run_tensor t;
+    t.outcome = p.outcome;
+    if (t.outcome.action == tensor_action::average) t.outcome.accumulate_type = dtype::float64;
+    t.file = targets.size() == 1 ? targets.front().path : std::string("every output");
+    for (const auto& s : p.sources) d.bytes_read += s.view->nbytes();
+    const uint64_t ws = posthoc_working_set(p, targets.size());
+    if (ws > largest || d.peak_tensor.empty()) {
+      largest = std::max(largest, ws);
+      d.peak_tensor = p.name;
+    }
+    d.tensors.push_back(std::move(t));
+  }
+  for (const auto& target : targets) {
+    std::map<std::string, std::string> metadata = outline.inherited;
+    for (const auto& [k, v] : target.metadata) metadata[k] = v;
+    dry_run_file f;
+    f.path = target.path;
+    f.tensors = outline.specs.size();
+    for (const auto& s : outline.specs) f.data_bytes += spec_data_bytes(s);
+    f.size = planned_file_size(target.path, format, outline.specs, metadata, outline.objects);
+    d.bytes_written += f.size.bytes;
+    d.bytes_written_exact &= f.size.exact;
+    d.files.push_back(std::move(f));
+  }
+  d.peak_memory = largest + targets.size() * kOutputBufferBytes;
+  return d;
+}
+
 void run_posthoc_ema(const posthoc_options& o) {
   const auto start = std::chrono::steady_clock::now();
   if (o.inputs.empty()) throw usage_error("posthoc-ema needs snapshots");
@@ -190,8 +235,9 @@ void run_posthoc_ema(const posthoc_options& o) {
     outputs_json.push_back(std::move(j));
     targets.push_back(std::move(t));
   }
-  const posthoc_result result =
-      run_posthoc(snapshots, targets, format, o.output_dtype, o.drop_objects, o.allow_nonfinite);
+  const posthoc_outline outline = outline_posthoc(snapshots, targets, format, o.output_dtype, o.drop_objects);
+  if (o.dry_run) return print_dry_run(describe_posthoc(snapshots, targets, outline, format), o.json);
+  const posthoc_result result = run_posthoc(snapshots, targets, outline, format, o.allow_nonfinite);
   report["outputs"] = outputs_json;
   report["tensors"] = result.tensors.size();
   size_t averaged = 0;
@@ -232,7 +278,10 @@ command setup_posthoc_ema(CLI::App& parent) {
   add_dtype_option(app, "--output-dtype", o->output_dtype, /*floating_only=*/true,
                    "Write floating tensors in this dtype (default: the snapshots')");
   app->add_option("--report", o->report_file, "Write a JSON report to FILE");
-  app->add_flag("--json", o->json, "Print the JSON report on stdout");
+  app->add_flag("--json", o->json, "Print the JSON report on stdout (with --dry-run: the plan)");
+  app->add_flag("--dry-run", o->dry_run,
+                "Check everything and print the plan (snapshots, every tensor, the outputs and their sizes, bytes and "
+                "peak memory) instead of writing; writes nothing");
   app->footer(
       "Examples:\n"
       "  swavg posthoc-ema --sigma-rel 0.10 snaps/snap-*-0.050.pt snaps/snap-*-0.100.pt -o ema-0.10.pt\n"

@@ -178,7 +178,8 @@ void require_lerp_kernels(const fold_config& c) {
 namespace {
 
 std::vector<tensor_spec> output_specs(const fold_config& c, const fold_plan& plan,
-                                      const std::vector<std::optional<size_t>>& ties) {
+                                      const std::vector<std::optional<size_t>>& ties,
+                                      std::vector<size_t>& spec_tensor) {
   std::vector<tensor_spec> specs;
   std::vector<size_t> spec_of(plan.tensors.size());
   const std::string prefix = c.layout == output_layout::averaged_model ? kModulePrefix : "";
@@ -189,9 +190,12 @@ std::vector<tensor_spec> output_specs(const fold_config& c, const fold_plan& pla
     std::optional<size_t> alias;
     if (ties[k]) alias = spec_of[*ties[k]];
     specs.push_back(tensor_spec{prefix + p.name, p.outcome.output_type, shape_of(p), alias});
+    spec_tensor.push_back(k);
   }
-  if (c.layout == output_layout::averaged_model)
+  if (c.layout == output_layout::averaged_model) {
     specs.push_back(tensor_spec{kNAveraged, dtype::int64, {}, std::nullopt});
+    spec_tensor.push_back(plan.tensors.size());
+  }
   if (specs.empty()) throw usage_error("every tensor was dropped by the rules: nothing to write");
   return specs;
 }
@@ -246,33 +250,49 @@ void check_sharded_objects(const fold_target& target, const std::vector<carried_
 
 }  // namespace
 
-fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_target& target) {
+fold_outline outline_fold(const fold_config& c, const fold_inputs& in, const fold_target& target) {
   // The plan: every input checked against the others, before anything is written.
-  const fold_plan plan = plan_fold(c, in.checkpoints, in.resume ? &*in.resume : nullptr, in.model_kinds);
-  const std::unique_ptr<avg_function> fn = c.avg_fn ? load_avg_fn(*c.avg_fn) : nullptr;
-  if (!fn) require_kernels(c, plan);
+  fold_outline o;
+  o.plan = plan_fold(c, in.checkpoints, in.resume ? &*in.resume : nullptr, in.model_kinds);
+  const fold_plan& plan = o.plan;
+  if (!c.avg_fn) require_kernels(c, plan);
 
   // The output's tensors: safetensors has no shared storages, nor have shards: tied tensors are
   // written out each. Then the entries carried beside them and the metadata.
-  const std::vector<std::optional<size_t>> ties = target.format == output_format::torch && !target.folder
-                                                      ? find_ties(plan)
-                                                      : std::vector<std::optional<size_t>>(plan.tensors.size());
-  const std::vector<tensor_spec> specs = output_specs(c, plan, ties);
-  fold_result result;
+  o.ties = target.format == output_format::torch && !target.folder
+               ? find_ties(plan)
+               : std::vector<std::optional<size_t>>(plan.tensors.size());
+  o.specs = output_specs(c, plan, o.ties, o.spec_tensor);
   const state_dict* resumed = in.resume ? &in.resume->sd : nullptr;
-  result.carried = plan_carried(in.checkpoints, resumed);
-  check_sharded_objects(target, result.carried);
-  result.objects_dropped = target.drop_objects && !result.carried.empty();
-  std::vector<object_entry> objects;
+  o.carried = plan_carried(in.checkpoints, resumed);
+  check_sharded_objects(target, o.carried);
+  o.objects_dropped = target.drop_objects && !o.carried.empty();
   if (!target.drop_objects)
-    for (const auto& e : result.carried) objects.push_back(e.entry);
-  std::map<std::string, std::string> metadata;
+    for (const auto& e : o.carried) o.objects.push_back(e.entry);
   if (target.format == output_format::safetensors) {
     std::vector<const state_dict*> sources{resumed};
     for (const auto& sd : in.checkpoints) sources.push_back(&sd);
-    metadata = inherited_metadata(sources);
+    o.metadata = inherited_metadata(sources);
   }
-  metadata[kResumeKey] = to_json(make_resume_record(c, plan, in));
+  o.metadata[kResumeKey] = to_json(make_resume_record(c, plan, in));
+  return o;
+}
+
+fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_target& target) {
+  return run_fold(c, in, outline_fold(c, in, target), target);
+}
+
+fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_outline& outline,
+                     const fold_target& target) {
+  const fold_plan& plan = outline.plan;
+  const std::unique_ptr<avg_function> fn = c.avg_fn ? load_avg_fn(*c.avg_fn) : nullptr;
+  const std::vector<std::optional<size_t>>& ties = outline.ties;
+  const std::vector<tensor_spec>& specs = outline.specs;
+  fold_result result;
+  result.carried = outline.carried;
+  result.objects_dropped = outline.objects_dropped;
+  const std::vector<object_entry>& objects = outline.objects;
+  const std::map<std::string, std::string>& metadata = outline.metadata;
   std::unordered_map<const tensor_plan*, tensor_view> fn_results;
   if (fn && c.avg_fn->kind == avg_fn_kind::multi_avg_fn) {
     const std::vector<const tensor_plan*> averaged = averaged_tensors(plan, ties);

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -65,10 +66,31 @@ struct fold_result {
   uint64_t bytes_written = 0;  // a folder's layout and files are the folder's (output_folder.h)
 };
 
+// Everything a fold decides before its output's first byte: the plan (every input checked), the
+// output's tensors (tied ones as aliases), the entries carried beside them and the metadata. A
+// dry run (--dry-run) shows it; run_fold executes it.
+struct fold_outline {
+  fold_plan plan;
+  std::vector<std::optional<size_t>> ties;  // by plan tensor: the earlier one whose storage it shares
+  std::vector<tensor_spec> specs;           // the output's tensors, in order (dropped ones left out)
+  std::vector<size_t> spec_tensor;          // by spec: its plan tensor (n_averaged: none, the size)
+  std::vector<carried_entry> carried;
+  bool objects_dropped = false;
+  std::vector<object_entry> objects;  // written beside the tensors
+  std::map<std::string, std::string> metadata;
+};
+
+// Plans and checks, reading no tensor's bytes and writing nothing. Throws what run_fold would
+// before its output is opened (mismatch_error, usage_error, needs_libtorch).
+fold_outline outline_fold(const fold_config& c, const fold_inputs& in, const fold_target& target);
+
 // Plans, checks and folds; writes the average with its resume record to `target`, atomically.
 // Throws swavg::error subclasses (needs_libtorch, before the output is opened, for a plan the
 // kernels here do not cover).
 fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_target& target);
+// The same, executing `outline` (outline_fold's of the same c, in and target).
+fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_outline& outline,
+                     const fold_target& target);
 
 // Before any input is read: an EMA or weighted fold where swavg's kernels know no lerp form of this
 // LibTorch (the binary without LibTorch, built for LibTorch 2.x) needs ATen's lerp, so the job is

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "fold/native_fold.h"
 #include "util/error.h"
 
 namespace swavg {
@@ -224,6 +227,28 @@ dtype accumulator_for(dtype t, accumulate_policy p) {
     case accumulate_policy::float64: return dtype::float64;
   }
   return t;
+}
+
+uint64_t fold_working_set(const tensor_plan& p) {
+  const tensor_outcome& o = p.outcome;
+  if (o.action == tensor_action::drop) return 0;
+  std::vector<const tensor_view*> views;
+  for (const auto& s : p.sources) views.push_back(s.view);
+  if (p.resumed) views.push_back(p.resumed);
+  if (views.empty()) return 0;
+  const uint64_t numel = static_cast<uint64_t>(views.front()->numel());
+  const uint64_t out_bytes = numel * itemsize(o.output_type);
+  if (o.action != tensor_action::average) {
+    const tensor_view& v = *(o.action == tensor_action::first ? views.front() : views.back());
+    return v.nbytes() * (v.is_contiguous() ? 1 : 2) + (o.output_type != v.type ? out_bytes : 0);
+  }
+  const bool numeric = is_floating(o.input_type) || is_complex(o.input_type);
+  const uint64_t chunk = std::min<uint64_t>(static_cast<uint64_t>(kFoldChunkElements), std::max<uint64_t>(numel, 1));
+  uint64_t bytes = chunk * itemsize(o.accumulate_type);
+  if (numeric && o.output_type != o.accumulate_type) bytes += chunk * itemsize(o.output_type);
+  for (const tensor_view* v : views)
+    bytes += numeric && v->is_contiguous() ? std::min(chunk * itemsize(v->type), v->nbytes()) : v->nbytes();
+  return bytes;
 }
 
 fold_plan plan_fold(const fold_config& c, const std::vector<state_dict>& inputs, const resumed_average* resume,

@@ -80,4 +80,11 @@ fold_plan plan_fold(const fold_config& c, const std::vector<state_dict>& inputs,
 // The accumulator dtype for a floating tensor of dtype t (others: t itself).
 dtype accumulator_for(dtype t, accumulate_policy p);
 
+// The bytes the fold holds while it folds `p` with swavg's own kernels (native_fold.h,
+// int_average.h), from the quantities they allocate and map: an averaged floating tensor streams in
+// slices of kFoldChunkElements (each input's mapped slice, the accumulator, the output conversion);
+// an integer average maps each input whole; a copied tensor maps the one it copies whole (and its
+// conversion); a strided input is gathered whole. ATen's fold (swavg-torch) is not modelled.
+uint64_t fold_working_set(const tensor_plan& p);
+
 }  // namespace swavg

@@ -196,32 +196,57 @@ std::vector<tensor_spec> specs_of(const fold_plan& plan) {
 
 }  // namespace
 
-posthoc_result run_posthoc(const std::vector<state_dict>& snapshots, const std::vector<posthoc_output>& outputs,
-                           output_format format, std::optional<dtype> output_dtype, bool drop_objects,
-                           bool allow_nonfinite) {
+posthoc_outline outline_posthoc(const std::vector<state_dict>& snapshots, const std::vector<posthoc_output>& outputs,
+                                output_format format, std::optional<dtype> output_dtype, bool drop_objects) {
   fold_config c;  // the planner's defaults: floating tensors averaged, buffers and integers the latest
   c.output_dtype = output_dtype;
-  const fold_plan plan = plan_fold(c, snapshots, nullptr);
-  for (const auto& o : outputs)
-    if (o.coefficients.size() != snapshots.size())
+  posthoc_outline o;
+  o.plan = plan_fold(c, snapshots, nullptr);
+  for (const auto& out : outputs)
+    if (out.coefficients.size() != snapshots.size())
       throw std::logic_error(
-          fmt::format("{}: {} coefficients for {} snapshots", o.path, o.coefficients.size(), snapshots.size()));
-  const std::vector<tensor_spec> specs = specs_of(plan);
-  posthoc_result result;
+          fmt::format("{}: {} coefficients for {} snapshots", out.path, out.coefficients.size(), snapshots.size()));
+  o.specs = specs_of(o.plan);
   const std::vector<carried_entry> carried = plan_carried(snapshots, nullptr);
-  std::vector<object_entry> objects;
   if (!drop_objects)
-    for (const auto& e : carried) objects.push_back(e.entry);
-  result.objects_dropped = drop_objects && !carried.empty();
-  check_objects_fit(outputs.front().path, format, objects);
-
-  std::map<std::string, std::string> inherited;
+    for (const auto& e : carried) o.objects.push_back(e.entry);
+  o.objects_dropped = drop_objects && !carried.empty();
+  check_objects_fit(outputs.front().path, format, o.objects);
   if (format == output_format::safetensors) {
     std::vector<const state_dict*> sources;
     for (const auto& sd : snapshots) sources.push_back(&sd);
-    inherited = inherited_metadata(sources);
+    o.inherited = inherited_metadata(sources);
   }
-  posthoc_outputs sink(outputs, format, specs, inherited, objects);
+  return o;
+}
+
+uint64_t posthoc_working_set(const tensor_plan& p, size_t outputs) {
+  const tensor_view& last = *p.sources.back().view;
+  const uint64_t out_item = itemsize(p.outcome.output_type);
+  if (p.outcome.action != tensor_action::average)
+    return last.nbytes() * (last.is_contiguous() ? 1 : 2) +
+           (p.outcome.output_type != last.type ? static_cast<uint64_t>(last.numel()) * out_item : 0);
+  const uint64_t numel = static_cast<uint64_t>(last.numel());
+  const uint64_t chunk = std::min<uint64_t>(static_cast<uint64_t>(kFoldChunkElements), std::max<uint64_t>(numel, 1));
+  uint64_t bytes = (outputs + 1) * chunk * sizeof(double) + chunk * out_item;
+  for (const auto& s : p.sources)
+    bytes += s.view->is_contiguous() ? std::min(chunk * itemsize(s.view->type), s.view->nbytes()) : s.view->nbytes();
+  return bytes;
+}
+
+posthoc_result run_posthoc(const std::vector<state_dict>& snapshots, const std::vector<posthoc_output>& outputs,
+                           output_format format, std::optional<dtype> output_dtype, bool drop_objects,
+                           bool allow_nonfinite) {
+  return run_posthoc(snapshots, outputs, outline_posthoc(snapshots, outputs, format, output_dtype, drop_objects),
+                     format, allow_nonfinite);
+}
+
+posthoc_result run_posthoc(const std::vector<state_dict>& snapshots, const std::vector<posthoc_output>& outputs,
+                           const posthoc_outline& outline, output_format format, bool allow_nonfinite) {
+  const fold_plan& plan = outline.plan;
+  posthoc_result result;
+  result.objects_dropped = outline.objects_dropped;
+  posthoc_outputs sink(outputs, format, outline.specs, outline.inherited, outline.objects);
   uint64_t total = 0;
   for (const auto& p : plan.tensors)
     for (const auto& s : p.sources) total += s.view->nbytes();

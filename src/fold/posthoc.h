@@ -41,6 +41,24 @@ struct posthoc_result {
   uint64_t bytes_written = 0;  // all outputs together
 };
 
+// What run_posthoc decides before its outputs' first byte: the plan, the outputs' tensors and the
+// entries and metadata beside them (each output's own metadata is added to `inherited`).
+struct posthoc_outline {
+  fold_plan plan;
+  std::vector<tensor_spec> specs;
+  std::vector<object_entry> objects;
+  bool objects_dropped = false;
+  std::map<std::string, std::string> inherited;
+};
+
+// Plans and checks as run_posthoc does, writing nothing (--dry-run); throws what it throws first.
+posthoc_outline outline_posthoc(const std::vector<state_dict>& snapshots, const std::vector<posthoc_output>& outputs,
+                                output_format format, std::optional<dtype> output_dtype, bool drop_objects);
+
+// The bytes run_posthoc holds while it writes tensor `p` of `outputs` outputs (the float64
+// accumulators, the widened and rounded slices, the snapshots' mapped slices; a copied tensor whole).
+uint64_t posthoc_working_set(const tensor_plan& p, size_t outputs);
+
 // `snapshots` in the order their coefficients are given, the last one the source of buffers and
 // integer tensors. Throws mismatch_error when they disagree, usage_error for objects a safetensors
 // output cannot hold (unless drop_objects), input_error for NaN or Inf (unless allow_nonfinite),
@@ -48,5 +66,8 @@ struct posthoc_result {
 posthoc_result run_posthoc(const std::vector<state_dict>& snapshots, const std::vector<posthoc_output>& outputs,
                            output_format format, std::optional<dtype> output_dtype, bool drop_objects,
                            bool allow_nonfinite = false);
+// The same, executing `outline` (outline_posthoc's of the same snapshots and outputs).
+posthoc_result run_posthoc(const std::vector<state_dict>& snapshots, const std::vector<posthoc_output>& outputs,
+                           const posthoc_outline& outline, output_format format, bool allow_nonfinite = false);
 
 }  // namespace swavg

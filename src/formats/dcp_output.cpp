@@ -382,7 +382,10 @@ dcp_plan plan_dcp(std::vector<tensor_spec> specs, const dcp_chunk_source* like, 
   plan.layout.format = output_format::dcp;
   plan.layout.specs = std::move(specs);
   plan.layout.shards.resize(plan.files.size());
-  for (size_t f = 0; f < plan.files.size(); ++f) plan.layout.shards[f].file = plan.files[f];
+  for (size_t f = 0; f < plan.files.size(); ++f) {
+    plan.layout.shards[f].file = plan.files[f];
+    plan.layout.shards[f].file_size = file_end[f];
+  }
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
     for (const auto& c : plan.tensors[i].chunks) {
       output_shard& s = plan.layout.shards[c.file];

@@ -156,37 +156,46 @@ void output_folder::chunk_like(const std::string& first_input, const std::string
   chunks_like_->path = without_trailing_slash(first_input) + "/" + kDcpMetadataName;
 }
 
-output_sink& output_folder::open(output_format format, std::vector<tensor_spec> specs,
-                                 const std::map<std::string, std::string>& metadata) {
-  if (format == output_format::dcp) {
-    copied_.erase(std::remove(copied_.begin(), copied_.end(), std::string(kDcpMetadataName)), copied_.end());
-    dcp_ = std::make_unique<dcp_plan>(plan_dcp(std::move(specs), chunks_like_.get(), out_));
-    if (dcp_->files.size() > kMaxShards)
-      throw usage_error(fmt::format("{}/: the DCP output would have {} rank files, more than the {} a folder may have",
-                                    out_, dcp_->files.size(), kMaxShards));
-    layout_ = dcp_->layout;
-    layout_->max_shard_size = max_shard_size_;
-    const std::string plan = plan_json(*layout_, metadata, copied_, worker_count_, options_, dcp_->metadata);
-    if (plain()) {
-      plan_hash_ = sha256_hex(plan.data(), plan.size());
-    } else {
-      ensure_dir(partial_);
-      plan_hash_ = write_plan_once(partial_, plan);
-    }
-    dcp_sink_ = std::make_unique<dcp_sink>(where(), *dcp_, worker_index_, worker_count_, !plain());
-    return *dcp_sink_;
-  }
-  layout_ = plan_layout(format, std::move(specs), max_shard_size_, names_);
-  if (layout_->shards.size() > kMaxShards)
+dcp_plan output_folder::checked_dcp_plan(std::vector<tensor_spec> specs) const {
+  dcp_plan plan = plan_dcp(std::move(specs), chunks_like_.get(), out_);
+  if (plan.files.size() > kMaxShards)
+    throw usage_error(fmt::format("{}/: the DCP output would have {} rank files, more than the {} a folder may have",
+                                  out_, plan.files.size(), kMaxShards));
+  return plan;
+}
+
+shard_layout output_folder::plan_shards(output_format format, std::vector<tensor_spec> specs,
+                                        weights_names names) const {
+  if (format == output_format::dcp) return checked_dcp_plan(std::move(specs)).layout;
+  shard_layout layout = plan_layout(format, std::move(specs), max_shard_size_, names);
+  if (layout.shards.size() > kMaxShards)
     throw usage_error(fmt::format("{}/: --max-shard-size {} makes {} shards, more than the {} a folder may have", out_,
-                                  max_shard_size_, layout_->shards.size(), kMaxShards));
-  const std::string plan = plan_json(*layout_, metadata, copied_, worker_count_, options_);
+                                  max_shard_size_, layout.shards.size(), kMaxShards));
+  return layout;
+}
+
+void output_folder::record_plan(const std::string& plan) {
   if (plain()) {
     plan_hash_ = sha256_hex(plan.data(), plan.size());
   } else {
     ensure_dir(partial_);
     plan_hash_ = write_plan_once(partial_, plan);
   }
+}
+
+output_sink& output_folder::open(output_format format, std::vector<tensor_spec> specs,
+                                 const std::map<std::string, std::string>& metadata) {
+  if (format == output_format::dcp) {
+    copied_.erase(std::remove(copied_.begin(), copied_.end(), std::string(kDcpMetadataName)), copied_.end());
+    dcp_ = std::make_unique<dcp_plan>(checked_dcp_plan(std::move(specs)));
+    layout_ = dcp_->layout;
+    layout_->max_shard_size = max_shard_size_;
+    record_plan(plan_json(*layout_, metadata, copied_, worker_count_, options_, dcp_->metadata));
+    dcp_sink_ = std::make_unique<dcp_sink>(where(), *dcp_, worker_index_, worker_count_, !plain());
+    return *dcp_sink_;
+  }
+  layout_ = plan_shards(format, std::move(specs), names_);
+  record_plan(plan_json(*layout_, metadata, copied_, worker_count_, options_));
   sink_ = std::make_unique<sharded_sink>(where(), *layout_, metadata, worker_index_, worker_count_, !plain());
   return *sink_;
 }

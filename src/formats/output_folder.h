@@ -85,6 +85,10 @@ class output_folder {
   // 2b. --format dcp: chunk like `first_input` when it is a DCP folder (dcp_output.h), its state
   // dict taken at `key`. Call before open().
   void chunk_like(const std::string& first_input, const std::string& key);
+  // The shards of `specs` in `format` (dcp: the rank files, chunked as chunk_like() says), named as
+  // `names` (stage's), as open() plans them (usage_error past kMaxShards), for plans (--dry-run):
+  // nothing written.
+  shard_layout plan_shards(output_format format, std::vector<tensor_spec> specs, weights_names names) const;
   // 3. Plans the shards of `specs` (in `format`, with `metadata` in each; usage_error past
   // kMaxShards; dcp: the rank files, dcp_output.h), writes the plan and opens this worker's
   // shards: write() every tensor the sink owns(), in order, then commit().
@@ -99,6 +103,9 @@ class output_folder {
   const std::vector<written_file>& files() const { return files_; }  // this worker's: shards, copies
 
  private:
+  dcp_plan checked_dcp_plan(std::vector<tensor_spec> specs) const;
+  // A plain run keeps the plan's hash; a worker writes it into OUT.partial/ (once, or checks it).
+  void record_plan(const std::string& plan);
   const std::string& where() const;  // the folder written now: the staging folder or OUT.partial
 
   std::string out_;

@@ -327,10 +327,12 @@ safetensors_content read_safetensors(const std::shared_ptr<const mapped_file>& f
   return out;
 }
 
-safetensors_writer::safetensors_writer(atomic_file& out, const std::vector<spec>& specs,
-                                       const std::map<std::string, std::string>& metadata)
-    : out_(out) {
-  const std::string& path = out.target();
+namespace {
+
+// The header the writer emits for `specs` and `metadata`, padded; `data_bytes` is set to the data
+// section's size. Throws usage_error naming `path` as the writer does.
+std::string writer_header(const std::string& path, const std::vector<safetensors_writer::spec>& specs,
+                          const std::map<std::string, std::string>& metadata, uint64_t& data_bytes) {
   auto fail = [&](const std::string& message) { throw usage_error(fmt::format("{}: {}", path, message)); };
 
   // The header is built as text: a JSON object looked up by name for each tensor would make the
@@ -344,6 +346,7 @@ safetensors_writer::safetensors_writer(atomic_file& out, const std::vector<spec>
     }
     text += nlohmann::json(kMetadataKey).dump() + ":" + m.dump();
   }
+  uint64_t expected = 0;
   std::unordered_set<std::string_view> names;
   names.reserve(specs.size());
   for (const auto& s : specs) {
@@ -361,19 +364,38 @@ safetensors_writer::safetensors_writer(atomic_file& out, const std::vector<spec>
         fail(fmt::format("tensor {} has negative size in shape {}", quote_name(s.name), shape_string(s.shape)));
       if (nbytes) nbytes = checked_mul(*nbytes, static_cast<uint64_t>(dim));
     }
-    auto end = nbytes ? checked_add(expected_, *nbytes) : std::nullopt;
+    auto end = nbytes ? checked_add(expected, *nbytes) : std::nullopt;
     if (!end) fail(fmt::format("tensor {} of shape {} is too large", quote_name(s.name), shape_string(s.shape)));
     if (text.size() > 1) text += ',';
     text += nlohmann::json(s.name).dump();
     text += fmt::format(":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}", type, fmt::join(s.shape, ","),
-                        expected_, *end);
-    expected_ = *end;
+                        expected, *end);
+    expected = *end;
   }
   text += '}';
   text.append((8 - text.size() % 8) % 8, ' ');
   if (text.size() > kMaxSafetensorsHeader)
     fail(fmt::format("the safetensors header would be {} bytes, over the limit of {}", text.size(),
                      kMaxSafetensorsHeader));
+  data_bytes = expected;
+  return text;
+}
+
+}  // namespace
+
+uint64_t safetensors_file_size(const std::string& path, const std::vector<safetensors_writer::spec>& specs,
+                               const std::map<std::string, std::string>& metadata) {
+  uint64_t data_bytes = 0;
+  const std::string header = writer_header(path, specs, metadata, data_bytes);
+  const auto size = checked_add(uint64_t{8} + header.size(), data_bytes);
+  if (!size) throw usage_error(fmt::format("{}: the safetensors file's size overflows", path));
+  return *size;
+}
+
+safetensors_writer::safetensors_writer(atomic_file& out, const std::vector<spec>& specs,
+                                       const std::map<std::string, std::string>& metadata)
+    : out_(out) {
+  const std::string text = writer_header(out.target(), specs, metadata, expected_);
   uint8_t length[8];
   store_le<uint64_t>(length, text.size());
   out_.write(length, sizeof length);

@@ -63,4 +63,9 @@ class safetensors_writer {
   uint64_t written_ = 0;
 };
 
+// The size of the file safetensors_writer writes for `specs` and `metadata` (the header built the
+// same way, by the same code), for plans (--dry-run); throws what the writer would, naming `path`.
+uint64_t safetensors_file_size(const std::string& path, const std::vector<safetensors_writer::spec>& specs,
+                               const std::map<std::string, std::string>& metadata);
+
 }  // namespace swavg

@@ -36,6 +36,13 @@ void refuse_folder_format(const std::string& path, output_format format) {
                     path, path));
 }
 
+void refuse_shard_size(const std::string& path, output_format format) {
+  if (format == output_format::dcp)
+    throw usage_error(fmt::format("{}: --max-shard-size sizes Hugging Face shards; a DCP output has one file per rank "
+                                  "of the first input (or one), so drop --max-shard-size or --format dcp",
+                                  path));
+}
+
 output_format choose_output_format(const std::string& path, std::optional<output_format> requested) {
   if (requested) return *requested;
   return has_safetensors_extension(path) ? output_format::safetensors : output_format::torch;
@@ -92,6 +99,39 @@ uint64_t save_state_dict(const std::string& path, const std::vector<named_tensor
   }
   out.commit();
   return out.tell();
+}
+
+namespace {
+
+// Bounds of the torch.save archive's parts besides the tensor data (zip_writer.cpp, torch_writer.cpp):
+// a record's local and central headers with ZIP64 extras and alignment, and a tensor's entry in data.pkl.
+constexpr uint64_t kRecordBound = 30 + 24 + 63 + 46 + 28 + 2 * 32;
+constexpr uint64_t kPickleEntryBound = 160;
+constexpr uint64_t kPickleDimBound = 2 * 10;
+constexpr uint64_t kArchiveBound = 4 * kRecordBound + 22 + 56 + 20 + 64;
+
+}  // namespace
+
+planned_size planned_file_size(const std::string& path, output_format format, const std::vector<tensor_spec>& specs,
+                               const std::map<std::string, std::string>& metadata,
+                               const std::vector<object_entry>& objects) {
+  check_objects_fit(path, format, objects);
+  if (format == output_format::safetensors) {
+    std::vector<safetensors_writer::spec> st;
+    st.reserve(specs.size());
+    for (const auto& t : specs) st.push_back({t.name, t.type, t.shape});
+    return planned_size{safetensors_file_size(path, st, metadata), true};
+  }
+  planned_size size{kArchiveBound, false};
+  if (!metadata.empty()) size.bytes += kRecordBound + nlohmann::json(metadata).dump(1).size();
+  for (const auto& t : specs) {
+    size.bytes += kPickleEntryBound + t.name.size() + kPickleDimBound * 2 * t.shape.size();
+    if (t.alias_of) continue;
+    uint64_t n = itemsize(t.type);
+    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+    size.bytes += kRecordBound + n;
+  }
+  return size;
 }
 
 struct tensor_sink::impl {

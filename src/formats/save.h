@@ -28,6 +28,8 @@ std::optional<output_format> output_format_from_name(const std::string& name);
 
 // usage_error when `format` is a folder's (dcp) and `path` is to be one file.
 void refuse_folder_format(const std::string& path, output_format format);
+// usage_error for --max-shard-size with `format` dcp, whose files are the first input's ranks.
+void refuse_shard_size(const std::string& path, output_format format);
 
 // `requested` (--format) or else by the path's extension.
 output_format choose_output_format(const std::string& path, std::optional<output_format> requested);
@@ -54,6 +56,17 @@ struct tensor_spec {
   // torch.save only: a view of this earlier spec's storage (a tied weight), no bytes of its own.
   std::optional<size_t> alias_of;
 };
+
+// The size of the file a tensor_sink of `specs`, `metadata` and `objects` writes, for plans
+// (--dry-run): safetensors' exactly (the writer's own header code); torch.save's the data plus a
+// bound on the archive's records and data.pkl (exact false), the objects' pickle not counted.
+struct planned_size {
+  uint64_t bytes = 0;
+  bool exact = true;
+};
+planned_size planned_file_size(const std::string& path, output_format format, const std::vector<tensor_spec>& specs,
+                               const std::map<std::string, std::string>& metadata,
+                               const std::vector<object_entry>& objects = {});
 
 // Streams tensors to a torch.save or safetensors file in the order declared up front: write() the
 // bytes of each tensor (contiguous, row-major; none for an alias) one after the other, then

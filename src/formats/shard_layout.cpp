@@ -12,6 +12,7 @@
 #include <numeric>
 #include <optional>
 
+#include "formats/dcp_output.h"
 #include "formats/hf_index.h"
 #include "formats/torch_file.h"
 #include "util/atomic_file.h"
@@ -147,6 +148,20 @@ shard_layout plan_layout(output_format format, std::vector<tensor_spec> specs, u
 
 std::string output_index_name(output_format format, weights_names names) {
   return index_file_name(as_file_format(format), names);
+}
+
+planned_size planned_shard_size(const std::string& folder, const shard_layout& layout, size_t s,
+                                const std::map<std::string, std::string>& metadata) {
+  const output_shard& shard = layout.shards.at(s);
+  if (layout.format == output_format::dcp) return planned_size{shard.file_size, true};
+  std::vector<tensor_spec> specs;
+  for (size_t i : shard.specs) specs.push_back(layout.specs[i]);
+  return planned_file_size(folder + "/" + shard.file, layout.format, specs, metadata);
+}
+
+std::string planned_index_name(const shard_layout& layout) {
+  if (layout.format == output_format::dcp) return kDcpMetadataName;
+  return layout.indexed() ? output_index_name(layout.format, layout.names) : "";
 }
 
 std::string index_json(const shard_layout& layout) {

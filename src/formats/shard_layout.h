@@ -35,6 +35,7 @@ struct output_shard {
   std::string file;
   std::vector<size_t> specs;  // indices of the tensors it holds
   uint64_t bytes = 0;         // their data
+  uint64_t file_size = 0;     // the file's exact size where the plan fixes it (dcp's rank files), else 0
 };
 
 struct shard_layout {
@@ -64,6 +65,13 @@ struct written_file {
 // "weight_map": {...}}, indent=2, sort_keys=True) + "\n".
 std::string index_json(const shard_layout& layout);
 std::string output_index_name(output_format format, weights_names names = weights_names::transformers);
+
+// What --dry-run shows of the layout's files: shard `s`'s size (exact for safetensors and dcp, a
+// bound for torch.save) with `metadata` in it, and the index written beside the shards ("" if none;
+// `.metadata` for dcp).
+planned_size planned_shard_size(const std::string& folder, const shard_layout& layout, size_t s,
+                                const std::map<std::string, std::string>& metadata);
+std::string planned_index_name(const shard_layout& layout);
 
 // Writes the index of `layout` into `folder`, atomically, and returns it, hashed.
 written_file write_index(const std::string& folder, const shard_layout& layout);

@@ -1,0 +1,281 @@
+/*
+ * --dry-run's plan, gathered from the job's plan (dry_run.h) and rendered as a table or JSON.
+ */
+#include "cli/dry_run.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "util/error.h"
+
+namespace swavg {
+namespace {
+
+const char* file_format_name(file_format f) {
+  switch (f) {
+    case file_format::torch: return "torch";
+    case file_format::torchscript: return "torchscript";
+    case file_format::safetensors: return "safetensors";
+  }
+  return "torch";
+}
+
+// "12.3 MB", powers of 10 as --max-shard-size counts them.
+std::string human_bytes(uint64_t n) {
+  const char* units[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+  double v = static_cast<double>(n);
+  size_t u = 0;
+  while (v >= 1000 && u + 1 < std::size(units)) {
+    v /= 1000;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+void finish_totals(dry_run& d) {
+  d.bytes_written = 0;
+  d.bytes_written_exact = true;
+  for (const auto& f : d.files)
+    if (f.written) {
+      d.bytes_written += f.size.bytes;
+      d.bytes_written_exact &= f.size.exact;
+    }
+}
+
+}  // namespace
+
+uint64_t spec_data_bytes(const tensor_spec& t) {
+  if (t.alias_of) return 0;
+  uint64_t n = itemsize(t.type);
+  for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+dry_run_input dry_run_input_of(const state_dict& sd) {
+  return dry_run_input{sd.path, sd.key, file_format_name(sd.format)};
+}
+
+dry_run describe_fold_job(const std::string& command, const fold_job& job, const fold_job_plan& p) {
+  dry_run d;
+  const fold_outline& o = p.outline;
+  d.command = command;
+  d.mode = mode_name(p.config.mode);
+  for (const auto& sd : p.inputs.checkpoints) d.inputs.push_back(dry_run_input_of(sd));
+  d.resume = job.resume;
+  d.n = o.plan.n;
+  d.output = job.directory && p.folder ? p.folder->path() : job.output;
+  d.format = output_format_name(p.format);
+  d.folder = job.directory;
+  d.worker_index = job.worker.index;
+  d.worker_count = job.worker.count;
+  for (const auto& e : o.carried) d.carried.push_back({e.entry.name, e.entry.type, e.from});
+  d.objects_dropped = o.objects_dropped;
+
+  // The output's files, and for each of its tensors the file holding it and whether this run writes it.
+  std::vector<std::string> file_of(o.specs.size());
+  std::vector<bool> owned(o.specs.size(), true);
+  if (p.layout) {
+    const shard_layout& l = *p.layout;
+    for (size_t s = 0; s < l.shards.size(); ++s) {
+      const output_shard& shard = l.shards[s];
+      dry_run_file f;
+      f.path = shard.file;
+      f.tensors = shard.specs.size();
+      f.data_bytes = shard.bytes;
+      f.size = planned_shard_size(d.output, l, s, o.metadata);
+      f.worker = s % job.worker.count;
+      f.written = worker_owns(s, job.worker.index, job.worker.count);
+      for (size_t i : shard.specs) {
+        file_of[i] = shard.file;
+        owned[i] = f.written;
+      }
+      d.files.push_back(std::move(f));
+    }
+    d.index = planned_index_name(l);
+    if (job.worker.index == 0) d.copied = p.extra.copied;
+  } else {
+    dry_run_file f;
+    f.path = job.output;
+    f.tensors = o.specs.size();
+    for (const auto& t : o.specs) f.data_bytes += spec_data_bytes(t);
+    f.size = planned_file_size(job.output, p.format, o.specs, o.metadata, o.objects);
+    std::fill(file_of.begin(), file_of.end(), job.output);
+    d.files.push_back(std::move(f));
+  }
+  finish_totals(d);
+
+  // Every tensor of the plan; the ones this run folds are read, and the largest working set is the peak.
+  std::vector<std::optional<size_t>> spec_of(o.plan.tensors.size());
+  for (size_t s = 0; s < o.spec_tensor.size(); ++s)
+    if (o.spec_tensor[s] < spec_of.size()) spec_of[o.spec_tensor[s]] = s;
+  uint64_t largest = 0;
+  for (size_t k = 0; k < o.plan.tensors.size(); ++k) {
+    const tensor_plan& tp = o.plan.tensors[k];
+    dry_run_tensor t;
+    t.outcome = tp.outcome;
+    if (o.ties[k]) t.tied_to = o.plan.tensors[*o.ties[k]].name;
+    if (!spec_of[k]) {
+      t.written = false;
+    } else {
+      t.file = file_of[*spec_of[k]];
+      t.written = owned[*spec_of[k]];
+    }
+    if (t.written && !o.ties[k]) {
+      for (const auto& s : tp.sources) d.bytes_read += s.view->nbytes();
+      const uint64_t ws = fold_working_set(tp);
+      if (ws > largest || d.peak_tensor.empty()) {
+        largest = std::max(largest, ws);
+        d.peak_tensor = tp.name;
+      }
+    }
+    d.tensors.push_back(std::move(t));
+  }
+  d.peak_memory = largest + kOutputBufferBytes;
+  return d;
+}
+
+std::string dry_run_json(const dry_run& d) {
+  using json = nlohmann::ordered_json;
+  json j;
+  j["dry_run"] = true;
+  j["command"] = d.command;
+  j["mode"] = d.mode;
+  j["n"] = d.n;
+  auto inputs = json::array();
+  for (const auto& in : d.inputs) inputs.push_back({{"path", in.path}, {"key", in.key}, {"format", in.format}});
+  j["inputs"] = inputs;
+  if (!d.resume.empty()) j["resume"] = d.resume;
+
+  json out;
+  out["path"] = d.output;
+  out["format"] = d.format;
+  out["folder"] = d.folder;
+  out["worker"] = {{"index", d.worker_index}, {"count", d.worker_count}};
+  auto files = json::array();
+  for (const auto& f : d.files)
+    files.push_back({{"file", f.path},
+                     {"tensors", f.tensors},
+                     {"data_bytes", f.data_bytes},
+                     {"bytes", f.size.bytes},
+                     {"bytes_exact", f.size.exact},
+                     {"worker", f.worker},
+                     {"written", f.written}});
+  out["files"] = files;
+  out["index"] = d.index.empty() ? json(nullptr) : json(d.index);
+  out["copied"] = d.copied;
+  j["output"] = out;
+
+  size_t kept = 0;
+  auto actions = json::object();
+  auto details = json::array();
+  for (const auto& t : d.tensors) {
+    const tensor_outcome& o = t.outcome;
+    const std::string action = t.action.empty() ? action_name(o.action) : t.action;
+    if (o.action != tensor_action::drop) ++kept;
+    actions[action] = actions.value(action, 0) + 1;
+    json e = {{"name", o.name},
+              {"action", action},
+              {"reason", o.reason},
+              {"buffer", o.buffer},
+              {"count", o.count},
+              {"dtype", dtype_name(o.input_type)},
+              {"accumulate", dtype_name(o.accumulate_type)},
+              {"output_dtype", dtype_name(o.output_type)}};
+    if (!o.rule.empty()) e["rule"] = o.rule;
+    e["tied_to"] = t.tied_to.empty() ? json(nullptr) : json(t.tied_to);
+    e["file"] = t.file.empty() ? json(nullptr) : json(t.file);
+    e["written"] = t.written;
+    details.push_back(std::move(e));
+  }
+  j["tensors"] = kept;
+  j["actions"] = actions;
+  auto carried = json::array();
+  for (const auto& e : d.carried) carried.push_back({{"name", e.name}, {"type", e.type}, {"from", e.from}});
+  j["carried"] = carried;
+  j["objects_dropped"] = d.objects_dropped;
+  j["bytes_read"] = d.bytes_read;
+  j["bytes_written"] = d.bytes_written;
+  j["bytes_written_exact"] = d.bytes_written_exact;
+  j["peak_memory"] = {{"bytes", d.peak_memory},
+                      {"largest_tensor", d.peak_tensor},
+                      {"estimate",
+                       "the largest working set of one tensor as the fold holds it (its mapped input slices or "
+                       "whole copied tensor, the accumulator and conversion buffers) plus a 4 MiB write buffer per "
+                       "output file open at once; the program's own code and libraries are not counted"}};
+  j["details"] = details;
+  return j.dump(1);
+}
+
+std::string dry_run_table(const dry_run& d) {
+  std::string t = fmt::format("swavg {} --dry-run: the plan; nothing was written\n\n", d.command);
+  t += fmt::format("Inputs, in fold order ({}):\n", d.inputs.size());
+  for (size_t i = 0; i < d.inputs.size(); ++i) {
+    const auto& in = d.inputs[i];
+    t += fmt::format("  {:>4}  {}  ({}, state dict at {})\n", i + 1, in.path, in.format,
+                     in.key.empty() ? std::string("the top level") : "'" + in.key + "'");
+  }
+  if (!d.resume.empty()) t += fmt::format("  resumed from {} (n = {} with the inputs)\n", d.resume, d.n);
+
+  size_t name_width = 6;
+  for (const auto& x : d.tensors) name_width = std::max(name_width, std::min<size_t>(x.outcome.name.size(), 60));
+  t += fmt::format("\nTensors ({}):\n", d.tensors.size());
+  t += fmt::format("  {:<{}}  {:<7}  {:<7}  {:<9}  {:<10}  {:<9}  {}\n", "tensor", name_width, "action", "reason",
+                   "dtype", "accumulate", "output", "note");
+  for (const auto& x : d.tensors) {
+    const tensor_outcome& o = x.outcome;
+    std::string note;
+    if (o.action == tensor_action::latest) note = "copied from the latest input";
+    if (o.action == tensor_action::first) note = "copied from the first input";
+    if (o.action == tensor_action::drop) note = "left out";
+    if (o.action == tensor_action::average) note = fmt::format("averaged over {}", o.count);
+    if (!x.action.empty()) note = "copied";
+    if (o.buffer) note += ", buffer";
+    if (!o.rule.empty()) note += fmt::format(", rule '{}'", o.rule);
+    if (!x.tied_to.empty()) note += fmt::format(", tied to '{}'", x.tied_to);
+    if (d.folder && !x.file.empty()) note += fmt::format(", in {}", x.file);
+    if (!x.written && o.action != tensor_action::drop) note += " (another worker's)";
+    const bool averaged = o.action == tensor_action::average;
+    t += fmt::format("  {:<{}}  {:<7}  {:<7}  {:<9}  {:<10}  {:<9}  {}\n", o.name, name_width,
+                     x.action.empty() ? action_name(o.action) : x.action.c_str(), o.reason, dtype_name(o.input_type),
+                     averaged ? dtype_name(o.accumulate_type) : "-", dtype_name(o.output_type), note);
+  }
+  if (!d.carried.empty()) {
+    t += fmt::format("\nNon-tensor entries ({}{}):\n", d.carried.size(), d.objects_dropped ? ", left out" : "");
+    for (const auto& e : d.carried) t += fmt::format("  {} ({}), from {}\n", e.name, e.type, e.from);
+  }
+
+  t += fmt::format("\nOutput: {}{} ({}", d.output, d.folder ? "/" : "", d.format);
+  if (d.worker_count > 1) t += fmt::format("; worker {} of {}", d.worker_index, d.worker_count);
+  t += "):\n";
+  for (const auto& f : d.files)
+    t += fmt::format("  {}  {} tensor{}, {}{} bytes ({}){}\n", f.path, f.tensors, f.tensors == 1 ? "" : "s",
+                     f.size.exact ? "" : "about ", f.size.bytes, human_bytes(f.size.bytes),
+                     d.worker_count > 1 ? fmt::format(", worker {}{}", f.worker, f.written ? " (this one)" : "") : "");
+  if (!d.index.empty())
+    t += fmt::format("  {}  the index{}\n", d.index, d.worker_count > 1 ? " (written by swavg finalize)" : "");
+  for (const auto& c : d.copied) t += fmt::format("  {}  copied\n", c);
+
+  t += fmt::format("\nTo read: {} bytes ({}); to write: {}{} bytes ({})\n", d.bytes_read, human_bytes(d.bytes_read),
+                   d.bytes_written_exact ? "" : "about ", d.bytes_written, human_bytes(d.bytes_written));
+  t += fmt::format(
+      "Expected peak memory: {} ({} bytes): the largest tensor's working set ('{}') plus the output's write buffer, "
+      "besides the program itself\n",
+      human_bytes(d.peak_memory), d.peak_memory, d.peak_tensor);
+  return t;
+}
+
+void print_dry_run(const dry_run& d, bool json) {
+  errno = 0;
+  if (json)
+    std::cout << dry_run_json(d) << "\n";
+  else
+    std::cout << dry_run_table(d);
+  std::cout.flush();
+  if (!std::cout) throw io_error(fmt::format("stdout: cannot write the plan: {}", errno_text(errno)));
+}
+
+}  // namespace swavg

@@ -1,0 +1,86 @@
+/*
+ * --dry-run: what a job (average, ema, posthoc-ema, convert) would do, from the plan the real run
+ * executes (pipeline.h's fold_job_plan, fold/execute.h's fold_outline, the folder's shard layout):
+ * the inputs in fold order and the state dict taken in each, every tensor's action, the output's
+ * files with their sizes and writers, the bytes read and written, and the expected peak memory.
+ * Rendered as a table for people or as one JSON object (--json; README, "Dry runs", has the schema).
+ * Nothing here writes a file.
+ */
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/pipeline.h"
+#include "fold/plan.h"
+#include "formats/save.h"
+
+namespace swavg {
+
+struct dry_run_input {
+  std::string path;
+  std::string key;     // the state dict taken: "" for the top level
+  std::string format;  // "torch", "safetensors", ...
+};
+
+struct dry_run_tensor {
+  tensor_outcome outcome;
+  std::string action;   // shown instead of the outcome's action when set ("copy": convert)
+  std::string tied_to;  // torch.save outputs: the earlier tensor whose storage it shares
+  std::string file;     // the output file holding it ("" when dropped)
+  bool written = true;  // by this run (a worker writes its own shards' tensors only)
+};
+
+struct dry_run_file {
+  std::string path;  // as written (inside the folder for a folder output)
+  size_t tensors = 0;
+  uint64_t data_bytes = 0;
+  planned_size size;
+  size_t worker = 0;  // the worker that writes it
+  bool written = true;
+};
+
+struct dry_run {
+  std::string command;  // "average", "ema", "posthoc-ema", "convert"
+  std::string mode;     // the fold's mode ("swa", "ema", "weighted"), or the command's
+  std::vector<dry_run_input> inputs;
+  std::string resume;
+  int64_t n = 0;
+  std::vector<dry_run_tensor> tensors;
+  struct carried_object {
+    std::string name, type, from;
+  };
+  std::vector<carried_object> carried;
+  bool objects_dropped = false;
+  std::string output;
+  std::string format;
+  bool folder = false;
+  size_t worker_index = 0, worker_count = 1;
+  std::vector<dry_run_file> files;
+  std::string index;  // a folder's index file, "" when it has one shard
+  std::vector<std::string> copied;
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+  bool bytes_written_exact = true;
+  uint64_t peak_memory = 0;
+  std::string peak_tensor;  // the tensor whose working set is the largest
+};
+
+// The extra memory each open output file holds: atomic_file's write buffer (util/atomic_file.cpp).
+inline constexpr uint64_t kOutputBufferBytes = uint64_t{4} << 20;
+
+dry_run_input dry_run_input_of(const state_dict& sd);
+// A tensor's data bytes in an output (none for an alias of an earlier one).
+uint64_t spec_data_bytes(const tensor_spec& t);
+
+// The plan of an average or ema job (plan_fold_job's).
+dry_run describe_fold_job(const std::string& command, const fold_job& job, const fold_job_plan& plan);
+
+std::string dry_run_json(const dry_run& d);
+std::string dry_run_table(const dry_run& d);
+// Prints the table or, with `json`, the JSON object on stdout (io_error when stdout fails).
+void print_dry_run(const dry_run& d, bool json);
+
+}  // namespace swavg
