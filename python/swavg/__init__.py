@@ -57,7 +57,8 @@ class SwavgError(RuntimeError):
                  args: Sequence[str] = ()) -> None:
         lines = [line for line in stderr.splitlines() if line.strip()]
         errors = [line for line in lines if line.startswith("swavg: error:")]
-        summary = (errors or lines or ["swavg exited %d" % exit_code])[-1]
+        others = [line for line in lines if not line.startswith("Run with --help")]
+        summary = errors[-1] if errors else (others or lines or ["swavg exited %d" % exit_code])[0]
         super().__init__(summary)
         self.exit_code = exit_code
         self.stderr = stderr

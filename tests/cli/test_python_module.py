@@ -178,6 +178,12 @@ class FakeBinaryTest(unittest.TestCase):
         self.assertEqual(caught.exception.exit_code, 7)
         self.assertIsNone(caught.exception.report)
 
+    def test_message_without_the_error_prefix(self):
+        # A parse error of CLI11's as swavg prints it today: the message, then a hint.
+        e = swavg.UsageError(2, "The following argument was not expected: --bogus\nRun with --help for more information.\n")
+        self.assertEqual(str(e), "The following argument was not expected: --bogus")
+        self.assertEqual(str(swavg.SwavgError(9, "")), "swavg exited 9")
+
     def test_no_binary(self):
         os.environ["SWAVG_BIN"] = os.path.join(self.tmp, "missing")
         with self.assertRaises(FileNotFoundError):

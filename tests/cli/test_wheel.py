@@ -158,7 +158,7 @@ class WheelTest(unittest.TestCase):
         result = json.loads(p.stdout)
         self.assertTrue(result["module"].startswith(self.venv + "/"), result["module"])
         self.assertEqual(result["report"]["output"], out)
-        self.assertEqual(result["report"]["mode"], "average")
+        self.assertEqual(result["report"]["mode"], "swa")
         self.assertEqual(result["report"]["n"], 2)
         self.assertEqual(result["report"]["inputs"], paths)
         self.assert_averaged(out, averaged)
