@@ -234,14 +234,12 @@ fold_report run_directory_job(const fold_job& job) {
   const std::string& source_folder = source.folder;
   if (!source_folder.empty()) extra = classify_folder(source_folder);
   for (const auto& name : extra.skipped)
-    spdlog::info("{}/{}: not copied (weights, an index or not a file)", source_folder, name);
+    spdlog::debug("{}/{}: not copied (weights, an index or not a file)", source_folder, name);
 
   out.stage(source_folder, extra.copied, source.names, job_identity(job, folded, format));
   const fold_result result = run_fold(folded, in, fold_target{out.path(), format, job.drop_objects, &out});
   out.finish();
-  if (!out.plain())
-    spdlog::info("{}/: worker {} of {} done ({} files); run `swavg finalize {}/` once every worker is", out.partial(),
-                 w.index, w.count, out.files().size(), out.path());
+  if (!out.plain()) spdlog::info("{}", worker_done_message(w, out.partial(), out.files().size(), out.path()));
 
   fold_report report = report_of(job, folded, format, result);
   report.worker = w;
