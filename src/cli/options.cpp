@@ -145,7 +145,8 @@ std::string usage_message(CLI::App& root, const CLI::ParseError& e) {
   if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr) {
     const std::string name = between(what, ": ", true);
     const std::string type = between(between(what, " required ", false), " missing", true);
-    if (!name.empty() && !type.empty()) return fmt::format("{} needs a value ({}); {}", name, type, help);
+    if (!name.empty() && !type.empty())
+      return fmt::format("{}: the value is missing (expected {}); {}", name, type, help);
   }
   if (dynamic_cast<const CLI::RequiresError*>(&e) != nullptr) {
     const std::string name = between(what, " requires ", true);

@@ -70,7 +70,7 @@ class MessagesTest(unittest.TestCase):
             (["average", a, b, "--every", "0", "-o", out], 2, ["--every: expected an integer in [1, 2147483647], got '0'"]),
             (["average", a, b, "--every", "2147483648", "-o", out], 2, ["--every", "got '2147483648'"]),
             (["average", a, b, "--last", "x", "-o", out], 2, ["--last: expected an integer in [1, 2147483647], got 'x'"]),
-            (["average", a, b, "-o", out, "--every"], 2, ["--every needs a value", "swavg average --help"]),
+            (["average", a, b, "-o", out, "--every"], 2, ["--every: the value is missing (expected INT:[1, 2147483647])", "swavg average --help"]),
             (["average", a, b], 2, ["'swavg average' needs -o,--output", "swavg average --help"]),
             (["average", a, b, "--sort", "size", "-o", out], 2,
              ["--sort: expected one of {none,name,natural,mtime}, got 'size'"]),
