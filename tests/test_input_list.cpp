@@ -1,4 +1,4 @@
-// Which checkpoints are folded, in which order: sorting and thinning.
+// Which checkpoints are folded, in which order: the --inputs-from list rules, sorting and thinning.
 #include <catch2/catch.hpp>
 #include <climits>
 
@@ -39,7 +39,8 @@ TEST_CASE("every and last at their edges", "[input_list]") {
   const std::vector<edge> edges = {
       {1, 0, {"c1", "c2", "c3"}, nullptr},  // last 0: the field's default, all (the option takes N >= 1)
       {1, 1, {"c3"}, nullptr},
-      {INT_MAX, 0, {}, "no input"},  // fine, but keeps nothing of 3
+      {INT_MAX, 0, {}, "--every 2147483647 keeps none of the 3 inputs given; choose K from 1 to 3"},
+      {4, 0, {}, "--every 4 keeps none of the 3 inputs given"},
       {3, 0, {"c3"}, nullptr},
       {1, INT_MAX, {"c1", "c2", "c3"}, nullptr},
       {0, 0, {}, "--every: expected an integer in [1, 2147483647], got 0"},
@@ -58,4 +59,91 @@ TEST_CASE("every and last at their edges", "[input_list]") {
     else
       CHECK(select_inputs(s) == e.want);
   }
+}
+
+namespace {
+
+using namespace std::string_literals;  // "a\0b"s keeps the NUL
+using paths = std::vector<std::string>;
+
+}  // namespace
+
+TEST_CASE("a list's lines are paths byte for byte, but for the line end", "[input_list]") {
+  struct list_case {
+    std::string text;
+    paths want;
+  };
+  const std::vector<list_case> cases = {
+      {"", {}},
+      {"a.pt", {"a.pt"}},  // the last line without a newline
+      {"a.pt\n", {"a.pt"}},
+      {"a.pt\nb.pt", {"a.pt", "b.pt"}},
+      {"a.pt\r\nb.pt\r\n", {"a.pt", "b.pt"}},  // CRLF
+      {"a.pt\r", {"a.pt"}},                    // a '\r' ending the last line
+      {"a.pt\r\r\n", {"a.pt\r"}},              // one '\r' only
+      {"\ra.pt\n", {"\ra.pt"}},
+      {"#1.pt\n# 2.pt\n", {"#1.pt", "# 2.pt"}},  // no comments
+      {" a.pt \n\tb.pt\t\n", {" a.pt ", "\tb.pt\t"}},
+      {"   \n", {"   "}},  // a line of only spaces is a path (a file named so)
+      {"\n\n\r\na.pt\n\n", {"a.pt"}},
+      {"\n", {}},
+      {"\r\n", {}},
+  };
+  for (const auto& c : cases) {
+    INFO("list '" << c.text << "'");
+    CHECK(parse_input_list(c.text, "list.txt", false) == c.want);
+  }
+}
+
+TEST_CASE("a NUL byte in a line is refused with the list and the line number", "[input_list]") {
+  struct nul_case {
+    std::string text;
+    const char* where;
+  };
+  const std::vector<nul_case> cases = {
+      {"\0a.pt\n"s, "list.txt: line 1 holds a NUL byte (at byte 1 of the line)"},  // the first byte
+      {"a.pt\0b.pt\n"s, "line 1 holds a NUL byte (at byte 5 of the line)"},
+      {"a.pt\nb.pt\n\0"s, "line 3 holds a NUL byte (at byte 1 of the line)"},  // the last byte
+      {"a.pt\n\nb\0\n"s, "line 3 holds"},                                      // empty lines count
+      {"a.pt\0\r\n"s, "line 1 holds"},
+      {"\0"s, "line 1 holds"},
+  };
+  for (const auto& c : cases) {
+    INFO("case " << c.where);
+    CHECK_THROWS_AS(parse_input_list(c.text, "list.txt", false), usage_error);
+    CHECK_THROWS_WITH(parse_input_list(c.text, "list.txt", false),
+                      Catch::Contains(c.where) && Catch::Contains("--null"));
+  }
+}
+
+TEST_CASE("with --null every record is a path verbatim; empty records are skipped", "[input_list]") {
+  struct list_case {
+    std::string text;
+    paths want;
+  };
+  const std::vector<list_case> cases = {
+      {"", {}},
+      {"a.pt\0b.pt\0"s, {"a.pt", "b.pt"}},    // find -print0: a trailing NUL
+      {"a.pt\0b.pt"s, {"a.pt", "b.pt"}},      // and without one
+      {"a.pt\0\0b.pt\0"s, {"a.pt", "b.pt"}},  // an empty record between two NULs
+      {"\0a.pt"s, {"a.pt"}},                  // NUL the first byte
+      {"\0"s, {}},
+      {"\0\0"s, {}},
+      {"a\nb.pt\r\n\0 c.pt \0#d\0\r\0"s, {"a\nb.pt\r\n", " c.pt ", "#d", "\r"}},
+      {"a.pt\n", {"a.pt\n"}},
+  };
+  for (const auto& c : cases) {
+    INFO("list of " << c.text.size() << " bytes");
+    CHECK(parse_input_list(c.text, "-", true) == c.want);
+  }
+}
+
+TEST_CASE("an empty list names itself in the error", "[input_list]") {
+  input_selection s;
+  s.inputs_from = "/dev/null";
+  CHECK_THROWS_WITH(select_inputs(s), "no input checkpoints given: the list --inputs-from /dev/null holds no path");
+  s.null_separated = true;
+  CHECK_THROWS_WITH(select_inputs(s), Catch::Contains("holds no path (read NUL-separated"));
+  input_selection none;
+  CHECK_THROWS_WITH(select_inputs(none), Catch::Contains("name them on the command line"));
 }

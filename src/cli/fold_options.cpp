@@ -25,8 +25,15 @@ constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
 void add_fold_options(CLI::App* app, fold_options& o) {
   fold_config& c = o.job.config;
   app->add_option("inputs", o.selection.paths, "Checkpoints to fold, in this order (any format swavg reads)");
-  app->add_option("--inputs-from", o.selection.inputs_from,
-                  "Read more input paths from FILE, one per line ('-': stdin)");
+  CLI::Option* inputs_from =
+      app->add_option("--inputs-from", o.selection.inputs_from,
+                      "Read more input paths from FILE ('-': stdin), one per line, byte for byte: only the line's "
+                      "end (\\n or \\r\\n) is removed, no spaces are trimmed, '#' is not special, empty lines are "
+                      "skipped and a NUL byte is refused");
+  app->add_flag("--null", o.selection.null_separated,
+                "The --inputs-from list is NUL-separated (find -print0): each record is a path verbatim, empty "
+                "records skipped")
+      ->needs(inputs_from);
   add_enum_option(app, "--sort", o.selection.sort,
                   {{"none", sort_order::none},
                    {"name", sort_order::name},

@@ -31,12 +31,11 @@ int hand_over(int argc, char** argv, const needs_libtorch& why) {
   dir = dir.find('/') == std::string::npos ? "." : dir.substr(0, dir.rfind('/'));
   const std::string full = dir + "/swavg-torch";
   spdlog::debug("{}: running {}", why.what(), full);
-  // Paths already read from stdin go along in a memory file named in place of '-'.
+  // The list already read from stdin goes along, as read, in a memory file named in place of '-'.
   std::vector<std::string> args(argv, argv + argc);
-  if (const auto* listed = stdin_inputs()) {
+  if (const std::string* listed = stdin_inputs()) {
     const int fd = memfd_create("swavg-inputs", 0);
-    std::string text;
-    for (const auto& p : *listed) text += p + "\n";
+    const std::string& text = *listed;
     if (fd < 0 || write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
         lseek(fd, 0, SEEK_SET) != 0) {
       spdlog::error("{}, and the --inputs-from list cannot be passed on: {}", why.what(), errno_text(errno));

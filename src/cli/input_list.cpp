@@ -3,12 +3,12 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <climits>
 
 #include <algorithm>
 #include <iostream>
 #include <memory>
-#include <sstream>
 
 #include "util/error.h"
 #include "util/read_file.h"
@@ -16,8 +16,8 @@
 namespace swavg {
 namespace {
 
-std::unique_ptr<std::vector<std::string>>& stdin_list() {
-  static std::unique_ptr<std::vector<std::string>> list;
+std::unique_ptr<std::string>& stdin_list() {
+  static std::unique_ptr<std::string> list;
   return list;
 }
 
@@ -31,18 +31,6 @@ std::string read_stdin(uint64_t max_size) {
   }
   if (std::cin.bad()) throw io_error("--inputs-from -: cannot read stdin");
   return text;
-}
-
-std::vector<std::string> read_lines(std::istream& in) {
-  std::vector<std::string> lines;
-  std::string line;
-  while (std::getline(in, line)) {
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
-    size_t start = line.find_first_not_of(" \t");
-    if (start == std::string::npos || line[start] == '#') continue;
-    lines.push_back(line.substr(start));
-  }
-  return lines;
 }
 
 }  // namespace
@@ -71,24 +59,49 @@ bool natural_less(const std::string& a, const std::string& b) {
   return a.size() - i < b.size() - j;
 }
 
-const std::vector<std::string>* stdin_inputs() { return stdin_list().get(); }
+const std::string* stdin_inputs() { return stdin_list().get(); }
+
+std::vector<std::string> parse_input_list(const std::string& text, const std::string& list_name, bool null_separated) {
+  const char end = null_separated ? '\0' : '\n';
+  std::vector<std::string> paths;
+  size_t line = 0;
+  for (size_t start = 0; start < text.size();) {
+    ++line;
+    const size_t stop = std::min(text.find(end, start), text.size());
+    std::string path = text.substr(start, stop - start);
+    start = stop + 1;
+    if (!null_separated) {
+      if (!path.empty() && path.back() == '\r') path.pop_back();
+      const size_t nul = path.find('\0');
+      if (nul != std::string::npos)
+        throw usage_error(
+            fmt::format("--inputs-from {}: line {} holds a NUL byte (at byte {} of the line), which no path can; for a "
+                        "NUL-separated list (find -print0) add --null",
+                        list_name, line, nul + 1));
+    }
+    if (!path.empty()) paths.push_back(std::move(path));
+  }
+  return paths;
+}
 
 std::vector<std::string> select_inputs(const input_selection& s) {
   if (s.every < 1) throw usage_error(fmt::format("--every: expected an integer in [1, {}], got {}", INT_MAX, s.every));
   if (s.last < 0) throw usage_error(fmt::format("--last: expected an integer in [1, {}], got {}", INT_MAX, s.last));
   std::vector<std::string> paths = s.paths;
+  size_t listed_count = 0;
   if (!s.inputs_from.empty()) {
-    std::vector<std::string> listed;
+    std::string text;
     if (s.inputs_from == "-") {
-      std::istringstream in(read_stdin(kMaxInputListBytes));
-      listed = read_lines(in);
-      stdin_list() = std::make_unique<std::vector<std::string>>(listed);
+      text = read_stdin(kMaxInputListBytes);
+      stdin_list() = std::make_unique<std::string>(text);
     } else {
-      std::istringstream in(read_text_file(s.inputs_from, kMaxInputListBytes, open_mode::streams_too));
-      listed = read_lines(in);
+      text = read_text_file(s.inputs_from, kMaxInputListBytes, open_mode::streams_too);
     }
+    const std::vector<std::string> listed = parse_input_list(text, s.inputs_from, s.null_separated);
+    listed_count = listed.size();
     paths.insert(paths.end(), listed.begin(), listed.end());
   }
+  const size_t given = paths.size();
   if (s.sort == sort_order::name) {
     std::stable_sort(paths.begin(), paths.end());
   } else if (s.sort == sort_order::natural) {
@@ -97,7 +110,8 @@ std::vector<std::string> select_inputs(const input_selection& s) {
     std::vector<std::pair<std::pair<int64_t, int64_t>, std::string>> keyed;
     for (const auto& p : paths) {
       struct stat st {};
-      if (::stat(p.c_str(), &st) != 0) throw io_error(p + ": cannot stat for --sort mtime");
+      if (::stat(p.c_str(), &st) != 0)
+        throw io_error(fmt::format("{}: cannot read its modification time for --sort mtime: {}", p, errno_text(errno)));
       keyed.push_back({{st.st_mtim.tv_sec, st.st_mtim.tv_nsec}, p});
     }
     std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -111,7 +125,15 @@ std::vector<std::string> select_inputs(const input_selection& s) {
     paths = std::move(kept);
   }
   if (s.last > 0 && paths.size() > static_cast<size_t>(s.last)) paths.erase(paths.begin(), paths.end() - s.last);
-  if (paths.empty()) throw usage_error("no input checkpoints given");
+  if (paths.empty()) {
+    if (given > 0)
+      throw usage_error(fmt::format("--every {} keeps none of the {} input{} given; choose K from 1 to {}", s.every,
+                                    given, given == 1 ? "" : "s", given));
+    if (!s.inputs_from.empty() && listed_count == 0)
+      throw usage_error(fmt::format("no input checkpoints given: the list --inputs-from {} holds no path{}",
+                                    s.inputs_from, s.null_separated ? " (read NUL-separated, as --null asks)" : ""));
+    throw usage_error("no input checkpoints given: name them on the command line or in a list (--inputs-from FILE)");
+  }
   return paths;
 }
 

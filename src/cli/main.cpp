@@ -1,4 +1,5 @@
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -38,6 +39,17 @@ int flush_stdout() {
   if (std::cout && std::fflush(stdout) == 0 && !std::ferror(stdout)) return 0;
   spdlog::error("stdout: write failed{}", errno != 0 ? ": " + swavg::errno_text(errno) : "");
   return static_cast<int>(swavg::exit_code::io);
+}
+
+// Every line of an error starts `swavg: error:`, the lines after the first of a message too, so
+// that a grep of a log for it finds the whole message.
+void log_error(const std::string& message) {
+  size_t start = 0;
+  do {
+    const size_t stop = std::min(message.find('\n', start), message.size());
+    spdlog::error("{}", message.substr(start, stop - start));
+    start = stop + 1;
+  } while (start < message.size());
 }
 
 }  // namespace
@@ -84,7 +96,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::Success& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    // CLI11's own texts ("The following argument was not expected") become ours: one line in the
+    // style of every other error, naming what to do.
+    setup_logging(0);
+    log_error(printable_lines(usage_message(app, e)));
     return static_cast<int>(exit_code::usage);
   }
 
@@ -100,11 +115,11 @@ int main(int argc, char** argv) {
     // that are not UTF-8 are escaped (util/printable.h). A '\n' is kept, as messages of several
     // lines are ours; a file's name with a line break in it breaks the line too.
     if (auto changed = input_changed(e.what())) return *changed;
-    spdlog::error("{}", printable_lines(e.what()));
+    log_error(printable_lines(e.what()));
     return static_cast<int>(e.code());
   } catch (const std::exception& e) {
     if (auto changed = input_changed(e.what())) return *changed;
-    spdlog::error("internal error: {}", printable_lines(e.what()));
+    log_error("internal error: " + printable_lines(e.what()));
     return static_cast<int>(exit_code::internal);
   }
   return flush_stdout();

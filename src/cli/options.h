@@ -80,6 +80,10 @@ CLI::Option* add_enum_option(CLI::App* app, const std::string& flags, std::optio
 // and options mix in any order (as cp, tar and torchrun take them). Call once, after setup.
 void one_value_per_use(CLI::App& app);
 
+// The message for a command line CLI11 refused (main prints it after "swavg: error: ", exit 2): what
+// was wrong, in the subcommand being parsed, and what to do (the option meant, the --help to run).
+std::string usage_message(CLI::App& root, const CLI::ParseError& e);
+
 // Accepts a decimal integer in [lo, hi]; the message names the range and the value given.
 CLI::Validator integer_in(int64_t lo, int64_t hi);
 

@@ -236,7 +236,7 @@ std::unique_ptr<fold_job_plan> plan_directory_job(const fold_job& job, bool dry_
   const std::string& source_folder = source.folder;
   if (!source_folder.empty()) extra = classify_folder(source_folder);
   for (const auto& name : extra.skipped)
-    spdlog::info("{}/{}: not copied (weights, an index or not a file)", source_folder, name);
+    spdlog::debug("{}/{}: not copied (weights, an index or not a file)", source_folder, name);
 
   p->format = format;
   p->config = folded;
@@ -268,9 +268,7 @@ fold_report execute_directory_job(const fold_job& job, fold_job_plan& p) {
   const fold_result result = run_fold(folded, p.inputs, p.outline, p.target);
   check_planned_shards(*p.layout, out.layout());
   out.finish();
-  if (!out.plain())
-    spdlog::info("{}/: worker {} of {} done ({} files); run `swavg finalize {}/` once every worker is", out.partial(),
-                 w.index, w.count, out.files().size(), out.path());
+  if (!out.plain()) spdlog::info("{}", worker_done_message(w, out.partial(), out.files().size(), out.path()));
 
   fold_report report = report_of(job, folded, format, result);
   report.worker = w;

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "util/error.h"
+#include "util/log.h"
 
 namespace swavg {
 namespace {
@@ -37,7 +38,10 @@ std::optional<worker_id> from_slurm_array(const env_lookup& env) {
   const auto id = get(env, "SLURM_ARRAY_TASK_ID");
   if (!id) return std::nullopt;
   const auto count = get(env, "SLURM_ARRAY_TASK_COUNT");
-  if (!count) throw usage_error("SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not");
+  if (!count)
+    throw usage_error(
+        "SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not: sbatch --array sets both; outside "
+        "Slurm unset it, or pass --shard I/N");
   const int64_t n = parse_count(*count, "SLURM_ARRAY_TASK_COUNT", 1, kMaxWorkers);
   const int64_t task = parse_count(*id, "SLURM_ARRAY_TASK_ID", 0, kMaxWorkers * kMaxWorkers);
   const auto min_text = get(env, "SLURM_ARRAY_TASK_MIN");
@@ -56,7 +60,8 @@ std::optional<worker_id> from_pair(const env_lookup& env, const char* index_name
   const auto index = get(env, index_name);
   if (!index) return std::nullopt;
   const auto count = get(env, count_name);
-  if (!count) throw usage_error(fmt::format("{} is set but {} is not", index_name, count_name));
+  if (!count)
+    throw usage_error(fmt::format("{} is set but {} is not: set both, or pass --shard I/N", index_name, count_name));
   const int64_t n = parse_count(*count, count_name, 1, kMaxWorkers);
   return checked(index_name, index_name, parse_count(*index, index_name, 0, kMaxWorkers), n);
 }
@@ -96,6 +101,14 @@ worker_id resolve_worker(const std::string& shard, std::optional<int64_t> shard_
   }
   if (shard_count) spdlog::warn("--shard-count ignored: the worker comes from {}", w->source);
   return *w;
+}
+
+std::string worker_done_message(const worker_id& w, const std::string& partial, size_t files,
+                                const std::string& output) {
+  return fmt::format(
+      "worker {} of {} is done: {} written to {}/; once each of the {} workers is done, run `swavg finalize {}/` to "
+      "publish the folder",
+      w.index, w.count, counted(files, "file"), partial, w.count, output);
 }
 
 }  // namespace swavg

@@ -34,4 +34,8 @@ using env_lookup = std::function<const char*(const char*)>;
 worker_id resolve_worker(const std::string& shard, std::optional<int64_t> shard_count, bool directory_output,
                          const env_lookup& env);
 
+// The line a worker of several ends with: where it wrote how many files, and what to run next.
+std::string worker_done_message(const worker_id& w, const std::string& partial, size_t files,
+                                const std::string& output);
+
 }  // namespace swavg

@@ -1,5 +1,6 @@
 #include "util/log.h"
 
+#include <fmt/format.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -15,6 +16,11 @@ void setup_logging(int verbosity) {
   if (verbosity >= 2) level = spdlog::level::trace;
   logger->set_level(level);
   spdlog::set_default_logger(logger);
+}
+
+std::string counted(uint64_t n, const std::string& singular, const std::string& plural) {
+  if (n == 1) return "1 " + singular;
+  return fmt::format("{} {}", n, plural.empty() ? singular + "s" : plural);
 }
 
 }  // namespace swavg

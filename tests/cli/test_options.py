@@ -67,6 +67,9 @@ class OptionOrderTest(TempDirTest):
         self.listed = self.path("more.txt")
         with open(self.listed, "w") as f:
             f.write(run_paths("cnn")[3] + "\n")
+        self.nul_listed = self.path("more.nul")
+        with open(self.nul_listed, "w") as f:
+            f.write(run_paths("cnn")[3] + "\0")
         self.resumed = self.path("prev.pt")
         data = np.load(bn("data.npy"))
         self.raw = self.path("data.raw")
@@ -91,6 +94,7 @@ class OptionOrderTest(TempDirTest):
         more = run_paths("cnn")[3]
         cases = {
             "--inputs-from": (["--inputs-from", self.listed], [], ins, ins + [more]),
+            "--null": (["--null"], ["--inputs-from", self.nul_listed], ins, ins + [more]),
             "--sort": (["--sort", "name"], [], ins[::-1], sorted(ins)),
             "--last": (["--last", "2"], [], ins, ins[1:]),
             "--every": (["--every", "1"], [], ins, ins),
