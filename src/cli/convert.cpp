@@ -12,6 +12,7 @@
 #include "formats/output_folder.h"
 #include "formats/save.h"
 #include "formats/sharded_input.h"
+#include "util/log.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/atomic_dir.h"
@@ -123,8 +124,8 @@ void convert_to_folder(const convert_options& o) {
   }
   sink.commit();
   out.finish();
-  spdlog::info("wrote {} tensors in {} shards ({} bytes) to {}/", sd.tensors.size(), out.layout().shards.size(),
-               sink.bytes_written(), out.path());
+  spdlog::info("wrote {} in {} ({} bytes) to {}/", counted(sd.tensors.size(), "tensor"),
+               counted(out.layout().shards.size(), "file"), sink.bytes_written(), out.path());
 }
 
 void run_convert(const convert_options& o) {
@@ -164,8 +165,8 @@ void run_convert(const convert_options& o) {
     return print_dry_run(d, o.json);
   }
   uint64_t bytes = save_state_dict(o.output, sd.tensors, format, metadata, objects);
-  spdlog::info("wrote {} tensors and {} other entries ({} bytes) to {}", sd.tensors.size(), objects.size(), bytes,
-               o.output);
+  spdlog::info("wrote {} and {} ({} bytes) to {}", counted(sd.tensors.size(), "tensor"),
+               counted(objects.size(), "other entry", "other entries"), bytes, o.output);
   if (o.drop_objects && !sd.objects.empty())
     spdlog::info("left out {} non-tensor entries (--drop-objects)", sd.objects.size());
 }

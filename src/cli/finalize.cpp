@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/report.h"
 #include "formats/worker_files.h"
+#include "util/log.h"
 
 namespace swavg {
 namespace {
@@ -22,8 +23,9 @@ struct finalize_options {
 
 void run_finalize(const finalize_options& o) {
   const finalize_result r = finalize_partial(o.output, !o.no_verify, o.force);
-  spdlog::info("{}: published {} shards of {} workers ({} bytes of tensors){}", o.output, r.plan.layout.shards.size(),
-               r.plan.workers, r.plan.layout.total_size, o.no_verify ? "" : ", every file's sha256 checked");
+  spdlog::info("{}: published {} written by {} ({} bytes of tensors){}", o.output,
+               counted(r.plan.layout.shards.size(), "file"), counted(r.plan.workers, "worker"),
+               r.plan.layout.total_size, o.no_verify ? "" : ", every file's sha256 checked");
   emit_report(finalize_report_json(o.output, r, !o.no_verify), "", o.json);
 }
 

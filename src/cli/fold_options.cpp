@@ -11,6 +11,7 @@
 #include "cli/dry_run.h"
 #include "cli/options.h"
 #include "formats/save.h"
+#include "util/log.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -164,9 +165,9 @@ void run_fold_command(fold_options o) {
 
   const pipeline_report result = run_fold_pipeline(o.job, bn);
   const fold_report& report = result.fold;
-  spdlog::info("{}: {} of {} checkpoints ({} tensors), {:.1f} MB read, {:.1f} MB written in {:.2f} s", report.output,
-               mode_name(report.mode), report.n, report.tensors.size(), report.bytes_read / 1e6,
-               report.bytes_written / 1e6, report.wall_time_s);
+  spdlog::info("{}: {} of {} ({}), {:.1f} MB read, {:.1f} MB written in {:.2f} s", report.output,
+               mode_name(report.mode), counted(report.n, "checkpoint"), counted(report.tensors.size(), "tensor"),
+               report.bytes_read / 1e6, report.bytes_written / 1e6, report.wall_time_s);
   auto report_json = nlohmann::ordered_json::parse(fold_report_json(report));
   if (result.bn) report_json["update_bn"] = nlohmann::ordered_json::parse(bn_report_json(*result.bn));
   emit_report(report_json.dump(1), o.report_file, o.json);

@@ -20,6 +20,7 @@
 #include "util/paths.h"
 #include "util/sha256.h"
 #include "util/version.h"
+#include "util/log.h"
 
 namespace swavg {
 namespace {
@@ -364,8 +365,8 @@ pipeline_report run_fold_pipeline(const fold_job& job, const std::optional<bn_st
   bn_options options = bn->options;
   options.device = job.config.device;
   update_bn_result updated = update_batchnorm(job.model, averaged.tensors, job.output, data, options);
-  spdlog::info("{}: {} BatchNorm modules updated from {} batches", job.model, updated.report.modules.size(),
-               updated.report.batches);
+  spdlog::info("{}: {} updated from {}", job.model, counted(updated.report.modules.size(), "BatchNorm module"),
+               counted(updated.report.batches, "batch", "batches"));
   report.fold.bytes_written = save_updated_state(job.output, format, updated, averaged.metadata, averaged.objects);
   report.bn = std::move(updated.report);
   return report;

@@ -14,6 +14,7 @@
 #include "formats/save.h"
 #include "libtorch/bn_replay.h"
 #include "libtorch/save_module.h"
+#include "util/log.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -51,9 +52,10 @@ void log_result(const update_bn_options& o, const bn_report& r) {
   if (r.modules.empty()) return;
   size_t unreached = 0;
   for (const auto& m : r.modules) unreached += m.batches == 0;
-  spdlog::info("{}: {} BatchNorm modules{} updated from {} batches ({} samples) in {:.2f} s ({:.0f} samples/s)",
-               o.model, r.modules.size(), unreached ? fmt::format(" ({} not reached)", unreached) : "", r.batches,
-               r.samples, r.seconds, r.seconds > 0 ? r.samples / r.seconds : 0.0);
+  spdlog::info("{}: {}{} updated from {} ({}) in {:.2f} s ({:.0f} samples/s)", o.model,
+               counted(r.modules.size(), "BatchNorm module"),
+               unreached ? fmt::format(" ({} not reached)", unreached) : "", counted(r.batches, "batch", "batches"),
+               counted(r.samples, "sample"), r.seconds, r.seconds > 0 ? r.samples / r.seconds : 0.0);
 }
 
 void run_update_bn(const update_bn_options& o) {
@@ -77,8 +79,8 @@ void run_update_bn(const update_bn_options& o) {
   report["layout"] = layout_name(result.averaged_layout ? output_layout::averaged_model : output_layout::state_dict);
   if (!o.output.empty()) {
     const uint64_t bytes = save_updated_state(o.output, format, result, weights.metadata, objects);
-    spdlog::info("wrote {} tensors and {} other entries ({} bytes) to {}", result.tensors.size(), objects.size(), bytes,
-                 o.output);
+    spdlog::info("wrote {} and {} ({} bytes) to {}", counted(result.tensors.size(), "tensor"),
+                 counted(objects.size(), "other entry", "other entries"), bytes, o.output);
     report["output"] = o.output;
     nlohmann::ordered_json carried = nlohmann::ordered_json::array();
     for (const auto& e : objects) carried.push_back({{"name", e.name}, {"type", e.type}, {"from", o.checkpoint}});

@@ -38,9 +38,10 @@ void refuse_folder_format(const std::string& path, output_format format) {
 
 void refuse_shard_size(const std::string& path, output_format format) {
   if (format == output_format::dcp)
-    throw usage_error(fmt::format("{}: --max-shard-size sizes Hugging Face shards; a DCP output has one file per rank "
-                                  "of the first input (or one), so drop --max-shard-size or --format dcp",
-                                  path));
+    throw usage_error(
+        fmt::format("{}: --max-shard-size sizes Hugging Face shards; a DCP output has one file per rank "
+                    "of the first input (or one), so drop --max-shard-size or --format dcp",
+                    path));
 }
 
 output_format choose_output_format(const std::string& path, std::optional<output_format> requested) {

@@ -9,6 +9,7 @@ import filecmp
 import io
 import os
 import pickle
+import shutil
 import socket
 import subprocess
 import unittest
@@ -214,6 +215,40 @@ class DcpOutputTest(TempDirTest):
                 self.assertIn("not one file", p.stderr)
                 self.assertIn(out + "/", p.stderr)
                 self.assertFalse(os.path.exists(out))
+
+    def test_max_shard_size_is_refused(self):
+        for args in (["average", dcp("rank2_0"), dcp("rank2_1")], ["convert", dcp("rank2_0")]):
+            with self.subTest(command=args[0]):
+                out = self.path("x/")
+                p = swavg(*args, "--format", "dcp", "--max-shard-size", "1MB", "-o", out, check=False)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn("swavg: error:", p.stderr)
+                self.assertIn("--max-shard-size", p.stderr)
+                self.assertFalse(os.path.exists(out))
+
+    def test_dry_run_plans_the_rank_files(self):
+        """--dry-run --json names the files and sizes the real run writes, byte for byte."""
+        import json
+        for args in (["average", dcp("rank4_0"), dcp("rank2_1")], ["convert", dcp("rank2_0")],
+                     ["average", "--shard", "1/2", dcp("rank4_0"), dcp("rank4_1")]):
+            with self.subTest(args=args):
+                out = self.path("dry/")
+                plan = json.loads(swavg(*args, "--format", "dcp", "-o", out, "--dry-run", "--json").stdout)
+                self.assertFalse(os.path.exists(out))
+                swavg(*args, "--format", "dcp", "-o", out)
+                where = out if os.path.exists(out) else out.rstrip("/") + ".partial"
+                files = plan["output"]["files"]
+                self.assertEqual(plan["output"]["index"], ".metadata")
+                for f in files:
+                    self.assertTrue(f["bytes_exact"])
+                    path = os.path.join(where, f["file"])
+                    self.assertEqual(os.path.exists(path), f["written"], f["file"])
+                    if f["written"]:
+                        self.assertEqual(os.path.getsize(path), f["bytes"], f["file"])
+                self.assertEqual(sorted(f["file"] for f in files),
+                                 sorted(x for x in os.listdir(dcp(args[-1] if args[0] == "convert" else args[-2]))
+                                        if x.endswith(".distcp")))
+                shutil.rmtree(where)
 
     def test_non_tensor_entries(self):
         out = self.path("flat/")
