@@ -25,7 +25,7 @@ enum class sort_order { none, name, natural, mtime };
 
 struct input_selection {
   std::vector<std::string> paths;
-  std::string inputs_from;  // "" none, "-" stdin, else a file
+  std::string inputs_from;      // "" none, "-" stdin, else a file
   bool null_separated = false;  // --null
   sort_order sort = sort_order::none;
   int last = 0;  // 0: all (not set); --last takes N >= 1

@@ -11,6 +11,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "formats/pickle_emitter.h"
 #include "formats/pickle_opcodes.h"
 #include "formats/zip_format.h"
 #include "formats/zip_writer.h"
@@ -35,70 +36,28 @@ constexpr const char* kVersionRecord = "archive/version";
 constexpr const char* kFormatVersion = "3\n";
 constexpr uint64_t kAlignment = 64;  // zip_writer's
 
-// Pickle protocol 2, the opcodes torch.save and Python's pickler use, with no memo.
-class pickler {
+// pickle_emitter with the shapes DCP's dataclasses take.
+class pickler : public pickle_emitter {
  public:
-  std::string bytes;
-
-  void proto() {
-    op(kProto);
-    bytes += '\x02';
-  }
-  void global(const std::string& module, const std::string& name) {
-    op(kGlobal);
-    bytes += module + '\n' + name + '\n';
-  }
-  void str(const std::string& s) {
-    op(kBinUnicode);
-    le(static_cast<uint32_t>(s.size()));
-    bytes += s;
-  }
-  void integer(int64_t v) {
-    if (v >= 0 && v < 256) {
-      op(kBinInt1);
-      bytes += static_cast<char>(v);
-    } else if (v >= 0 && v < 65536) {
-      op(kBinInt2);
-      le(static_cast<uint16_t>(v));
-    } else if (v >= INT32_MIN && v <= INT32_MAX) {
-      op(kBinInt);
-      le(static_cast<int32_t>(v));
-    } else {
-      op(kLong1);
-      bytes += '\x08';
-      le(v);
-    }
-  }
-  void ints(const std::vector<int64_t>& values) {
-    op(kMark);
-    for (int64_t v : values) integer(v);
-    op(kTuple);
-  }
-  void plain(opcode o) { op(o); }
+  void str(const std::string& s) { string(s); }
+  void ints(const std::vector<int64_t>& values) { int_tuple(values); }
   // cls.__new__(cls) of a class of `module`, then its state as a dict: begin, the items, end.
   void object_begin(const std::string& module, const std::string& cls) {
     global(module, cls);
-    op(kEmptyTuple);
-    op(kNewObj);
-    op(kEmptyDict);
-    op(kMark);
+    plain(kEmptyTuple);
+    plain(kNewObj);
+    plain(kEmptyDict);
+    plain(kMark);
   }
   void object_end() {
-    op(kSetItems);
-    op(kBuild);
+    plain(kSetItems);
+    plain(kBuild);
   }
   void size(const std::vector<int64_t>& dims) {  // torch.Size(dims)
     global("torch", "Size");
     ints(dims);
-    op(kTuple1);
-    op(kReduce);
-  }
-
- private:
-  void op(opcode o) { bytes += static_cast<char>(o); }
-  template <typename T>
-  void le(T v) {
-    bytes.append(reinterpret_cast<const char*>(&v), sizeof(T));
+    plain(kTuple1);
+    plain(kReduce);
   }
 };
 

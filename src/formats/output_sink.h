@@ -1,6 +1,7 @@
 /*
  * The interface every writer of averaged tensors implements: a single file (tensor_sink, save.h),
- * the shards of a folder output, all of them or one worker's (sharded_sink, sharded_output.h), and
+ * the shards of a folder output, all of them or one worker's (sharded_sink, sharded_output.h; a DCP
+ * folder's rank files: dcp_sink, dcp_output.h), and
  * posthoc-ema's outputs written in step (fold/posthoc.cpp). The tensors are declared when the sink
  * is made; the fold then streams the bytes of those the sink owns, in their declared order, and
  * commits. Header only: an interface, no code.

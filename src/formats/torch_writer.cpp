@@ -10,6 +10,7 @@
 #include "tensor/state_dict.h"
 #include "formats/pickle.h"
 #include "formats/pickle_deny_list.h"
+#include "formats/pickle_emitter.h"
 #include "formats/pickle_opcodes.h"
 #include "formats/zip_writer.h"
 #include "util/atomic_file.h"
@@ -22,133 +23,7 @@ using namespace pickle_op;
 
 constexpr const char* kArchiveRoot = "archive/";
 constexpr const char* kFormatVersion = "3\n";
-constexpr uint8_t kProtocol = 2;
 constexpr int kMaxObjectDepth = 1000;
-
-// Emits the pickle opcodes (protocol 2) that torch.save uses and that both torch.load's full and
-// weights_only unpicklers (1.13 and 2.x) accept.
-class pickle_emitter {
- public:
-  std::string bytes;
-
-  void proto() {
-    op(kProto);
-    bytes += static_cast<char>(kProtocol);
-  }
-  void stop() { op(kStop); }
-  void mark() { op(kMark); }
-  void global(const std::string& module, const std::string& name) {
-    op(kGlobal);
-    bytes += module;
-    bytes += '\n';
-    bytes += name;
-    bytes += '\n';
-  }
-  void empty_tuple() { op(kEmptyTuple); }
-  void tuple_from_mark() { op(kTuple); }
-  void reduce() { op(kReduce); }
-  void setitems() { op(kSetItems); }
-  void binpersid() { op(kBinPersId); }
-  void boolean(bool v) { op(v ? kNewTrue : kNewFalse); }
-  void string(const std::string& s) {
-    op(kBinUnicode);
-    append_le(static_cast<uint32_t>(s.size()));
-    bytes += s;
-  }
-  void integer(int64_t v) {
-    if (v >= 0 && v < 256) {
-      op(kBinInt1);
-      bytes += static_cast<char>(v);
-    } else if (v >= 0 && v < 65536) {
-      op(kBinInt2);
-      append_le(static_cast<uint16_t>(v));
-    } else if (v >= INT32_MIN && v <= INT32_MAX) {
-      op(kBinInt);
-      append_le(static_cast<int32_t>(v));
-    } else {
-      op(kLong1);
-      bytes += static_cast<char>(sizeof v);  // 8 bytes, two's complement
-      append_le(v);
-    }
-  }
-  void int_tuple(const std::vector<int64_t>& values) {
-    mark();
-    for (int64_t v : values) integer(v);
-    tuple_from_mark();
-  }
-  void empty_ordered_dict() {
-    global("collections", "OrderedDict");
-    empty_tuple();
-    reduce();
-  }
-  void none() { op(kNone); }
-  void floating(double v) {
-    uint64_t bits;
-    std::memcpy(&bits, &v, sizeof bits);
-    op(kBinFloat);
-    for (int shift = 56; shift >= 0; shift -= 8) bytes += static_cast<char>(bits >> shift);  // big-endian
-  }
-  // An integer given as its little-endian two's complement bytes.
-  void long_bytes(const std::string& le) {
-    if (le.size() < 256) {
-      op(kLong1);
-      bytes += static_cast<char>(le.size());
-    } else {
-      op(kLong4);
-      append_le(static_cast<int32_t>(le.size()));
-    }
-    bytes += le;
-  }
-  // Protocol 2 writes bytes as _codecs.encode(<the bytes as latin-1 text>, 'latin1').
-  void byte_string(const std::string& raw) {
-    if (raw.empty()) {
-      global("builtins", "bytes");
-      empty_tuple();
-      reduce();
-      return;
-    }
-    std::string text;
-    for (unsigned char c : raw) {
-      if (c < 0x80) {
-        text += static_cast<char>(c);
-      } else {
-        text += static_cast<char>(0xc0 | (c >> 6));
-        text += static_cast<char>(0x80 | (c & 0x3f));
-      }
-    }
-    global("_codecs", "encode");
-    string(text);
-    string("latin1");
-    op(kTuple2);
-    reduce();
-  }
-  void plain(opcode o) { op(o); }
-  void put(uint32_t i) {
-    if (i < 256) {
-      op(kBinPut);
-      bytes += static_cast<char>(i);
-    } else {
-      op(kLongBinPut);
-      append_le(i);
-    }
-  }
-  void get(uint32_t i) {
-    if (i < 256) {
-      op(kBinGet);
-      bytes += static_cast<char>(i);
-    } else {
-      op(kLongBinGet);
-      append_le(i);
-    }
-  }
-
- private:
-  void op(opcode o) { bytes += static_cast<char>(o); }
-  template <typename T>
-  void append_le(T v) {
-    bytes.append(reinterpret_cast<const char*>(&v), sizeof(T));
-  }
-};
 
 // Emits non-tensor entries again as the pickle data they were read from: containers and scalars as
 // themselves, opaque objects as the GLOBAL, REDUCE/NEWOBJ, BUILD, APPENDS and SETITEMS they were

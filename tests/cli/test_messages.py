@@ -107,7 +107,7 @@ class MessagesTest(unittest.TestCase):
             (["convert", "-o", out], 2, ["'swavg convert' needs the argument 'input'", "swavg convert --help"]),
             (["convert", a, b, "-o", out], 2,
              ["unexpected argument '%s' for 'swavg convert'" % b, "swavg convert --help"]),
-            (["convert", a, "--format", "onnx", "-o", out], 2, ["--format: expected one of {torch,safetensors}, got 'onnx'"]),
+            (["convert", a, "--format", "onnx", "-o", out], 2, ["--format: expected one of {torch,safetensors,dcp}, got 'onnx'"]),
             (["convert", corrupt, "-o", out], 3, [corrupt]),
             (["convert", missing, "-o", out], 5, [missing]),
             # inspect
