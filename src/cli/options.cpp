@@ -54,7 +54,8 @@ std::string did_you_mean(const std::string& given, const std::vector<std::string
 
 std::vector<std::string> subcommand_names(CLI::App& root) {
   std::vector<std::string> names;
-  for (const CLI::App* sub : root.get_subcommands([](CLI::App*) { return true; })) names.push_back(sub->get_name());
+  for (const CLI::App* sub : root.get_subcommands([](CLI::App* s) { return !s->get_group().empty(); }))
+    names.push_back(sub->get_name());  // not the hidden ones (help-man)
   return names;
 }
 

@@ -143,6 +143,12 @@ class MessagesTest(unittest.TestCase):
         with open(self.p("exists.pt"), "rb") as f:
             self.assertEqual(f.read(), b"keep me")
 
+    def test_the_subcommands_listed_are_the_visible_ones(self):
+        p = swavg("bogus-command", check=False)
+        self.assertIn("the subcommands are average, ema, inspect, convert, update-bn, finalize, posthoc-ema, "
+                      "completion;", p.stderr)
+        self.assertNotIn("help-man", p.stderr)  # hidden: the build runs it
+
     def test_help_and_version_go_to_stdout(self):
         for argv in [["--help"], ["-h"], ["--version"]] + [[s, "--help"] for s in SUBCOMMANDS]:
             with self.subTest(argv=argv):
