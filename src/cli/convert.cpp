@@ -43,7 +43,6 @@ dry_run describe_convert(const convert_options& o, const state_dict& sd, output_
   d.format = output_format_name(format);
   d.objects_dropped = o.drop_objects && !sd.objects.empty();
   for (const auto& e : sd.objects) d.carried.push_back({e.name, e.type, sd.path});
-  uint64_t largest = 0;
   for (const auto& t : sd.tensors) {
     dry_run_tensor x;
     x.action = "copy";
@@ -58,13 +57,10 @@ dry_run describe_convert(const convert_options& o, const state_dict& sd, output_
         t.view.is_contiguous()
             ? std::max(t.view.nbytes(), format == output_format::torch ? t.view.storage_bytes : uint64_t{0})
             : 2 * t.view.nbytes();
-    if (ws > largest || d.peak_tensor.empty()) {
-      largest = std::max(largest, ws);
-      d.peak_tensor = t.name;
-    }
+    d.note_working_set(ws, t.name);
     d.tensors.push_back(std::move(x));
   }
-  d.peak_memory = largest + kOutputBufferBytes;
+  d.peak_memory = d.largest_working_set + kOutputBufferBytes;
   return d;
 }
 
@@ -93,19 +89,10 @@ void convert_to_folder(const convert_options& o) {
     const shard_layout layout = out.plan_shards(format, specs, source.names);
     dry_run d = describe_convert(o, sd, format);
     d.folder = true;
-    for (size_t s = 0; s < layout.shards.size(); ++s) {
-      const output_shard& shard = layout.shards[s];
+    add_shard_files(d, out.path(), layout, metadata);
+    total_written(d);
+    for (const auto& shard : layout.shards)
       for (size_t i : shard.specs) d.tensors[i].file = shard.file;
-      dry_run_file f;
-      f.path = shard.file;
-      f.tensors = shard.specs.size();
-      f.data_bytes = shard.bytes;
-      f.size = planned_shard_size(out.path(), layout, s, metadata);
-      d.bytes_written += f.size.bytes;
-      d.bytes_written_exact &= f.size.exact;
-      d.files.push_back(std::move(f));
-    }
-    d.index = planned_index_name(layout);
     d.copied = extra.copied;
     return print_dry_run(d, o.json);
   }

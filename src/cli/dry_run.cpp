@@ -36,16 +36,6 @@ std::string human_bytes(uint64_t n) {
   return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.1f} {}", v, units[u]);
 }
 
-void finish_totals(dry_run& d) {
-  d.bytes_written = 0;
-  d.bytes_written_exact = true;
-  for (const auto& f : d.files)
-    if (f.written) {
-      d.bytes_written += f.size.bytes;
-      d.bytes_written_exact &= f.size.exact;
-    }
-}
-
 }  // namespace
 
 uint64_t spec_data_bytes(const tensor_spec& t) {
@@ -57,6 +47,39 @@ uint64_t spec_data_bytes(const tensor_spec& t) {
 
 dry_run_input dry_run_input_of(const state_dict& sd) {
   return dry_run_input{sd.path, sd.key, file_format_name(sd.format)};
+}
+
+void dry_run::note_working_set(uint64_t bytes, const std::string& tensor) {
+  if (bytes > largest_working_set || peak_tensor.empty()) {
+    largest_working_set = std::max(largest_working_set, bytes);
+    peak_tensor = tensor;
+  }
+}
+
+void add_shard_files(dry_run& d, const std::string& folder, const shard_layout& layout,
+                     const std::map<std::string, std::string>& metadata) {
+  for (size_t s = 0; s < layout.shards.size(); ++s) {
+    const output_shard& shard = layout.shards[s];
+    dry_run_file f;
+    f.path = shard.file;
+    f.tensors = shard.specs.size();
+    f.data_bytes = shard.bytes;
+    f.size = planned_shard_size(folder, layout, s, metadata);
+    f.worker = s % d.worker_count;
+    f.written = worker_owns(s, d.worker_index, d.worker_count);
+    d.files.push_back(std::move(f));
+  }
+  d.index = planned_index_name(layout);
+}
+
+void total_written(dry_run& d) {
+  d.bytes_written = 0;
+  d.bytes_written_exact = true;
+  for (const auto& f : d.files)
+    if (f.written) {
+      d.bytes_written += f.size.bytes;
+      d.bytes_written_exact &= f.size.exact;
+    }
 }
 
 dry_run describe_fold_job(const std::string& command, const fold_job& job, const fold_job_plan& p) {
@@ -80,22 +103,12 @@ dry_run describe_fold_job(const std::string& command, const fold_job& job, const
   std::vector<bool> owned(o.specs.size(), true);
   if (p.layout) {
     const shard_layout& l = *p.layout;
-    for (size_t s = 0; s < l.shards.size(); ++s) {
-      const output_shard& shard = l.shards[s];
-      dry_run_file f;
-      f.path = shard.file;
-      f.tensors = shard.specs.size();
-      f.data_bytes = shard.bytes;
-      f.size = planned_shard_size(d.output, l, s, o.metadata);
-      f.worker = s % job.worker.count;
-      f.written = worker_owns(s, job.worker.index, job.worker.count);
-      for (size_t i : shard.specs) {
-        file_of[i] = shard.file;
-        owned[i] = f.written;
+    add_shard_files(d, d.output, l, o.metadata);
+    for (size_t s = 0; s < l.shards.size(); ++s)
+      for (size_t i : l.shards[s].specs) {
+        file_of[i] = l.shards[s].file;
+        owned[i] = d.files[s].written;
       }
-      d.files.push_back(std::move(f));
-    }
-    d.index = planned_index_name(l);
     if (job.worker.index == 0) d.copied = p.extra.copied;
   } else {
     dry_run_file f;
@@ -106,13 +119,12 @@ dry_run describe_fold_job(const std::string& command, const fold_job& job, const
     std::fill(file_of.begin(), file_of.end(), job.output);
     d.files.push_back(std::move(f));
   }
-  finish_totals(d);
+  total_written(d);
 
   // Every tensor of the plan; the ones this run folds are read, and the largest working set is the peak.
   std::vector<std::optional<size_t>> spec_of(o.plan.tensors.size());
   for (size_t s = 0; s < o.spec_tensor.size(); ++s)
     if (o.spec_tensor[s] < spec_of.size()) spec_of[o.spec_tensor[s]] = s;
-  uint64_t largest = 0;
   for (size_t k = 0; k < o.plan.tensors.size(); ++k) {
     const tensor_plan& tp = o.plan.tensors[k];
     dry_run_tensor t;
@@ -126,15 +138,11 @@ dry_run describe_fold_job(const std::string& command, const fold_job& job, const
     }
     if (t.written && !o.ties[k]) {
       for (const auto& s : tp.sources) d.bytes_read += s.view->nbytes();
-      const uint64_t ws = fold_working_set(tp);
-      if (ws > largest || d.peak_tensor.empty()) {
-        largest = std::max(largest, ws);
-        d.peak_tensor = tp.name;
-      }
+      d.note_working_set(fold_working_set(tp), tp.name);
     }
     d.tensors.push_back(std::move(t));
   }
-  d.peak_memory = largest + kOutputBufferBytes;
+  d.peak_memory = d.largest_working_set + kOutputBufferBytes;
   return d;
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,8 @@
 #include "cli/pipeline.h"
 #include "fold/plan.h"
 #include "formats/save.h"
+#include "formats/shard_layout.h"
+#include "util/atomic_file.h"
 
 namespace swavg {
 
@@ -66,14 +69,26 @@ struct dry_run {
   bool bytes_written_exact = true;
   uint64_t peak_memory = 0;
   std::string peak_tensor;  // the tensor whose working set is the largest
+  uint64_t largest_working_set = 0;
+
+  // Keeps `bytes` as the largest working set (and `tensor` as peak_tensor) when it is, or is the first.
+  void note_working_set(uint64_t bytes, const std::string& tensor);
 };
 
-// The extra memory each open output file holds: atomic_file's write buffer (util/atomic_file.cpp).
-inline constexpr uint64_t kOutputBufferBytes = uint64_t{4} << 20;
+// The extra memory each open output file holds: atomic_file's write buffer.
+inline constexpr uint64_t kOutputBufferBytes = kAtomicFileBufferBytes;
 
 dry_run_input dry_run_input_of(const state_dict& sd);
 // A tensor's data bytes in an output (none for an alias of an earlier one).
 uint64_t spec_data_bytes(const tensor_spec& t);
+
+// The files of a folder output planned as `layout` (into `folder`, with `metadata` in each shard),
+// in the layout's order, each marked written or not for worker d.worker_index of d.worker_count;
+// and the folder's index.
+void add_shard_files(dry_run& d, const std::string& folder, const shard_layout& layout,
+                     const std::map<std::string, std::string>& metadata);
+// bytes_written and bytes_written_exact from the files this run writes.
+void total_written(dry_run& d);
 
 // The plan of an average or ema job (plan_fold_job's).
 dry_run describe_fold_job(const std::string& command, const fold_job& job, const fold_job_plan& plan);

@@ -146,18 +146,13 @@ dry_run describe_posthoc(const std::vector<state_dict>& snapshots, const std::ve
   d.format = output_format_name(format);
   d.objects_dropped = outline.objects_dropped;
   for (const auto& e : outline.objects) d.carried.push_back({e.name, e.type, snapshots.back().path});
-  uint64_t largest = 0;
   for (const auto& p : outline.plan.tensors) {
     dry_run_tensor t;
     t.outcome = p.outcome;
     if (t.outcome.action == tensor_action::average) t.outcome.accumulate_type = dtype::float64;
     t.file = targets.size() == 1 ? targets.front().path : std::string("every output");
     for (const auto& s : p.sources) d.bytes_read += s.view->nbytes();
-    const uint64_t ws = posthoc_working_set(p, targets.size());
-    if (ws > largest || d.peak_tensor.empty()) {
-      largest = std::max(largest, ws);
-      d.peak_tensor = p.name;
-    }
+    d.note_working_set(posthoc_working_set(p, targets.size()), p.name);
     d.tensors.push_back(std::move(t));
   }
   for (const auto& target : targets) {
@@ -168,11 +163,10 @@ dry_run describe_posthoc(const std::vector<state_dict>& snapshots, const std::ve
     f.tensors = outline.specs.size();
     for (const auto& s : outline.specs) f.data_bytes += spec_data_bytes(s);
     f.size = planned_file_size(target.path, format, outline.specs, metadata, outline.objects);
-    d.bytes_written += f.size.bytes;
-    d.bytes_written_exact &= f.size.exact;
     d.files.push_back(std::move(f));
   }
-  d.peak_memory = largest + targets.size() * kOutputBufferBytes;
+  total_written(d);
+  d.peak_memory = d.largest_working_set + targets.size() * kOutputBufferBytes;
   return d;
 }
 

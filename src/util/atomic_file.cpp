@@ -22,7 +22,6 @@
 namespace swavg {
 namespace {
 
-constexpr size_t kBufferSize = 4 << 20;
 constexpr size_t kDirectWrite = 256 << 10;  // larger writes skip the buffer's copy
 constexpr uint64_t kWritebackStep = 32 << 20;
 constexpr const char* kTempMarker = ".swavg-tmp-";
@@ -80,7 +79,7 @@ atomic_file::atomic_file(std::string target) : target_(std::move(target)) {
     throw io_error(fmt::format("{}: output folder '{}' does not exist", target_, dir));
   remove_stale_temps(dir, base_name(target_));
   create_temp();
-  buffer_.reserve(kBufferSize);
+  buffer_.reserve(kAtomicFileBufferBytes);
 }
 
 // Creates and locks the temp file. Between the create and the lock another run's cleaner may take
@@ -135,7 +134,7 @@ void atomic_file::write(const void* data, uint64_t size) {
     written_ += size;
     start_writeback();
   } else {
-    if (buffer_.size() + size > kBufferSize) flush();
+    if (buffer_.size() + size > kAtomicFileBufferBytes) flush();
     buffer_.insert(buffer_.end(), p, p + size);
     written_ += size;
   }

@@ -20,6 +20,9 @@
 
 namespace swavg {
 
+// The bytes an atomic_file gathers before each write(): what an open output holds in memory.
+inline constexpr size_t kAtomicFileBufferBytes = size_t{4} << 20;
+
 class sha256;
 
 class atomic_file {
