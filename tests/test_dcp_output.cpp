@@ -3,6 +3,7 @@
 // passes), bytes arriving one at a time, empty and 0-dim tensors, the archive sizes planned against
 // what zip_writer writes, the worker split and a shape that disagrees with the first input.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <sys/stat.h>
 
@@ -10,6 +11,7 @@
 
 #include "formats/dcp_input.h"
 #include "formats/dcp_output.h"
+#include "formats/worker_files.h"
 #include "support.h"
 #include "util/error.h"
 
@@ -168,4 +170,31 @@ TEST_CASE("dcp_output: --format dcp refuses a file output", "[dcp_output]") {
   CHECK(code == exit_code::usage);
   CHECK(message.find("-o avg.pt/") != std::string::npos);
   CHECK(test::error_of([] { refuse_folder_format("avg.pt", output_format::torch); }).empty());
+}
+
+TEST_CASE("dcp_output: at most kMaxShards rank files, at the edge", "[dcp_output]") {
+  // A first input whose tensor lies in n one-element chunks, each in its own rank file.
+  auto like_with_files = [](int64_t n) {
+    dcp_chunk_source s;
+    s.path = "first/.metadata";
+    s.key = "model";
+    std::vector<std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::string>> chunks;
+    for (int64_t i = 0; i < n; ++i) chunks.push_back({{i}, {1}, fmt::format("__{}_0.distcp", i)});
+    s.metadata.entries.push_back(entry("model.w", {n}, chunks));
+    return s;
+  };
+  const auto last_valid = static_cast<int64_t>(kMaxShards);
+  const dcp_chunk_source fits = like_with_files(last_valid);
+  CHECK(plan_dcp({{"w", dtype::float32, {last_valid}, std::nullopt}}, &fits, "out").files.size() == kMaxShards);
+
+  const dcp_chunk_source too_many = like_with_files(last_valid + 1);
+  exit_code code{};
+  const std::string message = test::error_of(
+      [&] {
+        plan_dcp({{"w", dtype::float32, {last_valid + 1}, std::nullopt}}, &too_many, "out");
+      },
+      &code);
+  CHECK(code == exit_code::usage);
+  CHECK(message.find("out/: the DCP output would have 100000 rank files (chunked like first/.metadata), more than the "
+                     "99999") != std::string::npos);
 }

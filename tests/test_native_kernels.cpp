@@ -1,8 +1,10 @@
-// swavg's own kernels against ATen's (the ones torch.optim.swa_utils and Tensor.to run on CPU).
+// swavg's own kernels against ATen's (the ones torch.optim.swa_utils and Tensor.to run on CPU), from
+// aligned and misaligned inputs.
 #include <ATen/Functions.h>
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <vector>
 
 #include "fold/native_kernels.h"
 #include "libtorch/tensor_bridge.h"
@@ -25,6 +27,16 @@ bool same_bits(const at::Tensor& a, const at::Tensor& b) {
          std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
 }
 
+// The tensor's bytes one byte past an aligned address, as a chunk lies inside a .distcp: the
+// kernels' inputs need not be aligned.
+struct misaligned {
+  explicit misaligned(const at::Tensor& t) : bytes(t.nbytes() + 1) {
+    std::memcpy(bytes.data() + 1, t.data_ptr(), t.nbytes());
+  }
+  const void* data() const { return bytes.data() + 1; }
+  std::vector<uint8_t> bytes;
+};
+
 const dtype kFloats[] = {dtype::float32, dtype::float64, dtype::float16, dtype::bfloat16};
 const int64_t kSizes[] = {1, 15, 65, 300007};
 
@@ -44,7 +56,11 @@ TEST_CASE("SWA step equals ATen's sub, div and add", "[native_kernels]") {
           INFO("acc " << dtype_name(acc) << " input " << dtype_name(in) << " n " << n << " divisor " << divisor);
           // A float64 input into a float32 accumulator rounds once in ATen; the kernel declines it.
           REQUIRE(ran == !(acc == dtype::float32 && in == dtype::float64));
-          if (ran) CHECK(same_bits(got, expected));
+          if (!ran) continue;
+          CHECK(same_bits(got, expected));
+          at::Tensor from_unaligned = start.clone();
+          REQUIRE(native_swa_step(acc, from_unaligned.data_ptr(), in, misaligned(x).data(), n, divisor));
+          CHECK(same_bits(from_unaligned, expected));
         }
       }
     }
@@ -69,6 +85,9 @@ TEST_CASE("lerp step equals at::lerp in the form the probe finds", "[native_kern
           REQUIRE(native_lerp_step(acc, got.data_ptr(), in, x.data_ptr(), n, w, *form));
           INFO("acc " << dtype_name(acc) << " input " << dtype_name(in) << " n " << n << " weight " << w);
           CHECK(same_bits(got, expected));
+          at::Tensor from_unaligned = start.clone();
+          REQUIRE(native_lerp_step(acc, from_unaligned.data_ptr(), in, misaligned(x).data(), n, w, *form));
+          CHECK(same_bits(from_unaligned, expected));
         }
       }
     }
@@ -84,6 +103,9 @@ TEST_CASE("dtype conversions equal Tensor.to", "[native_kernels]") {
       REQUIRE(native_convert(from, src.data_ptr(), to, got.data_ptr(), src.numel()));
       INFO(dtype_name(from) << " to " << dtype_name(to));
       CHECK(same_bits(got, expected));
+      at::Tensor from_unaligned = at::empty_like(expected);
+      REQUIRE(native_convert(from, misaligned(src).data(), to, from_unaligned.data_ptr(), src.numel()));
+      CHECK(same_bits(from_unaligned, expected));
     }
   }
   int64_t ints[3] = {1, 2, 3};

@@ -173,6 +173,34 @@ TEST_CASE("flat pieces: ZeRO-3 slices of flat partitions", "[tensor_view]") {
   check_slices(w, iota(15));
 }
 
+TEST_CASE("range_in_place: a slice read where it lies, only when one contiguous piece holds it", "[tensor_view]") {
+  // Shard(0) of a 7 x 5 tensor in rows 0..3 and 4..6: elements 0..19 and 20..34.
+  const tensor_piece top = box({7, 5}, {0, 0}, {4, 5}), bottom = box({7, 5}, {4, 0}, {3, 5});
+  const tensor_view rows = make_pieced_view(dtype::float32, {7, 5}, {top, bottom}, "rows");
+  CHECK(range_in_place(rows, 0, 20) == top.view.data());              // the whole first piece
+  CHECK(range_in_place(rows, 19, 1) == top.view.data() + 19 * 4);     // its last element
+  CHECK(range_in_place(rows, 19, 2) == nullptr);                      // one past it: two pieces
+  CHECK(range_in_place(rows, 20, 15) == bottom.view.data());          // the second piece
+  CHECK(range_in_place(rows, 34, 1) == bottom.view.data() + 14 * 4);  // the last element
+  // Shard(1): no piece holds a run of the tensor's elements.
+  const tensor_view cols =
+      make_pieced_view(dtype::float32, {6, 10}, {box({6, 10}, {0, 0}, {6, 5}), box({6, 10}, {0, 5}, {6, 5})}, "cols");
+  CHECK(range_in_place(cols, 0, 1) == nullptr);
+  // A flat piece that is strided, and a plain view: strided, contiguous, and misaligned (in place
+  // all the same: the kernels load unaligned inputs).
+  tensor_piece strided{floats({0, -1, 1, -1, 2}, {3}, {2}), {0}, true};
+  const tensor_view flat = make_pieced_view(dtype::float32, {3}, {strided}, "flat");
+  CHECK(range_in_place(flat, 0, 1) == nullptr);
+  const tensor_view transposed = floats({0, 1, 2, 3, 4, 5}, {3, 2}, {1, 3});
+  CHECK(range_in_place(transposed, 0, 1) == nullptr);
+  const tensor_view plain = floats({0, 1, 2, 3}, {4});
+  CHECK(range_in_place(plain, 1, 3) == plain.data() + 4);
+  tensor_view odd = plain;
+  odd.storage += 1;
+  odd.shape = {3};
+  CHECK(range_in_place(odd, 0, 3) == odd.storage);
+}
+
 TEST_CASE("a piece's bounds, at their exact edges", "[tensor_view]") {
   const std::vector<int64_t> shape{7, 5};
   CHECK(check_piece(dtype::float32, shape, box(shape, {4, 0}, {3, 5})).empty());  // ends at 7: last valid

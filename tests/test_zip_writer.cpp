@@ -1,6 +1,7 @@
 // The ZIP writer (formats/zip_writer.cpp): its archives read back aligned, zipfile and PyTorch read
 // them, and misusing it is an internal error.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -107,6 +108,68 @@ with zipfile.ZipFile(sys.argv[1]) as z:
     CHECK(x["data_crc"].get<uint32_t>() == r.entries()[i].crc32);
     CHECK(x["flags"].get<int>() == (ascii ? 0 : 0x800));
   }
+}
+
+namespace {
+
+std::vector<zip_planned_record> planned(const std::vector<record_spec>& records) {
+  std::vector<zip_planned_record> out;
+  for (const auto& r : records) out.push_back({r.name, r.bytes.size()});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("zip_archive_size is the size of what the writer writes", "[zip]") {
+  const bool force_zip64 = GENERATE(false, true);
+  INFO("force_zip64 " << force_zip64);
+  temp_dir dir;
+  std::vector<std::vector<record_spec>> archives = {{}};
+  // Every alignment remainder of the next header, and names of 1 to 300 bytes.
+  for (size_t n = 0; n <= 64; ++n) archives.push_back({{"d", pattern_bytes(n, 1)}, {"after", "x"}});
+  archives.push_back({{std::string(300, 'n'), "abc"}, {"archive/donn\xc3\xa9", pattern_bytes(4097, 2)}});
+  for (size_t i = 0; i < archives.size(); ++i) {
+    INFO("archive " << i);
+    const std::string bytes = write_archive(dir / "a.zip", archives[i], force_zip64);
+    CHECK(zip_archive_size(planned(archives[i]), force_zip64) == bytes.size());
+  }
+}
+
+TEST_CASE("zip_archive_size at the record count where the end record needs ZIP64", "[zip]") {
+  // 65534 records fit the 16-bit count; 65535 (0xFFFF, the sentinel) takes the ZIP64 end records.
+  temp_dir dir;
+  std::vector<record_spec> records;
+  for (int i = 0; i < 65534; ++i) records.push_back({fmt::format("r{:05}", i), ""});
+  const std::string last_plain = write_archive(dir / "65534.zip", records, false);
+  CHECK(zip_archive_size(planned(records)) == last_plain.size());
+  CHECK(layout(last_plain).end64 == 0);
+  records.push_back({"r65534", ""});
+  const std::string first_zip64 = write_archive(dir / "65535.zip", records, false);
+  CHECK(zip_archive_size(planned(records)) == first_zip64.size());
+  CHECK(layout(first_zip64).end64 != 0);
+  // one more record (a 64-byte local header, a 52-byte central entry) and the 76 bytes of ZIP64 end
+  CHECK(first_zip64.size() == last_plain.size() + 64 + 52 + 76);
+}
+
+TEST_CASE("zip_archive_size at the 4 GiB edges of sizes and offsets", "[zip]") {
+  constexpr uint64_t k4g = 0xFFFFFFFF;  // the 32-bit sentinel: values from here on are ZIP64
+  constexpr uint64_t kEnd = 22, kEnd64 = 56 + 20;
+  // One record "data": a 64-byte local header (30 + 4 + the "FB" field, padded; + 20 of ZIP64 extra
+  // from 4 GiB on, still within 64), its data, a central entry of 50 bytes (+ 20 for ZIP64 sizes).
+  // The directory starts past 4 GiB in both, so both end in ZIP64 end records.
+  CHECK(zip_archive_size({{"data", k4g - 1}}) == 64 + (k4g - 1) + 50 + kEnd64 + kEnd);
+  CHECK(zip_archive_size({{"data", k4g}}) == 64 + k4g + 70 + kEnd64 + kEnd);
+  // One record "a": the directory starts at 64 + size, just below 4 GiB and at it.
+  CHECK(zip_archive_size({{"a", k4g - 65}}) == 64 + (k4g - 65) + 47 + kEnd);
+  CHECK(zip_archive_size({{"a", k4g - 64}}) == 64 + (k4g - 64) + 47 + kEnd64 + kEnd);
+  // A second record "b" whose header starts just below 4 GiB and at it: its central entry takes the
+  // 12-byte ZIP64 offset extra at 4 GiB. Its local header (35 bytes) is padded so that its data
+  // starts at kMax32 + 65 in both (64-byte aligned).
+  CHECK(zip_archive_size({{"a", k4g - 65}, {"b", 0}}) == k4g + 65 + 47 + 47 + kEnd64 + kEnd);
+  CHECK(zip_archive_size({{"a", k4g - 64}, {"b", 0}}) == k4g + 65 + 47 + 59 + kEnd64 + kEnd);
+  // The last size that fits in 2^64 bytes and the first that does not (a 67-byte central entry).
+  CHECK(zip_archive_size({{"a", UINT64_MAX - 64 - 67 - kEnd64 - kEnd}}) == UINT64_MAX);
+  CHECK(zip_archive_size({{"a", UINT64_MAX - 64 - 67 - kEnd64 - kEnd + 1}}) == std::nullopt);
 }
 
 TEST_CASE("an archive without records", "[zip]") {

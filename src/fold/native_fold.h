@@ -24,9 +24,11 @@ constexpr int64_t kFoldChunkElements = int64_t{1} << 18;
 using chunk_writer = std::function<void(const void* data, uint64_t bytes)>;
 
 // The view's elements, contiguous and aligned: the mapping itself when it already is, else a copy
-// (whose source pages are then dropped). With `slice`, a pieced view (tensor_view.h) is assembled
-// one slice of that many elements at a time when at() reaches it, into one slice's buffer, and the
-// pieces' pages behind each slice are dropped by release(): no copy of the whole tensor.
+// (whose source pages are then dropped). With `slice`, a pieced view (tensor_view.h) is read one
+// slice of that many elements at a time when at() reaches it: in place where the slice lies in one
+// piece (range_in_place; then not necessarily aligned, which the kernels allow), else assembled into
+// one slice's buffer; release() drops the pieces' pages behind each slice. No copy of the whole
+// tensor.
 class flat_input {
  public:
   explicit flat_input(const tensor_view& v, int64_t slice = 0)
@@ -37,7 +39,9 @@ class flat_input {
   // Element `element` on; sliced, the slice from there (at most `slice` elements).
   const uint8_t* at(int64_t element) const {
     if (slice_ == 0) return data_ + element * static_cast<int64_t>(itemsize(view_.type));
-    gather_range(view_, element, std::min(slice_, view_.numel() - element), copy_.data());
+    const int64_t count = std::min(slice_, view_.numel() - element);
+    if (const uint8_t* in_place = range_in_place(view_, element, count)) return in_place;
+    gather_range(view_, element, count, copy_.data());
     return copy_.data();
   }
   // Drops the mapped pages behind elements [begin, begin + length) once they have been used.

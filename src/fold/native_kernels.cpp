@@ -18,34 +18,45 @@ namespace {
 using c10::BFloat16;
 using c10::Half;
 
+// Inputs come as bytes: a tensor read in place from a file (a DCP chunk inside its .distcp) need
+// not be aligned to its element size, so element i is loaded with memcpy (an unaligned load).
+using bytes_t = unsigned char;
+
+template <typename T>
+inline T load_at(const bytes_t* p, int64_t i) {
+  T v;
+  std::memcpy(&v, p + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+  return v;
+}
+
 template <typename acc_t, typename in_t>
-inline void swa_loop(acc_t* __restrict acc, const in_t* __restrict x, int64_t n, acc_t divisor) {
+inline void swa_loop(acc_t* __restrict acc, const bytes_t* __restrict x, int64_t n, acc_t divisor) {
   for (int64_t i = 0; i < n; ++i) {
     const acc_t a = acc[i];
-    const acc_t diff = static_cast<acc_t>(x[i]) - a;
+    const acc_t diff = static_cast<acc_t>(load_at<in_t>(x, i)) - a;
     acc[i] = a + diff / divisor;
   }
 }
 
 template <typename acc_t, typename in_t>
-inline void lerp_loop(acc_t* __restrict acc, const in_t* __restrict x, int64_t n, acc_t weight, lerp_form form) {
+inline void lerp_loop(acc_t* __restrict acc, const bytes_t* __restrict x, int64_t n, acc_t weight, lerp_form form) {
   if (std::abs(weight) < acc_t(0.5)) {
     for (int64_t i = 0; i < n; ++i) {
       const acc_t a = acc[i];
-      acc[i] = std::fma(weight, static_cast<acc_t>(x[i]) - a, a);
+      acc[i] = std::fma(weight, static_cast<acc_t>(load_at<in_t>(x, i)) - a, a);
     }
     return;
   }
   const acc_t coeff = form == lerp_form::one_minus_w ? -(acc_t(1) - weight) : weight - acc_t(1);
   for (int64_t i = 0; i < n; ++i) {
-    const acc_t v = static_cast<acc_t>(x[i]);
+    const acc_t v = static_cast<acc_t>(load_at<in_t>(x, i));
     acc[i] = std::fma(coeff, v - acc[i], v);
   }
 }
 
 template <typename to_t, typename from_t>
-inline void convert_loop(to_t* __restrict dst, const from_t* __restrict src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<to_t>(src[i]);
+inline void convert_loop(to_t* __restrict dst, const bytes_t* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<to_t>(load_at<from_t>(src, i));
 }
 
 // Values whose exponent bits are all ones (Inf and NaN), for an IEEE layout with that exponent mask.
@@ -63,19 +74,19 @@ constexpr auto nonfinite_bf16 = nonfinite_bits<uint16_t, 0x7f80u>;
 #if defined(__x86_64__) && defined(__GNUC__)
 #define SWAVG_AVX2_CLONES 1
 template <typename acc_t, typename in_t>
-__attribute__((target("avx2,fma"))) void swa_loop_avx2(acc_t* __restrict acc, const in_t* __restrict x, int64_t n,
+__attribute__((target("avx2,fma"))) void swa_loop_avx2(acc_t* __restrict acc, const bytes_t* __restrict x, int64_t n,
                                                        acc_t divisor) {
-  swa_loop(acc, x, n, divisor);
+  swa_loop<acc_t, in_t>(acc, x, n, divisor);
 }
 template <typename acc_t, typename in_t>
-__attribute__((target("avx2,fma"))) void lerp_loop_avx2(acc_t* __restrict acc, const in_t* __restrict x, int64_t n,
+__attribute__((target("avx2,fma"))) void lerp_loop_avx2(acc_t* __restrict acc, const bytes_t* __restrict x, int64_t n,
                                                         acc_t weight, lerp_form form) {
-  lerp_loop(acc, x, n, weight, form);
+  lerp_loop<acc_t, in_t>(acc, x, n, weight, form);
 }
 template <typename to_t, typename from_t>
-__attribute__((target("avx2,fma"))) void convert_loop_avx2(to_t* __restrict dst, const from_t* __restrict src,
+__attribute__((target("avx2,fma"))) void convert_loop_avx2(to_t* __restrict dst, const bytes_t* __restrict src,
                                                            int64_t n) {
-  convert_loop(dst, src, n);
+  convert_loop<to_t, from_t>(dst, src, n);
 }
 #endif
 
@@ -97,46 +108,55 @@ void split_range(int64_t n, fn&& f) {
   f(int64_t{0}, n);
 }
 
+template <typename T>
+const bytes_t* element(const void* p, int64_t i) {
+  return static_cast<const bytes_t*>(p) + i * static_cast<int64_t>(sizeof(T));
+}
+
 template <typename acc_t, typename in_t>
-void swa(acc_t* acc, const in_t* x, int64_t n, acc_t divisor) {
+void swa(acc_t* acc, const void* x, int64_t n, acc_t divisor) {
   split_range(n, [&](int64_t b, int64_t e) {
 #ifdef SWAVG_AVX2_CLONES
-    if (cpu_has_avx2_fma()) return swa_loop_avx2(acc + b, x + b, e - b, divisor);
+    if (cpu_has_avx2_fma()) return swa_loop_avx2<acc_t, in_t>(acc + b, element<in_t>(x, b), e - b, divisor);
 #endif
-    swa_loop(acc + b, x + b, e - b, divisor);
+    swa_loop<acc_t, in_t>(acc + b, element<in_t>(x, b), e - b, divisor);
   });
 }
 
 template <typename acc_t, typename in_t>
-void lerp(acc_t* acc, const in_t* x, int64_t n, acc_t weight, lerp_form form) {
+void lerp(acc_t* acc, const void* x, int64_t n, acc_t weight, lerp_form form) {
   split_range(n, [&](int64_t b, int64_t e) {
 #ifdef SWAVG_AVX2_CLONES
-    if (cpu_has_avx2_fma()) return lerp_loop_avx2(acc + b, x + b, e - b, weight, form);
+    if (cpu_has_avx2_fma()) return lerp_loop_avx2<acc_t, in_t>(acc + b, element<in_t>(x, b), e - b, weight, form);
 #endif
-    lerp_loop(acc + b, x + b, e - b, weight, form);
+    lerp_loop<acc_t, in_t>(acc + b, element<in_t>(x, b), e - b, weight, form);
   });
 }
 
 template <typename to_t, typename from_t>
 void convert(void* dst, const void* src, int64_t n) {
   to_t* d = static_cast<to_t*>(dst);
-  const from_t* f = static_cast<const from_t*>(src);
   split_range(n, [&](int64_t b, int64_t e) {
 #ifdef SWAVG_AVX2_CLONES
-    if (cpu_has_avx2_fma()) return convert_loop_avx2(d + b, f + b, e - b);
+    if (cpu_has_avx2_fma()) return convert_loop_avx2<to_t, from_t>(d + b, element<from_t>(src, b), e - b);
 #endif
-    convert_loop(d + b, f + b, e - b);
+    convert_loop<to_t, from_t>(d + b, element<from_t>(src, b), e - b);
   });
 }
 
-// Calls f(pointer to x typed as its element type) for the floating input dtypes.
+template <typename T>
+struct type_tag {
+  using type = T;
+};
+
+// Calls f(type_tag<x's element type>) for the floating input dtypes.
 template <typename fn>
-bool with_float_input(dtype t, const void* x, fn&& f) {
+bool with_float_input(dtype t, fn&& f) {
   switch (t) {
-    case dtype::float32: f(static_cast<const float*>(x)); return true;
-    case dtype::float64: f(static_cast<const double*>(x)); return true;
-    case dtype::float16: f(static_cast<const Half*>(x)); return true;
-    case dtype::bfloat16: f(static_cast<const BFloat16*>(x)); return true;
+    case dtype::float32: f(type_tag<float>{}); return true;
+    case dtype::float64: f(type_tag<double>{}); return true;
+    case dtype::float16: f(type_tag<Half>{}); return true;
+    case dtype::bfloat16: f(type_tag<BFloat16>{}); return true;
     default: return false;
   }
 }
@@ -177,12 +197,12 @@ bool native_swa_step(dtype acc_type, void* acc, dtype x_type, const void* x, int
   if (acc_type == dtype::float32 && x_type != dtype::float64) {
     float* a = static_cast<float*>(acc);
     const float d = static_cast<float>(divisor);
-    return with_float_input(x_type, x, [&](auto* in) { swa(a, in, n, d); });
+    return with_float_input(x_type, [&](auto in) { swa<float, typename decltype(in)::type>(a, x, n, d); });
   }
   if (acc_type == dtype::float64) {
     double* a = static_cast<double*>(acc);
     const double d = static_cast<double>(divisor);
-    return with_float_input(x_type, x, [&](auto* in) { swa(a, in, n, d); });
+    return with_float_input(x_type, [&](auto in) { swa<double, typename decltype(in)::type>(a, x, n, d); });
   }
   return false;
 }
@@ -192,11 +212,11 @@ bool native_lerp_step(dtype acc_type, void* acc, dtype x_type, const void* x, in
   if (acc_type == dtype::float32) {
     float* a = static_cast<float*>(acc);
     const float w = static_cast<float>(weight);
-    return with_float_input(x_type, x, [&](auto* in) { lerp(a, in, n, w, form); });
+    return with_float_input(x_type, [&](auto in) { lerp<float, typename decltype(in)::type>(a, x, n, w, form); });
   }
   if (acc_type == dtype::float64) {
     double* a = static_cast<double*>(acc);
-    return with_float_input(x_type, x, [&](auto* in) { lerp(a, in, n, weight, form); });
+    return with_float_input(x_type, [&](auto in) { lerp<double, typename decltype(in)::type>(a, x, n, weight, form); });
   }
   return false;
 }

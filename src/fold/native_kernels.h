@@ -38,6 +38,9 @@ std::optional<lerp_form> lerp_form_for(dtype acc, dtype in);
 std::optional<lerp_form> built_lerp_form();
 bool cpu_has_avx2_fma();
 
+// In each kernel the input (x, src) need not be aligned to its element size (a tensor read in
+// place from inside a file); acc and dst must be.
+
 // acc[i] += (x[i] - acc[i]) / divisor, acc float32 or float64, x float16, bfloat16, float32 or
 // float64 (widened exactly; float64 into float32 is refused: ATen would round it once, not twice).
 // Returns false, doing nothing, for other dtypes.

@@ -144,7 +144,7 @@ class posthoc_writer {
     std::vector<uint8_t> rounded(static_cast<size_t>(chunk) * itemsize(out_type));
     std::vector<flat_input> flats;
     flats.reserve(p.sources.size());
-    for (const auto& s : p.sources) flats.emplace_back(*s.view);
+    for (const auto& s : p.sources) flats.emplace_back(*s.view, chunk);
 
     for (int64_t begin = 0; begin < numel; begin += chunk) {
       const int64_t length = std::min(chunk, numel - begin);

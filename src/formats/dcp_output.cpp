@@ -13,7 +13,7 @@
 
 #include "formats/pickle_emitter.h"
 #include "formats/pickle_opcodes.h"
-#include "formats/zip_format.h"
+#include "formats/worker_files.h"
 #include "formats/zip_writer.h"
 #include "tensor/tensor_view.h"
 #include "util/atomic_file.h"
@@ -34,7 +34,6 @@ constexpr const char* kPickleRecord = "archive/data.pkl";
 constexpr const char* kByteorderRecord = "archive/byteorder";
 constexpr const char* kVersionRecord = "archive/version";
 constexpr const char* kFormatVersion = "3\n";
-constexpr uint64_t kAlignment = 64;  // zip_writer's
 
 // pickle_emitter with the shapes DCP's dataclasses take.
 class pickler : public pickle_emitter {
@@ -65,19 +64,6 @@ uint64_t numel_of(const std::vector<int64_t>& sizes) {
   uint64_t n = 1;
   for (int64_t d : sizes) n *= static_cast<uint64_t>(d);
   return n;
-}
-
-// The bytes zip_writer puts before a record of `size` bytes named `name` at `offset`.
-uint64_t local_header_size(uint64_t offset, const std::string& name, uint64_t size) {
-  const uint64_t extra = (size >= zip_format::kMax32 ? 4 + 16 : 0) + 4;
-  const uint64_t unpadded = offset + zip_format::kLocalSize + name.size() + extra;
-  return zip_format::kLocalSize + name.size() + extra + (kAlignment - unpadded % kAlignment) % kAlignment;
-}
-
-uint64_t central_entry_size(uint64_t header_offset, const std::string& name, uint64_t size) {
-  const bool size64 = size >= zip_format::kMax32, offset64 = header_offset >= zip_format::kMax32;
-  const uint64_t extra = size64 || offset64 ? 4 + (size64 ? 16 : 0) + (offset64 ? 8 : 0) : 0;
-  return zip_format::kCentralSize + name.size() + extra;
 }
 
 uint64_t checked_sum(uint64_t a, uint64_t b, const std::string& what) {
@@ -191,28 +177,31 @@ std::string metadata_pickle(const dcp_plan& plan, const std::string& checkpoint_
   p.str("storage_data");
   p.plain(kEmptyDict);
   p.plain(kMark);
+  // Grouped by file, in tensor and chunk order within each.
+  std::vector<std::vector<std::pair<const dcp_out_tensor*, size_t>>> by_file(plan.files.size());
+  for (const auto& t : plan.tensors)
+    for (size_t i = 0; i < t.chunks.size(); ++i) by_file[t.chunks[i].file].emplace_back(&t, i);
   for (size_t f = 0; f < plan.files.size(); ++f)
-    for (const auto& t : plan.tensors)
-      for (size_t i = 0; i < t.chunks.size(); ++i) {
-        const dcp_out_chunk& c = t.chunks[i];
-        if (c.file != f) continue;
-        p.object_begin(kMetadataModule, "MetadataIndex");
-        p.str("fqn");
-        p.str(t.fqn);
-        p.str("offset");
-        p.size(c.offsets);
-        p.str("index");
-        p.integer(static_cast<int64_t>(i));
-        p.object_end();
-        p.object_begin(kFilesystemModule, "_StorageInfo");
-        p.str("relative_path");
-        p.str(plan.files[f]);
-        p.str("offset");
-        p.integer(static_cast<int64_t>(c.offset));
-        p.str("length");
-        p.integer(static_cast<int64_t>(c.length));
-        p.object_end();
-      }
+    for (const auto& [tensor, i] : by_file[f]) {
+      const dcp_out_tensor& t = *tensor;
+      const dcp_out_chunk& c = t.chunks[i];
+      p.object_begin(kMetadataModule, "MetadataIndex");
+      p.str("fqn");
+      p.str(t.fqn);
+      p.str("offset");
+      p.size(c.offsets);
+      p.str("index");
+      p.integer(static_cast<int64_t>(i));
+      p.object_end();
+      p.object_begin(kFilesystemModule, "_StorageInfo");
+      p.str("relative_path");
+      p.str(plan.files[f]);
+      p.str("offset");
+      p.integer(static_cast<int64_t>(c.offset));
+      p.str("length");
+      p.integer(static_cast<int64_t>(c.length));
+      p.object_end();
+    }
   p.plain(kSetItems);
   p.str("storage_meta");
   p.object_begin(kMetadataModule, "StorageMeta");
@@ -264,23 +253,11 @@ std::string dcp_chunk_pickle(dtype type, const std::vector<int64_t>& sizes) {
   return p.bytes;
 }
 
-// Mirrors zip_writer for the four records written per chunk; dcp_sink checks every archive
-// against it.
 uint64_t dcp_chunk_archive_size(uint64_t nbytes, uint64_t pickle_size) {
-  const std::pair<const char*, uint64_t> records[] = {
-      {kDataRecord, nbytes}, {kPickleRecord, pickle_size}, {kByteorderRecord, 6}, {kVersionRecord, 2}};
-  uint64_t at = 0;
-  std::vector<uint64_t> headers;
-  for (const auto& [name, size] : records) {
-    headers.push_back(at);
-    at = checked_sum(at, local_header_size(at, name, size) + size, "a DCP chunk archive");
-  }
-  const uint64_t cd_offset = at;
-  for (size_t i = 0; i < 4; ++i) at += central_entry_size(headers[i], records[i].first, records[i].second);
-  const uint64_t cd_size = at - cd_offset;
-  if (cd_size >= zip_format::kMax32 || cd_offset >= zip_format::kMax32)
-    at += zip_format::kEnd64Size + zip_format::kLocator64Size;
-  return at + zip_format::kEndSize;
+  const auto size = zip_archive_size(
+      {{kDataRecord, nbytes}, {kPickleRecord, pickle_size}, {kByteorderRecord, 6}, {kVersionRecord, 2}});
+  if (!size) throw input_error("a DCP chunk archive: past 2^64 bytes");
+  return *size;
 }
 
 dcp_plan plan_dcp(std::vector<tensor_spec> specs, const dcp_chunk_source* like, const std::string& checkpoint_id) {
@@ -336,6 +313,11 @@ dcp_plan plan_dcp(std::vector<tensor_spec> specs, const dcp_chunk_source* like, 
     }
     plan.tensors.push_back(std::move(t));
   }
+  if (plan.files.size() > kMaxShards)
+    throw usage_error(
+        fmt::format("{}/: the DCP output would have {} rank files (chunked like {}), more than the {} a "
+                    "folder may have",
+                    checkpoint_id, plan.files.size(), like ? like->path : "its input", kMaxShards));
   plan.metadata = metadata_pickle(plan, checkpoint_id, uuid_like(sha256_hex(identity.data(), identity.size())));
 
   plan.layout.format = output_format::dcp;

@@ -72,11 +72,13 @@ struct dcp_plan {
 
 // Plans `specs` (row-major, no aliases) chunked like `like` (nullptr: one chunk each).
 // `checkpoint_id` goes into StorageMeta as a path. mismatch_error naming the tensor and `like`'s
-// file when a tensor's shape is not the one its chunks cover there.
+// file when a tensor's shape is not the one its chunks cover there; usage_error past kMaxShards
+// rank files (worker_files.h), the most a plan may list.
 dcp_plan plan_dcp(std::vector<tensor_spec> specs, const dcp_chunk_source* like, const std::string& checkpoint_id);
 
 // The archive DCP writes for one chunk: torch.save of a tensor of `type` and `sizes`.
 std::string dcp_chunk_pickle(dtype type, const std::vector<int64_t>& sizes);
+// Its size in bytes (zip_archive_size of its four records; input_error past 2^64).
 uint64_t dcp_chunk_archive_size(uint64_t nbytes, uint64_t pickle_size);
 
 // Writes `.metadata` (`bytes`, dcp_plan::metadata) into `folder`, atomically, and returns it, hashed.

@@ -156,17 +156,9 @@ void output_folder::chunk_like(const std::string& first_input, const std::string
   chunks_like_->path = without_trailing_slash(first_input) + "/" + kDcpMetadataName;
 }
 
-dcp_plan output_folder::checked_dcp_plan(std::vector<tensor_spec> specs) const {
-  dcp_plan plan = plan_dcp(std::move(specs), chunks_like_.get(), out_);
-  if (plan.files.size() > kMaxShards)
-    throw usage_error(fmt::format("{}/: the DCP output would have {} rank files, more than the {} a folder may have",
-                                  out_, plan.files.size(), kMaxShards));
-  return plan;
-}
-
 shard_layout output_folder::plan_shards(output_format format, std::vector<tensor_spec> specs,
                                         weights_names names) const {
-  if (format == output_format::dcp) return checked_dcp_plan(std::move(specs)).layout;
+  if (format == output_format::dcp) return plan_dcp(std::move(specs), chunks_like_.get(), out_).layout;
   shard_layout layout = plan_layout(format, std::move(specs), max_shard_size_, names);
   if (layout.shards.size() > kMaxShards)
     throw usage_error(fmt::format("{}/: --max-shard-size {} makes {} shards, more than the {} a folder may have", out_,
@@ -187,7 +179,7 @@ output_sink& output_folder::open(output_format format, std::vector<tensor_spec> 
                                  const std::map<std::string, std::string>& metadata) {
   if (format == output_format::dcp) {
     copied_.erase(std::remove(copied_.begin(), copied_.end(), std::string(kDcpMetadataName)), copied_.end());
-    dcp_ = std::make_unique<dcp_plan>(checked_dcp_plan(std::move(specs)));
+    dcp_ = std::make_unique<dcp_plan>(plan_dcp(std::move(specs), chunks_like_.get(), out_));
     layout_ = dcp_->layout;
     layout_->max_shard_size = max_shard_size_;
     record_plan(plan_json(*layout_, metadata, copied_, worker_count_, options_, dcp_->metadata));

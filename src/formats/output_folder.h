@@ -103,7 +103,6 @@ class output_folder {
   const std::vector<written_file>& files() const { return files_; }  // this worker's: shards, copies
 
  private:
-  dcp_plan checked_dcp_plan(std::vector<tensor_spec> specs) const;
   // A plain run keeps the plan's hash; a worker writes it into OUT.partial/ (once, or checks it).
   void record_plan(const std::string& plan);
   const std::string& where() const;  // the folder written now: the staging folder or OUT.partial

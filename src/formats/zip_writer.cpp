@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "formats/zip_format.h"
 #include "util/atomic_file.h"
@@ -44,7 +46,68 @@ void put64(std::string& b, uint64_t v) {
 
 uint32_t clamp32(uint64_t v, bool zip64) { return zip64 ? kMax32 : static_cast<uint32_t>(v); }
 
+// The forms of a record's headers and of the end records, shared by the writer and the planner
+// (zip_archive_size), so that the two cannot disagree.
+struct local_form {
+  bool extra64;  // the ZIP64 extra field, with both sizes
+  bool zip64;    // "version needed" 4.5
+  uint64_t padding;
+  uint64_t bytes;
+};
+
+local_form local_header_form(uint64_t offset, uint64_t name_size, uint64_t size, bool force_zip64) {
+  local_form f{};
+  f.extra64 = force_zip64 || size >= kMax32;
+  f.zip64 = f.extra64 || offset >= kMax32;
+  const uint64_t fixed = kLocalSize + name_size + (f.extra64 ? 4 + 16 : 0) + 4;
+  f.padding = (kAlignment - (offset + fixed) % kAlignment) % kAlignment;
+  f.bytes = fixed + f.padding;
+  return f;
+}
+
+struct central_form {
+  bool size64;
+  bool offset64;
+  uint16_t extra;
+  uint64_t bytes;
+};
+
+central_form central_entry_form(uint64_t header_offset, uint64_t name_size, uint64_t size, bool force_zip64) {
+  central_form f{};
+  f.size64 = force_zip64 || size >= kMax32;
+  f.offset64 = force_zip64 || header_offset >= kMax32;
+  f.extra = f.size64 || f.offset64 ? static_cast<uint16_t>(4 + (f.size64 ? 16 : 0) + (f.offset64 ? 8 : 0)) : 0;
+  f.bytes = kCentralSize + name_size + f.extra;
+  return f;
+}
+
+bool end_needs_zip64(uint64_t count, uint64_t cd_size, uint64_t cd_offset, bool force_zip64) {
+  return force_zip64 || count >= kMax16 || cd_size >= kMax32 || cd_offset >= kMax32;
+}
+
+uint64_t end_records_size(bool zip64) { return (zip64 ? kEnd64Size + kLocator64Size : 0) + kEndSize; }
+
 }  // namespace
+
+std::optional<uint64_t> zip_archive_size(const std::vector<zip_planned_record>& records, bool force_zip64) {
+  std::optional<uint64_t> at = 0;
+  std::vector<uint64_t> header_offsets;
+  header_offsets.reserve(records.size());
+  for (const auto& r : records) {
+    header_offsets.push_back(*at);
+    at = checked_add(*at, local_header_form(*at, r.name.size(), r.size, force_zip64).bytes);
+    if (at) at = checked_add(*at, r.size);
+    if (!at) return std::nullopt;
+  }
+  const uint64_t cd_offset = *at;
+  for (size_t i = 0; i < records.size(); ++i) {
+    at = checked_add(*at,
+                     central_entry_form(header_offsets[i], records[i].name.size(), records[i].size, force_zip64).bytes);
+    if (!at) return std::nullopt;
+  }
+  const uint64_t cd_size = *at - cd_offset;
+  return checked_add(*at, end_records_size(end_needs_zip64(records.size(), cd_size, cd_offset, force_zip64)));
+}
 
 zip_writer::zip_writer(atomic_file& out, bool force_zip64) : out_(out), force_zip64_(force_zip64), base_(out.tell()) {}
 
@@ -59,16 +122,15 @@ void zip_writer::write_local_header(const std::string& name, uint64_t size, uint
     fail(fmt::format("record name of {} bytes (must be 1 to 65535)", name.size()));
 
   const uint64_t offset = out_.tell() - base_;
-  const bool local64 = force_zip64_ || size >= kMax32;
-  const bool zip64 = local64 || offset >= kMax32;
+  const local_form f = local_header_form(offset, name.size(), size, force_zip64_);
+  const bool local64 = f.extra64;
   const uint64_t zip64_extra = local64 ? 4 + 16 : 0;
-  const uint64_t unpadded = offset + kLocalSize + name.size() + zip64_extra + 4;
-  const uint64_t padding = (kAlignment - unpadded % kAlignment) % kAlignment;
+  const uint64_t padding = f.padding;
 
   std::string h;
-  h.reserve(kLocalSize + name.size() + zip64_extra + 4 + padding);
+  h.reserve(f.bytes);
   put32(h, kLocalSig);
-  put16(h, zip64 ? kVersionZip64 : kVersion);
+  put16(h, f.zip64 ? kVersionZip64 : kVersion);
   put16(h, is_ascii(name) ? 0 : kFlagUtf8);
   put16(h, 0);
   put16(h, kDosTime);
@@ -134,10 +196,10 @@ void zip_writer::finish() {
   const uint64_t cd_offset = out_.tell() - base_;
   std::string h;
   for (const record& r : records_) {
-    const bool size64 = force_zip64_ || r.size >= kMax32;
-    const bool offset64 = force_zip64_ || r.header_offset >= kMax32;
+    const central_form f = central_entry_form(r.header_offset, r.name.size(), r.size, force_zip64_);
+    const bool size64 = f.size64, offset64 = f.offset64;
     const uint16_t version = size64 || offset64 ? kVersionZip64 : kVersion;
-    const uint16_t extra = size64 || offset64 ? 4 + (size64 ? 16 : 0) + (offset64 ? 8 : 0) : 0;
+    const uint16_t extra = f.extra;
     h.clear();
     put32(h, kCentralSig);
     put16(h, version);
@@ -175,7 +237,7 @@ void zip_writer::finish() {
   const bool offset64 = force_zip64_ || cd_offset >= kMax32;
 
   h.clear();
-  if (count64 || size64 || offset64) {
+  if (end_needs_zip64(count, cd_size, cd_offset, force_zip64_)) {
     const uint64_t end64 = out_.tell() - base_;
     put32(h, kEnd64Sig);
     put64(h, kEnd64Size - 12);

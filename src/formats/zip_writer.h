@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,5 +52,15 @@ class zip_writer {
   uint64_t written_ = 0;
   uint32_t crc_ = 0;
 };
+
+// A record of an archive planned before it is written.
+struct zip_planned_record {
+  std::string name;
+  uint64_t size = 0;
+};
+// The bytes a zip_writer (with `force_zip64`) writes for an archive of `records` in this order, from
+// the first local header to the end record: what tell() has advanced once finish() returns, ZIP64
+// extras, alignment and end records included. nullopt past 2^64 bytes.
+std::optional<uint64_t> zip_archive_size(const std::vector<zip_planned_record>& records, bool force_zip64 = false);
 
 }  // namespace swavg

@@ -292,6 +292,18 @@ void gather_range(const tensor_view& v, int64_t begin, int64_t count, void* dst)
   }
 }
 
+const uint8_t* range_in_place(const tensor_view& v, int64_t begin, int64_t count) {
+  const size_t item = itemsize(v.type);
+  if (!v.pieces) return v.is_contiguous() ? v.data() + static_cast<size_t>(begin) * item : nullptr;
+  for (const tensor_piece& p : *v.pieces) {
+    int64_t first = 0;
+    if (!holds_run(p, v, first) || begin < first || begin >= first + p.view.numel()) continue;
+    if (begin + count > first + p.view.numel() || !p.view.is_contiguous()) return nullptr;
+    return p.view.data() + static_cast<size_t>(begin - first) * item;
+  }
+  return nullptr;
+}
+
 const uint8_t* contiguous_data(const tensor_view& v, std::vector<uint8_t>& copy) {
   if (v.is_contiguous() && reinterpret_cast<uintptr_t>(v.data()) % itemsize(v.type) == 0) return v.data();
   copy.resize(v.nbytes());

@@ -70,6 +70,11 @@ void gather_contiguous(const tensor_view& v, void* dst);
 // Copies elements [begin, begin + count) of the view, in row-major order, to `dst` (count elements),
 // reading only the bytes behind them: a slice of a pieced view from the pieces it lies in.
 void gather_range(const tensor_view& v, int64_t begin, int64_t count, void* dst);
+// Elements [begin, begin + count) of the view where they already lie in row-major order: in a
+// contiguous view, or in one contiguous piece that holds them all. Null when they do not
+// (gather_range copies them then). Not necessarily aligned to the element size: a DCP chunk lies
+// wherever torch wrote its archive inside the .distcp.
+const uint8_t* range_in_place(const tensor_view& v, int64_t begin, int64_t count);
 // The view's elements, contiguous and aligned to their size: the view's own bytes when they already
 // are, else a gathered copy held in `copy`.
 const uint8_t* contiguous_data(const tensor_view& v, std::vector<uint8_t>& copy);
