@@ -22,10 +22,16 @@ using c10::Half;
 // not be aligned to its element size, so element i is loaded with memcpy (an unaligned load).
 using bytes_t = unsigned char;
 
+// Element i of an array of T starting at p.
+template <typename T>
+const bytes_t* element(const void* p, int64_t i) {
+  return static_cast<const bytes_t*>(p) + i * static_cast<int64_t>(sizeof(T));
+}
+
 template <typename T>
 inline T load_at(const bytes_t* p, int64_t i) {
   T v;
-  std::memcpy(&v, p + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+  std::memcpy(&v, element<T>(p, i), sizeof(T));
   return v;
 }
 
@@ -106,11 +112,6 @@ void split_range(int64_t n, fn&& f) {
   }
 #endif
   f(int64_t{0}, n);
-}
-
-template <typename T>
-const bytes_t* element(const void* p, int64_t i) {
-  return static_cast<const bytes_t*>(p) + i * static_cast<int64_t>(sizeof(T));
 }
 
 template <typename acc_t, typename in_t>

@@ -49,9 +49,10 @@ uint32_t clamp32(uint64_t v, bool zip64) { return zip64 ? kMax32 : static_cast<u
 // The forms of a record's headers and of the end records, shared by the writer and the planner
 // (zip_archive_size), so that the two cannot disagree.
 struct local_form {
-  bool extra64;  // the ZIP64 extra field, with both sizes
-  bool zip64;    // "version needed" 4.5
-  uint64_t padding;
+  bool extra64;         // the ZIP64 extra field, with both sizes
+  bool zip64;           // "version needed" 4.5
+  uint64_t padding;     // of the "FB" field
+  uint64_t extra_size;  // the extra fields: ZIP64's, then "FB" with its padding
   uint64_t bytes;
 };
 
@@ -59,9 +60,10 @@ local_form local_header_form(uint64_t offset, uint64_t name_size, uint64_t size,
   local_form f{};
   f.extra64 = force_zip64 || size >= kMax32;
   f.zip64 = f.extra64 || offset >= kMax32;
-  const uint64_t fixed = kLocalSize + name_size + (f.extra64 ? 4 + 16 : 0) + 4;
-  f.padding = (kAlignment - (offset + fixed) % kAlignment) % kAlignment;
-  f.bytes = fixed + f.padding;
+  const uint64_t unpadded = (f.extra64 ? 4 + 16 : 0) + 4;
+  f.padding = (kAlignment - (offset + kLocalSize + name_size + unpadded) % kAlignment) % kAlignment;
+  f.extra_size = unpadded + f.padding;
+  f.bytes = kLocalSize + name_size + f.extra_size;
   return f;
 }
 
@@ -81,11 +83,17 @@ central_form central_entry_form(uint64_t header_offset, uint64_t name_size, uint
   return f;
 }
 
-bool end_needs_zip64(uint64_t count, uint64_t cd_size, uint64_t cd_offset, bool force_zip64) {
-  return force_zip64 || count >= kMax16 || cd_size >= kMax32 || cd_offset >= kMax32;
-}
+struct end_form {
+  bool count64;
+  bool size64;
+  bool offset64;
+  bool zip64() const { return count64 || size64 || offset64; }  // the ZIP64 end record and locator
+  uint64_t bytes() const { return (zip64() ? kEnd64Size + kLocator64Size : 0) + kEndSize; }
+};
 
-uint64_t end_records_size(bool zip64) { return (zip64 ? kEnd64Size + kLocator64Size : 0) + kEndSize; }
+end_form end_records_form(uint64_t count, uint64_t cd_size, uint64_t cd_offset, bool force_zip64) {
+  return end_form{force_zip64 || count >= kMax16, force_zip64 || cd_size >= kMax32, force_zip64 || cd_offset >= kMax32};
+}
 
 }  // namespace
 
@@ -106,7 +114,7 @@ std::optional<uint64_t> zip_archive_size(const std::vector<zip_planned_record>& 
     if (!at) return std::nullopt;
   }
   const uint64_t cd_size = *at - cd_offset;
-  return checked_add(*at, end_records_size(end_needs_zip64(records.size(), cd_size, cd_offset, force_zip64)));
+  return checked_add(*at, end_records_form(records.size(), cd_size, cd_offset, force_zip64).bytes());
 }
 
 zip_writer::zip_writer(atomic_file& out, bool force_zip64) : out_(out), force_zip64_(force_zip64), base_(out.tell()) {}
@@ -123,9 +131,6 @@ void zip_writer::write_local_header(const std::string& name, uint64_t size, uint
 
   const uint64_t offset = out_.tell() - base_;
   const local_form f = local_header_form(offset, name.size(), size, force_zip64_);
-  const bool local64 = f.extra64;
-  const uint64_t zip64_extra = local64 ? 4 + 16 : 0;
-  const uint64_t padding = f.padding;
 
   std::string h;
   h.reserve(f.bytes);
@@ -136,20 +141,20 @@ void zip_writer::write_local_header(const std::string& name, uint64_t size, uint
   put16(h, kDosTime);
   put16(h, kDosDate);
   put32(h, crc);
-  put32(h, clamp32(size, local64));
-  put32(h, clamp32(size, local64));
+  put32(h, clamp32(size, f.extra64));
+  put32(h, clamp32(size, f.extra64));
   put16(h, static_cast<uint16_t>(name.size()));
-  put16(h, static_cast<uint16_t>(zip64_extra + 4 + padding));
+  put16(h, static_cast<uint16_t>(f.extra_size));
   h += name;
-  if (local64) {
+  if (f.extra64) {
     put16(h, kZip64ExtraId);
     put16(h, 16);
     put64(h, size);
     put64(h, size);
   }
   h += "FB";
-  put16(h, static_cast<uint16_t>(padding));
-  h.append(padding, 'Z');
+  put16(h, static_cast<uint16_t>(f.padding));
+  h.append(f.padding, 'Z');
   out_.write(h.data(), h.size());
   records_.push_back(record{name, offset, size, crc});
 }
@@ -197,9 +202,7 @@ void zip_writer::finish() {
   std::string h;
   for (const record& r : records_) {
     const central_form f = central_entry_form(r.header_offset, r.name.size(), r.size, force_zip64_);
-    const bool size64 = f.size64, offset64 = f.offset64;
-    const uint16_t version = size64 || offset64 ? kVersionZip64 : kVersion;
-    const uint16_t extra = f.extra;
+    const uint16_t version = f.extra ? kVersionZip64 : kVersion;
     h.clear();
     put32(h, kCentralSig);
     put16(h, version);
@@ -209,35 +212,33 @@ void zip_writer::finish() {
     put16(h, kDosTime);
     put16(h, kDosDate);
     put32(h, r.crc);
-    put32(h, clamp32(r.size, size64));
-    put32(h, clamp32(r.size, size64));
+    put32(h, clamp32(r.size, f.size64));
+    put32(h, clamp32(r.size, f.size64));
     put16(h, static_cast<uint16_t>(r.name.size()));
-    put16(h, extra);
+    put16(h, f.extra);
     put16(h, 0);
     put16(h, 0);
     put16(h, 0);
     put32(h, 0);
-    put32(h, clamp32(r.header_offset, offset64));
+    put32(h, clamp32(r.header_offset, f.offset64));
     h += r.name;
-    if (extra) {
+    if (f.extra) {
       put16(h, kZip64ExtraId);
-      put16(h, static_cast<uint16_t>(extra - 4));
-      if (size64) {
+      put16(h, static_cast<uint16_t>(f.extra - 4));
+      if (f.size64) {
         put64(h, r.size);
         put64(h, r.size);
       }
-      if (offset64) put64(h, r.header_offset);
+      if (f.offset64) put64(h, r.header_offset);
     }
     out_.write(h.data(), h.size());
   }
   const uint64_t cd_size = out_.tell() - base_ - cd_offset;
   const uint64_t count = records_.size();
-  const bool count64 = force_zip64_ || count >= kMax16;
-  const bool size64 = force_zip64_ || cd_size >= kMax32;
-  const bool offset64 = force_zip64_ || cd_offset >= kMax32;
+  const end_form e = end_records_form(count, cd_size, cd_offset, force_zip64_);
 
   h.clear();
-  if (end_needs_zip64(count, cd_size, cd_offset, force_zip64_)) {
+  if (e.zip64()) {
     const uint64_t end64 = out_.tell() - base_;
     put32(h, kEnd64Sig);
     put64(h, kEnd64Size - 12);
@@ -254,14 +255,14 @@ void zip_writer::finish() {
     put64(h, end64);
     put32(h, 1);
   }
-  const uint16_t count16 = count64 ? kMax16 : static_cast<uint16_t>(count);
+  const uint16_t count16 = e.count64 ? kMax16 : static_cast<uint16_t>(count);
   put32(h, kEndSig);
   put16(h, 0);
   put16(h, 0);
   put16(h, count16);
   put16(h, count16);
-  put32(h, clamp32(cd_size, size64));
-  put32(h, clamp32(cd_offset, offset64));
+  put32(h, clamp32(cd_size, e.size64));
+  put32(h, clamp32(cd_offset, e.offset64));
   put16(h, 0);
   out_.write(h.data(), h.size());
 }
