@@ -16,6 +16,44 @@ TEST_CASE("natural order puts ckpt_2 before ckpt_10", "[input_list]") {
   CHECK(select_inputs(s) == std::vector<std::string>{"a.pt", "ckpt_02b.pt", "ckpt_1.pt", "ckpt_10.pt", "ckpt_2.pt"});
 }
 
+TEST_CASE("step order is the default and --sort none keeps the order given", "[input_list]") {
+  input_selection s;
+  s.paths = {"run/checkpoint-1000/", "run/checkpoint-1500/", "run/checkpoint-500/"};  // as a shell glob gives
+  CHECK(s.sort == sort_order::natural);
+  CHECK(select_inputs(s) ==
+        std::vector<std::string>{"run/checkpoint-500/", "run/checkpoint-1000/", "run/checkpoint-1500/"});
+  s.sort = sort_order::none;
+  CHECK(select_inputs(s) == s.paths);
+  CHECK(std::string(sort_order_name(sort_order::natural)) == "natural");
+  CHECK(std::string(sort_order_name(sort_order::none)) == "none");
+}
+
+TEST_CASE("natural order skips leading zeros and is total", "[input_list]") {
+  CHECK(natural_less("ckpt_0001", "ckpt_002"));
+  CHECK(natural_less("ckpt_002", "ckpt_10"));
+  CHECK_FALSE(natural_less("ckpt_10", "ckpt_0001"));
+  // Equal as numbers: byte order decides, both ways, so the result does not depend on the input order.
+  CHECK(natural_less("ckpt_01", "ckpt_1"));
+  CHECK_FALSE(natural_less("ckpt_1", "ckpt_01"));
+  CHECK_FALSE(natural_less("ckpt_1", "ckpt_1"));
+  // Bytes past 0x7f (UTF-8, Latin-1 names) sort after ASCII, as in byte order.
+  CHECK(natural_less("ckpt_z", "ckpt_\xe9"));
+  CHECK(natural_less("a", "a1"));
+  CHECK_FALSE(natural_less("a1", "a"));
+  input_selection s;
+  s.paths = {"ckpt_10", "ckpt_002", "ckpt_0001"};
+  CHECK(select_inputs(s) == std::vector<std::string>{"ckpt_0001", "ckpt_002", "ckpt_10"});
+}
+
+TEST_CASE("the order line names the order, the first and the last input", "[input_list]") {
+  CHECK(fold_order_line({"a_1.pt", "a_2.pt", "a_10.pt"}, "natural") ==
+        "folded in natural (step) order: first a_1.pt, last a_10.pt");
+  CHECK(fold_order_line({"b.pt", "a.pt"}, "none") == "folded in the order given (--sort none): first b.pt, last a.pt");
+  CHECK(fold_order_line({"only.pt"}, "natural") == "folded one input: only.pt");
+  CHECK(fold_order_line({"x\ny.pt", "z.pt"}, "mtime") ==
+        "folded in mtime order (--sort mtime): first x\\ny.pt, last z.pt");
+}
+
 TEST_CASE("thinning with every and last", "[input_list]") {
   input_selection s;
   for (int i = 1; i <= 7; ++i) s.paths.push_back("c" + std::to_string(i));
@@ -116,7 +154,7 @@ TEST_CASE("a NUL byte in a line is refused with the list and the line number", "
   }
 }
 
-TEST_CASE("with --null every record is a path verbatim; empty records are skipped", "[input_list]") {
+TEST_CASE("with --null every record is a path verbatim, empty records are skipped", "[input_list]") {
   struct list_case {
     std::string text;
     paths want;

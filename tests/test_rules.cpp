@@ -1,6 +1,6 @@
 // Per-tensor rules and buffer names.
 #include <catch2/catch.hpp>
-#include <chrono>
+#include <ctime>
 #include <iterator>
 #include <string>
 
@@ -72,12 +72,12 @@ TEST_CASE("rules: RE2 syntax, searched, linear in the name", "[rules]") {
   const std::string name = std::string(1 << 20, 'a') + ".weight";
   const std::string patterns[] = {"(a|b)*\\.weight$", "^(a|aa)*$", "(a*)*b", "(?:a|b)*c", "(a+)+$"};
   const bool want[] = {true, false, false, false, false};
-  const auto start = std::chrono::steady_clock::now();
+  const std::clock_t start = std::clock();  // CPU time: a busy machine does not fail the test
   for (size_t i = 0; i < std::size(patterns); ++i) {
     INFO(patterns[i]);
     CHECK(compile_pattern(patterns[i], "--buffer").search(name) == want[i]);
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
   CHECK(seconds < 2.0);  // 0.02 s on the project's machine; std::regex overflows its stack on the first
 
   // Unanchored search, as before: anchors are the user's.

@@ -327,7 +327,7 @@ TEST_CASE("weight file names: transformers', diffusers' and PEFT's", "[sharded_i
 TEST_CASE("folders of diffusers and PEFT, and what a file's name says", "[sharded_input]") {
   temp_dir d;
   write_shard(d / "diffusion_pytorch_model.bin", {{"unet_bin", 1}});  // not a torch file, never read
-  CHECK(locate_checkpoint(d.path()).names == weights_names::diffusers);
+  CHECK(locate_checkpoint(d.path()).names.names == weights_names::diffusers);
   write_shard(d / "diffusion_pytorch_model.safetensors", {{"unet", 1}});
   CHECK(load_state_dict(d.path()).tensors.front().name == "unet");
   write_shard(d / "u.safetensors", {{"unet_sharded", 1}});
@@ -335,27 +335,28 @@ TEST_CASE("folders of diffusers and PEFT, and what a file's name says", "[sharde
   checkpoint_location at = locate_checkpoint(d.path() + "/");
   CHECK(at.index == d / "diffusion_pytorch_model.safetensors.index.json");
   CHECK(at.folder == d.path());
-  CHECK(at.names == weights_names::diffusers);
+  CHECK(at.names.names == weights_names::diffusers);
   write_shard(d / "adapter_model.safetensors", {{"lora", 1}});
-  CHECK(locate_checkpoint(d.path()).names == weights_names::diffusers);  // diffusers' before PEFT's
+  CHECK(locate_checkpoint(d.path()).names.names == weights_names::diffusers);  // diffusers' before PEFT's
   write_shard(d / kSafetensorsSingleName, {{"single", 1}});
   at = locate_checkpoint(d.path());
-  CHECK(at.names == weights_names::transformers);  // transformers' first
+  CHECK(at.names.names == weights_names::transformers);  // transformers' first
   CHECK(at.file == d / kSafetensorsSingleName);
 
   temp_dir p;
   write_shard(p / "adapter_model.bin", {{"lora", 1}});
-  CHECK(locate_checkpoint(p.path()).names == weights_names::peft);
+  CHECK(locate_checkpoint(p.path()).names.names == weights_names::peft);
   CHECK(locate_checkpoint(p.path()).file == p / "adapter_model.bin");
 
-  CHECK(locate_checkpoint("x/diffusion_pytorch_model-00001-of-00002.safetensors").names == weights_names::diffusers);
-  CHECK(locate_checkpoint("diffusion_pytorch_model.safetensors").names == weights_names::diffusers);
-  CHECK(locate_checkpoint("x/adapter_model.safetensors").names == weights_names::peft);
-  CHECK(locate_checkpoint("x/adapter_model.bin.index.json").names == weights_names::peft);
-  CHECK(locate_checkpoint("x/adapter_model").names == weights_names::transformers);  // the stem alone
-  CHECK(locate_checkpoint("x/adapter_models.safetensors").names == weights_names::transformers);
-  CHECK(locate_checkpoint("adapter_model/model.safetensors").names == weights_names::transformers);
-  CHECK(locate_checkpoint("x/model.safetensors").names == weights_names::transformers);
+  CHECK(locate_checkpoint("x/diffusion_pytorch_model-00001-of-00002.safetensors").names.names ==
+        weights_names::diffusers);
+  CHECK(locate_checkpoint("diffusion_pytorch_model.safetensors").names.names == weights_names::diffusers);
+  CHECK(locate_checkpoint("x/adapter_model.safetensors").names.names == weights_names::peft);
+  CHECK(locate_checkpoint("x/adapter_model.bin.index.json").names.names == weights_names::peft);
+  CHECK(locate_checkpoint("x/adapter_model").names.names == weights_names::transformers);  // the stem alone
+  CHECK(locate_checkpoint("x/adapter_models.safetensors").names.names == weights_names::transformers);
+  CHECK(locate_checkpoint("adapter_model/model.safetensors").names.names == weights_names::transformers);
+  CHECK(locate_checkpoint("x/model.safetensors").names.names == weights_names::transformers);
 }
 
 TEST_CASE("a diffusers pipeline's root names its component folders", "[sharded_input]") {
@@ -377,4 +378,45 @@ TEST_CASE("a diffusers pipeline's root names its component folders", "[sharded_i
   CHECK_THAT(message, !Catch::Contains("scheduler"));
   write_shard(d / kSafetensorsSingleName, {{"own", 1}});  // weights of its own: read them
   CHECK(locate_checkpoint(d.path()).file == d / kSafetensorsSingleName);
+}
+
+TEST_CASE("variants: file names as _add_variant makes them, and read back", "[sharded_input]") {
+  const weights_naming fp16(weights_names::diffusers, "fp16");
+  CHECK(single_file_name(file_format::safetensors, fp16) == "diffusion_pytorch_model.fp16.safetensors");
+  CHECK(index_file_name(file_format::safetensors, fp16) == "diffusion_pytorch_model.safetensors.index.fp16.json");
+  CHECK(shard_file_name(file_format::torch, 1, 2, weights_naming(weights_names::transformers, "bf16")) ==
+        "pytorch_model.bf16-00001-of-00002.bin");
+  for (const std::string name :
+       {"diffusion_pytorch_model.fp16.safetensors", "diffusion_pytorch_model.safetensors.index.fp16.json",
+        "diffusion_pytorch_model.fp16-00001-of-00002.safetensors"}) {
+    INFO(name);
+    const auto known = naming_of_weight_file(name);
+    REQUIRE(known);
+    CHECK(known->first.names == weights_names::diffusers);
+    CHECK(known->first.variant == "fp16");
+  }
+  const auto plain = naming_of_weight_file("model-00001-of-00002.safetensors");
+  REQUIRE(plain);
+  CHECK(plain->first.variant.empty());
+  CHECK_FALSE(naming_of_weight_file("model.fp-16.safetensors"));   // '-' is no variant's
+  CHECK_FALSE(naming_of_weight_file("model-1-of-2.safetensors"));  // fewer than 5 digits
+  CHECK_FALSE(naming_of_weight_file("optimizer.pt"));
+  CHECK(is_index_file_name("model.safetensors.index.json"));
+  CHECK(is_index_file_name("model.safetensors.index.fp16.json"));
+  CHECK_FALSE(is_index_file_name("model.safetensors.index..json"));
+  CHECK(is_variant_name(std::string(64, 'a')));
+  CHECK_FALSE(is_variant_name(std::string(65, 'a')));
+  CHECK_FALSE(is_variant_name(""));
+
+  temp_dir d;  // one variant, no plain weights: read as that variant
+  write_shard(d / "diffusion_pytorch_model.fp16.safetensors", {{"unet", 1}});
+  checkpoint_location at = locate_checkpoint(d.path());
+  CHECK(at.file == d / "diffusion_pytorch_model.fp16.safetensors");
+  CHECK(at.names.variant == "fp16");
+  write_shard(d / "diffusion_pytorch_model.bf16.safetensors", {{"unet", 1}});  // two: the user names one
+  CHECK_THROWS_AS(locate_checkpoint(d.path()), input_error);
+  write_shard(d / "diffusion_pytorch_model.safetensors", {{"unet", 1}});  // plain weights win
+  at = locate_checkpoint(d.path());
+  CHECK(at.file == d / "diffusion_pytorch_model.safetensors");
+  CHECK(at.names.variant.empty());
 }

@@ -378,7 +378,7 @@ TEST_CASE("workers from --shard and the environment, in order", "[sharded_output
   }
 }
 
-TEST_CASE("folder files: weights, indexes and folders are not copied; symlinks are followed", "[sharded_output]") {
+TEST_CASE("folder files: weights, indexes and folders are not copied, symlinks are followed", "[sharded_output]") {
   const std::string dir = "classify_case";
   remove_tree(dir);
   ::mkdir(dir.c_str(), 0755);
@@ -446,11 +446,22 @@ TEST_CASE("a layout of diffusers' names, through the plan", "[sharded_output]") 
         "adapter_model.bin");
   const std::string text = plan_json(layout, {}, {}, 2);
   CHECK(text.find("\"weights_names\": \"diffusers\"") != std::string::npos);
-  CHECK(parse_plan(text, "plan").layout.names == weights_names::diffusers);
+  CHECK(parse_plan(text, "plan").layout.names.names == weights_names::diffusers);
   // transformers' names are the default: the plan says nothing of them (plans of earlier runs read alike)
   const std::string plain = plan_json(plan_layout(output_format::safetensors, {spec("a", 4)}, 8), {}, {}, 1);
   CHECK(plain.find("weights_names") == std::string::npos);
-  CHECK(parse_plan(plain, "plan").layout.names == weights_names::transformers);
+  CHECK(parse_plan(plain, "plan").layout.names.names == weights_names::transformers);
+  CHECK(plain.find("\"variant\"") == std::string::npos);
+  // A variant's layout: its files' names, and the plan records it.
+  const shard_layout fp16 = plan_layout(output_format::safetensors, {spec("a", 4), spec("b", 4)}, 4,
+                                        weights_naming(weights_names::diffusers, "fp16"));
+  CHECK(fp16.shards[0].file == "diffusion_pytorch_model.fp16-00001-of-00002.safetensors");
+  CHECK(output_index_name(fp16.format, fp16.names) == "diffusion_pytorch_model.safetensors.index.fp16.json");
+  const std::string with_variant = plan_json(fp16, {}, {}, 1);
+  CHECK(parse_plan(with_variant, "plan").layout.names.variant == "fp16");
+  std::string bad_variant = with_variant;
+  bad_variant.replace(bad_variant.find("\"fp16\""), 6, "\"f/16\"");
+  CHECK_THROWS_AS(parse_plan(bad_variant, "plan"), input_error);
   std::string unknown = text;
   unknown.replace(unknown.find("\"diffusers\""), 11, "\"Diffusers\"");
   CHECK_THROWS_WITH(parse_plan(unknown, "plan"), Catch::Contains("unknown weights_names 'Diffusers'"));

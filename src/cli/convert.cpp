@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "cli/dry_run.h"
+#include "cli/load_options.h"
 #include "cli/options.h"
 #include "cli/pipeline.h"
 
@@ -83,6 +84,7 @@ void convert_to_folder(const convert_options& o) {
   folder_files extra;
   const checkpoint_location source = output_source_of(o.input);
   if (!source.folder.empty()) extra = classify_folder(source.folder);
+  out.carry_index_metadata(source);
 
   if (o.dry_run) {
     if (format == output_format::dcp) out.chunk_like(o.input, sd.key);
@@ -169,9 +171,7 @@ command setup_convert(CLI::App& parent) {
   app->add_option("-o,--output", o->output, "File to write, or DIR/: a Hugging Face folder of shards (resharding)")
       ->required();
   add_format_option(app, o->format);
-  app->add_option("--key", o->load.key,
-                  "Dotted path of the state dict inside a torch.save object, e.g. model or ema.module");
-  app->add_option("--strip-prefix", o->load.strip_prefixes, "Remove this prefix from tensor names, e.g. module.");
+  add_load_options(app, o->load);
   app->add_flag("--force", o->force, "Replace an existing output");
   app->add_option("--max-shard-size", o->max_shard_size,
                   "With -o DIR/ (a Hugging Face folder): largest shard, e.g. 5GB, 500MB or bytes (default 5GB)");

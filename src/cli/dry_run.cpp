@@ -88,6 +88,7 @@ dry_run describe_fold_job(const std::string& command, const fold_job& job, const
   d.command = command;
   d.mode = mode_name(p.config.mode);
   for (const auto& sd : p.inputs.checkpoints) d.inputs.push_back(dry_run_input_of(sd));
+  d.order = job.order;
   d.resume = job.resume;
   d.n = o.plan.n;
   d.output = job.directory && p.folder ? p.folder->path() : job.output;
@@ -156,6 +157,7 @@ std::string dry_run_json(const dry_run& d) {
   auto inputs = json::array();
   for (const auto& in : d.inputs) inputs.push_back({{"path", in.path}, {"key", in.key}, {"format", in.format}});
   j["inputs"] = inputs;
+  if (!d.order.empty()) j["order"] = d.order;
   if (!d.resume.empty()) j["resume"] = d.resume;
 
   json out;
@@ -220,7 +222,8 @@ std::string dry_run_json(const dry_run& d) {
 
 std::string dry_run_table(const dry_run& d) {
   std::string t = fmt::format("swavg {} --dry-run: the plan; nothing was written\n\n", d.command);
-  t += fmt::format("Inputs, in fold order ({}):\n", d.inputs.size());
+  t += fmt::format("Inputs, in fold order ({}{}):\n", d.inputs.size(),
+                   d.order.empty() ? "" : fmt::format("; --sort {}", d.order));
   for (size_t i = 0; i < d.inputs.size(); ++i) {
     const auto& in = d.inputs[i];
     t += fmt::format("  {:>4}  {}  ({}, state dict at {})\n", i + 1, in.path, in.format,

@@ -49,6 +49,7 @@ struct dry_run {
   std::string command;  // "average", "ema", "posthoc-ema", "convert"
   std::string mode;     // the fold's mode ("swa", "ema", "weighted"), or the command's
   std::vector<dry_run_input> inputs;
+  std::string order;  // --sort: natural (step order), name, mtime or none; "" where inputs are not ordered
   std::string resume;
   int64_t n = 0;
   std::vector<dry_run_tensor> tensors;

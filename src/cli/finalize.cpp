@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/report.h"
 #include "formats/worker_files.h"
+#include "util/atomic_dir.h"
 #include "util/log.h"
 
 namespace swavg {
@@ -23,6 +24,12 @@ struct finalize_options {
 
 void run_finalize(const finalize_options& o) {
   const finalize_result r = finalize_partial(o.output, !o.no_verify, o.force);
+  if (r.already_published) {
+    spdlog::info("{}: published already (no {}.partial/ and no finalize record beside it): nothing to do", o.output,
+                 without_trailing_slash(o.output));
+    emit_report(finalize_report_json(o.output, r, !o.no_verify), "", o.json);
+    return;
+  }
   spdlog::info("{}: published {} written by {} ({} bytes of tensors){}", o.output,
                counted(r.plan.layout.shards.size(), "file"), counted(r.plan.workers, "worker"),
                r.plan.layout.total_size, o.no_verify ? "" : ", every file's sha256 checked");

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "cli/dry_run.h"
+#include "cli/load_options.h"
 #include "cli/options.h"
 #include "formats/save.h"
 #include "util/log.h"
@@ -25,7 +26,8 @@ constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
 
 void add_fold_options(CLI::App* app, fold_options& o) {
   fold_config& c = o.job.config;
-  app->add_option("inputs", o.selection.paths, "Checkpoints to fold, in this order (any format swavg reads)");
+  app->add_option("inputs", o.selection.paths,
+                  "Checkpoints to fold (any format swavg reads), folded in step order: see --sort");
   CLI::Option* inputs_from =
       app->add_option("--inputs-from", o.selection.inputs_from,
                       "Read more input paths from FILE ('-': stdin), one per line, byte for byte: only the line's "
@@ -40,7 +42,8 @@ void add_fold_options(CLI::App* app, fold_options& o) {
                    {"name", sort_order::name},
                    {"natural", sort_order::natural},
                    {"mtime", sort_order::mtime}},
-                  "Order inputs by name, natural (ckpt_2 before ckpt_10), mtime or none");
+                  "Fold order: natural (the default: step order, digit runs compared as numbers, so ckpt_2 before "
+                  "ckpt_10 and checkpoint-500 before checkpoint-1000), name (as text), mtime, or none (as given)");
   app->add_option("--last", o.selection.last, "Keep only the last N inputs (after sorting)")
       ->check(integer_in(1, kMaxInt));
   app->add_option("--every", o.selection.every, "Keep every K-th input: the K-th, 2K-th, ... (after sorting)")
@@ -64,8 +67,7 @@ void add_fold_options(CLI::App* app, fold_options& o) {
   app->add_flag("--drop-objects", o.job.drop_objects,
                 "Leave the non-tensor entries (_extra_state, epoch, ...) out of the output instead of carrying them "
                 "(needed for safetensors outputs of inputs that have them)");
-  app->add_option("--key", o.job.load.key, "Dotted path of the state dict inside torch.save objects, e.g. model");
-  app->add_option("--strip-prefix", o.job.load.strip_prefixes, "Remove this prefix from tensor names");
+  add_load_options(app, o.job.load);
   add_enum_option(app, "--buffers", c.buffers,
                   names_of({buffer_policy::latest, buffer_policy::first, buffer_policy::average}, buffer_policy_name),
                   "Buffers: latest (the last input's: use_buffers=False in PyTorch 2.x), first (the first input's: "
@@ -139,6 +141,7 @@ void run_fold_command(fold_options o) {
   }
   o.job.worker = resolve_worker(o.shard, o.shard_count, o.job.directory, [](const char* n) { return std::getenv(n); });
   o.job.inputs = select_inputs(o.selection);
+  o.job.order = sort_order_name(o.selection.sort);
   if (!o.rules_file.empty()) {
     o.job.config.rules = load_rules(o.rules_file);
     o.job.also_read.push_back(o.rules_file);
@@ -168,6 +171,7 @@ void run_fold_command(fold_options o) {
   spdlog::info("{}: {} of {} ({}), {:.1f} MB read, {:.1f} MB written in {:.2f} s", report.output,
                mode_name(report.mode), counted(report.n, "checkpoint"), counted(report.tensors.size(), "tensor"),
                report.bytes_read / 1e6, report.bytes_written / 1e6, report.wall_time_s);
+  spdlog::info("{}", fold_order_line(report.inputs, report.order));
   auto report_json = nlohmann::ordered_json::parse(fold_report_json(report));
   if (result.bn) report_json["update_bn"] = nlohmann::ordered_json::parse(bn_report_json(*result.bn));
   emit_report(report_json.dump(1), o.report_file, o.json);

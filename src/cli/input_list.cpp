@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "util/error.h"
+#include "util/printable.h"
 #include "util/read_file.h"
 
 namespace swavg {
@@ -35,7 +36,20 @@ std::string read_stdin(uint64_t max_size) {
 
 }  // namespace
 
-bool natural_less(const std::string& a, const std::string& b) {
+const char* sort_order_name(sort_order s) {
+  switch (s) {
+    case sort_order::none: return "none";
+    case sort_order::name: return "name";
+    case sort_order::natural: return "natural";
+    case sort_order::mtime: return "mtime";
+  }
+  return "?";
+}
+
+namespace {
+
+// <0, 0 or >0 as `a` sorts before, with or after `b` in natural order.
+int natural_compare(const std::string& a, const std::string& b) {
   size_t i = 0, j = 0;
   while (i < a.size() && j < b.size()) {
     if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
@@ -45,21 +59,38 @@ bool natural_less(const std::string& a, const std::string& b) {
       size_t ie = i2, je = j2;
       while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
       while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
-      if (ie - i2 != je - j2) return ie - i2 < je - j2;
-      int c = a.compare(i2, ie - i2, b, j2, je - j2);
-      if (c != 0) return c < 0;
+      if (ie - i2 != je - j2) return ie - i2 < je - j2 ? -1 : 1;
+      const int c = a.compare(i2, ie - i2, b, j2, je - j2);
+      if (c != 0) return c;
       i = ie;
       j = je;
     } else {
-      if (a[i] != b[j]) return a[i] < b[j];
+      if (a[i] != b[j]) return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]) ? -1 : 1;
       ++i;
       ++j;
     }
   }
-  return a.size() - i < b.size() - j;
+  const size_t rest_a = a.size() - i, rest_b = b.size() - j;
+  return rest_a == rest_b ? 0 : (rest_a < rest_b ? -1 : 1);
+}
+
+}  // namespace
+
+bool natural_less(const std::string& a, const std::string& b) {
+  const int c = natural_compare(a, b);
+  return c != 0 ? c < 0 : a < b;
 }
 
 const std::string* stdin_inputs() { return stdin_list().get(); }
+
+std::string fold_order_line(const std::vector<std::string>& inputs, const std::string& order) {
+  if (inputs.empty()) return "folded no input";
+  const std::string how = order == "natural" ? "natural (step) order"
+                          : order == "none"  ? "the order given (--sort none)"
+                                             : fmt::format("{} order (--sort {})", order, order);
+  if (inputs.size() == 1) return fmt::format("folded one input: {}", printable(inputs.front()));
+  return fmt::format("folded in {}: first {}, last {}", how, printable(inputs.front()), printable(inputs.back()));
+}
 
 std::vector<std::string> parse_input_list(const std::string& text, const std::string& list_name, bool null_separated) {
   const char end = null_separated ? '\0' : '\n';

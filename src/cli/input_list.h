@@ -1,7 +1,10 @@
 /*
  * Which checkpoints to fold, in which order: paths from the command line and --inputs-from
- * (a file or stdin), sorted by name, natural order (ckpt_2 before ckpt_10) or modification time,
- * then thinned with --every K (the K-th, 2K-th, ... are kept) and cut to the --last N. The list may
+ * (a file or stdin), sorted in step order by default (natural order: digit runs compare as numbers,
+ * so ckpt_2 before ckpt_10 and checkpoint-500/ before checkpoint-1000/, whatever order a shell glob
+ * or a list gave), by name, by modification time, or kept as given (--sort none), then thinned with
+ * --every K (the K-th, 2K-th, ... are kept) and cut to the --last N. The order decides EMA, the
+ * first/latest buffers, --last, --every and the running mean's bits, so step order is the default. The list may
  * be a regular file, a pipe (bash's `<(...)`) or stdin (`-`), read up to kMaxInputListBytes.
  *
  * A list holds one path per line, byte for byte: a line ends at '\n', and one '\r' before it (or at
@@ -22,12 +25,13 @@ namespace swavg {
 inline constexpr uint64_t kMaxInputListBytes = uint64_t{64} << 20;
 
 enum class sort_order { none, name, natural, mtime };
+const char* sort_order_name(sort_order s);  // "none", "name", "natural", "mtime"
 
 struct input_selection {
   std::vector<std::string> paths;
   std::string inputs_from;      // "" none, "-" stdin, else a file
   bool null_separated = false;  // --null
-  sort_order sort = sort_order::none;
+  sort_order sort = sort_order::natural;
   int last = 0;  // 0: all (not set); --last takes N >= 1
   int every = 1;
 };
@@ -43,7 +47,11 @@ std::vector<std::string> parse_input_list(const std::string& text, const std::st
 // only once: a process that hands its command line on passes it along, to be read the same way.
 const std::string* stdin_inputs();
 
-// Natural order: digit runs compare as numbers.
+// The info line that names the fold order: "folded in natural (step) order: first A, last B".
+std::string fold_order_line(const std::vector<std::string>& inputs, const std::string& order);
+
+// Natural order: digit runs compare as numbers, leading zeros skipped (ckpt_0001 < ckpt_002 < ckpt_10);
+// names equal as numbers (ckpt_01, ckpt_1) fall back to byte order, so the order is total.
 bool natural_less(const std::string& a, const std::string& b);
 
 }  // namespace swavg

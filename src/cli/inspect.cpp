@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "cli/load_options.h"
 #include "formats/load.h"
 #include "util/printable.h"
 
@@ -127,9 +128,7 @@ command setup_inspect(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand("inspect", "List a checkpoint's tensors and everything else it holds");
   app->add_option("input", o->input, "Checkpoint (torch.save, TorchScript or safetensors; told by content)")
       ->required();
-  app->add_option("--key", o->load.key,
-                  "Dotted path of the state dict inside a torch.save object, e.g. model or ema.module");
-  app->add_option("--strip-prefix", o->load.strip_prefixes, "Remove this prefix from tensor names");
+  add_load_options(app, o->load);
   app->add_flag("--json", o->json, "Print one JSON object on stdout");
   app->footer(
       "Examples:\n"

@@ -135,6 +135,7 @@ std::vector<std::string> files_read(const fold_job& job) {
 fold_report report_of(const fold_job& job, const fold_config& c, output_format format, const fold_result& result) {
   fold_report report;
   report.inputs = job.inputs;
+  report.order = job.order;
   report.resume = job.resume;
   report.output = job.output;
   report.format = format;
@@ -205,6 +206,7 @@ job_options job_identity(const fold_job& job, const fold_config& c, output_forma
   o.emplace_back("--allow-missing", c.allow_missing ? "yes" : "no");
   o.emplace_back("--allow-nonfinite", c.allow_nonfinite ? "yes" : "no");
   o.emplace_back("--key", job.load.key);
+  o.emplace_back("--exclude", fmt::format("{}", fmt::join(job.load.exclude, "\n")));
   o.emplace_back("--strip-prefix", fmt::format("{}", fmt::join(job.load.strip_prefixes, "\n")));
   o.emplace_back("--layout", layout_name(c.layout));
   o.emplace_back("--drop-objects", job.drop_objects ? "yes" : "no");
@@ -246,6 +248,7 @@ std::unique_ptr<fold_job_plan> plan_directory_job(const fold_job& job, bool dry_
   p->target = fold_target{out.path(), format, job.drop_objects, &out};
   p->outline = outline_fold(p->config, in, p->target);
   if (format == output_format::dcp) out.chunk_like(job.inputs.front(), in.checkpoints.front().key);
+  out.carry_index_metadata(source);
   p->layout = out.plan_shards(format, p->outline.specs, source.names);
   return p;
 }

@@ -36,6 +36,7 @@ namespace swavg {
 
 struct fold_job {
   std::vector<std::string> inputs;  // in fold order
+  std::string order = "natural";    // how they were ordered: --sort's name
   load_options load;
   std::string output;
   std::optional<output_format> format;  // default: from the output's extension

@@ -18,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "cli/dry_run.h"
+#include "cli/load_options.h"
 #include "cli/options.h"
 #include "cli/report.h"
 #include "fold/config.h"
@@ -267,8 +268,7 @@ command setup_posthoc_ema(CLI::App& parent) {
   app->add_flag("--force", o->force, "Replace existing outputs");
   app->add_flag("--drop-objects", o->drop_objects, "Leave non-tensor entries out of the outputs");
   app->add_flag("--allow-nonfinite", o->allow_nonfinite, "Accept NaN and Inf values in the snapshots");
-  app->add_option("--key", o->load.key, "Dotted path of the state dict inside torch.save objects, e.g. ema");
-  app->add_option("--strip-prefix", o->load.strip_prefixes, "Remove this prefix from tensor names");
+  add_load_options(app, o->load);
   add_dtype_option(app, "--output-dtype", o->output_dtype, /*floating_only=*/true,
                    "Write floating tensors in this dtype (default: the snapshots')");
   app->add_option("--report", o->report_file, "Write a JSON report to FILE");

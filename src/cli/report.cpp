@@ -26,6 +26,7 @@ std::string fold_report_json(const fold_report& r) {
   if (r.avg_fn)
     j["avg_fn"] = {{"option", avg_fn_option(r.avg_fn->kind)}, {"path", r.avg_fn->path}, {"sha256", r.avg_fn->sha256}};
   j["inputs"] = r.inputs;
+  j["order"] = r.order;
   if (!r.resume.empty()) j["resume"] = r.resume;
   size_t processed = 0;
   auto buffers = nlohmann::ordered_json::array();
@@ -76,6 +77,10 @@ std::string fold_report_json(const fold_report& r) {
 std::string finalize_report_json(const std::string& output, const finalize_result& r, bool verified) {
   nlohmann::ordered_json j;
   j["output"] = output;
+  if (r.already_published) {
+    j["already_published"] = true;
+    return j.dump(1);
+  }
   j["format"] = output_format_name(r.plan.layout.format);
   j["plan_hash"] = r.plan_hash;
   j["workers"] = r.plan.workers;

@@ -20,7 +20,8 @@
 namespace swavg {
 
 struct fold_report {
-  std::vector<std::string> inputs;
+  std::vector<std::string> inputs;  // in fold order
+  std::string order;                // --sort: natural (step order), name, mtime or none (as given)
   std::string resume;
   std::string output;
   output_format format = output_format::torch;

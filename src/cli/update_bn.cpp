@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "cli/commands.h"
+#include "cli/load_options.h"
 #include "cli/options.h"
 #include "cli/pipeline.h"
 #include "cli/report.h"
@@ -106,8 +107,7 @@ command setup_update_bn(CLI::App& parent) {
       ->required();
   app->add_option("--checkpoint", o->checkpoint,
                   "Weights to load into the model first (any format, state-dict or averaged-model layout)");
-  app->add_option("--key", o->load.key, "Dotted path of the state dict inside a torch.save checkpoint, e.g. model");
-  app->add_option("--strip-prefix", o->load.strip_prefixes, "Remove this prefix from checkpoint names");
+  add_load_options(app, o->load);
   app->add_option("--data-key", o->data.key,
                   "Entry holding the input tensor: dotted path in a torch.save object, tensor name in safetensors");
   app->add_option("--shape", o->data.shape, "Raw data: the shape of one sample, e.g. 3,32,32")

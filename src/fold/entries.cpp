@@ -5,15 +5,11 @@
 
 #include <unordered_map>
 
-#include "formats/pickle.h"
-
 namespace swavg {
 namespace {
 
 // A key's identity among the entries: its text, told apart from a non-string key of equal text.
-std::string identity(const object_entry& e) {
-  return (e.key && e.key->kind == pickle_kind::string ? "s" : "k") + e.name;
-}
+std::string identity(const object_entry& e) { return (e.string_key ? "s" : "k") + e.name; }
 
 void add_view(std::string& sig, const char* who, size_t input, const tensor_view& v) {
   sig += fmt::format("{}{}:{}@{}/{};", who, input, v.storage_key, v.offset, fmt::join(v.strides, ","));

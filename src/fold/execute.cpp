@@ -268,7 +268,10 @@ fold_outline outline_fold(const fold_config& c, const fold_inputs& in, const fol
   check_sharded_objects(target, o.carried);
   o.objects_dropped = target.drop_objects && !o.carried.empty();
   if (!target.drop_objects)
-    for (const auto& e : o.carried) o.objects.push_back(e.entry);
+    for (const auto& e : o.carried) {
+      o.objects.push_back(e.entry);
+      if (c.layout == output_layout::averaged_model) rename_entry(o.objects.back(), kModulePrefix + e.entry.name);
+    }
   if (target.format == output_format::safetensors) {
     std::vector<const state_dict*> sources{resumed};
     for (const auto& sd : in.checkpoints) sources.push_back(&sd);

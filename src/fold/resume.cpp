@@ -307,6 +307,9 @@ resumed_average open_resumed(state_dict sd, const fold_config& c) {
         sd.path);
   r.counts.insert(rec.counts.begin(), rec.counts.end());
   r.sd = std::move(sd);
+  if (rec.layout == output_layout::averaged_model)
+    for (auto& e : r.sd.objects)
+      if (auto name = model_name_in_averaged_layout(e.name)) rename_entry(e, std::move(*name));
   r.tensors.reserve(r.sd.tensors.size());
   for (auto& t : r.sd.tensors) {
     std::optional<std::string> name = t.name;

@@ -93,6 +93,7 @@ state_dict load_state_dict(const std::string& path, const load_options& options)
                         [&options](const std::string& shard) { return load_single_file(shard, options); });
     }
   }
+  exclude_entries(sd, options.exclude);
   strip_prefixes(sd, options.strip_prefixes);
   for (const auto& o : sd.opaque)
     spdlog::debug(

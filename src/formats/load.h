@@ -21,7 +21,8 @@ namespace swavg {
 
 struct load_options {
   std::string key;                          // dotted path to the state dict in a torch.save object
-  std::vector<std::string> strip_prefixes;  // removed from the start of tensor names
+  std::vector<std::string> exclude;         // entries left out (and all under ENTRY.), before stripping
+  std::vector<std::string> strip_prefixes;  // removed once each from the start of every name
 };
 
 // Throws io_error (missing, unreadable) or input_error (malformed, unsupported).

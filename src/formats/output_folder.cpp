@@ -31,6 +31,7 @@ const char* const kWeightSuffixes[] = {".safetensors", ".bin", ".pt",      ".pth
 }  // namespace
 
 bool is_weight_file_name(const std::string& name) {
+  if (is_index_file_name(name) || naming_of_weight_file(name)) return true;
   for (const char* suffix : kWeightSuffixes) {
     const size_t n = std::char_traits<char>::length(suffix);
     if (name.size() >= n && name.compare(name.size() - n, n, suffix) == 0) return true;
@@ -130,11 +131,11 @@ void output_folder::refuse_non_empty() const {
   refuse_non_empty_folder(out_, out_ + "/", force_, plain() ? "" : " (and to swavg finalize)");
 }
 
-void output_folder::stage(std::string source, std::vector<std::string> copied, weights_names names,
+void output_folder::stage(std::string source, std::vector<std::string> copied, weights_naming names,
                           job_options options) {
   source_ = std::move(source);
   copied_ = std::move(copied);
-  names_ = names;
+  names_ = std::move(names);
   options_ = std::move(options);
   if (plain())
     stage_ = std::make_unique<staged_dir>(out_);
@@ -156,10 +157,26 @@ void output_folder::chunk_like(const std::string& first_input, const std::string
   chunks_like_->path = without_trailing_slash(first_input) + "/" + kDcpMetadataName;
 }
 
+void output_folder::carry_index_metadata(const checkpoint_location& source) {
+  if (source.index.empty()) return;
+  const hf_index index = read_hf_index(source.index);
+  if (!index.total_parameters) return;
+  total_parameters_ = index.total_parameters;
+  total_parameters_names_.clear();
+  for (const auto& [tensor, shard] : index.weight_map) total_parameters_names_.push_back(tensor);
+  std::sort(total_parameters_names_.begin(), total_parameters_names_.end());
+}
+
 shard_layout output_folder::plan_shards(output_format format, std::vector<tensor_spec> specs,
-                                        weights_names names) const {
+                                        const weights_naming& names) const {
   if (format == output_format::dcp) return plan_dcp(std::move(specs), chunks_like_.get(), out_).layout;
   shard_layout layout = plan_layout(format, std::move(specs), max_shard_size_, names);
+  if (total_parameters_) {
+    std::vector<std::string> held;
+    for (const auto& s : layout.specs) held.push_back(s.name);
+    std::sort(held.begin(), held.end());
+    if (held == total_parameters_names_) layout.total_parameters = total_parameters_;
+  }
   if (layout.shards.size() > kMaxShards)
     throw usage_error(fmt::format("{}/: --max-shard-size {} makes {} shards, more than the {} a folder may have", out_,
                                   max_shard_size_, layout.shards.size(), kMaxShards));

@@ -26,6 +26,8 @@
 
 namespace swavg {
 
+struct checkpoint_location;
+
 class dcp_sink;
 class sharded_sink;
 class staged_dir;
@@ -80,15 +82,18 @@ class output_folder {
   // `copied`: names of files in the folder `source` that worker 0 copies beside the shards;
   // `names`: the weights' file names (the input folder's library); `options`: the job's, written
   // into the plan (worker_files.h). A worker of several holds its lock from here at the latest.
-  void stage(std::string source, std::vector<std::string> copied, weights_names names = weights_names::transformers,
-             job_options options = {});
+  void stage(std::string source, std::vector<std::string> copied, weights_naming names = {}, job_options options = {});
   // 2b. --format dcp: chunk like `first_input` when it is a DCP folder (dcp_output.h), its state
   // dict taken at `key`. Call before open().
   void chunk_like(const std::string& first_input, const std::string& key);
+  // 2c. With an input index (`source`, output_source_of's), its metadata.total_parameters goes into
+  // the output's index when the output holds exactly the index's tensors (transformers 5 writes it;
+  // swavg cannot count parameters apart from buffers itself). Call before plan_shards() and open().
+  void carry_index_metadata(const checkpoint_location& source);
   // The shards of `specs` in `format` (dcp: the rank files, chunked as chunk_like() says), named as
   // `names` (stage's), as open() plans them (usage_error past kMaxShards), for plans (--dry-run):
   // nothing written.
-  shard_layout plan_shards(output_format format, std::vector<tensor_spec> specs, weights_names names) const;
+  shard_layout plan_shards(output_format format, std::vector<tensor_spec> specs, const weights_naming& names) const;
   // 3. Plans the shards of `specs` (in `format`, with `metadata` in each; usage_error past
   // kMaxShards; dcp: the rank files, dcp_output.h), writes the plan and opens this worker's
   // shards: write() every tensor the sink owns(), in order, then commit().
@@ -116,13 +121,15 @@ class output_folder {
   std::unique_ptr<staged_dir> stage_;
   std::string source_;
   std::vector<std::string> copied_;
-  weights_names names_ = weights_names::transformers;
+  weights_naming names_;
   job_options options_;
   std::unique_ptr<partial_lock> lock_;
   std::optional<shard_layout> layout_;
   std::string plan_hash_;
   std::unique_ptr<sharded_sink> sink_;
   std::unique_ptr<dcp_chunk_source> chunks_like_;
+  std::optional<uint64_t> total_parameters_;  // the source index's, with the tensor names it counts
+  std::vector<std::string> total_parameters_names_;
   std::unique_ptr<dcp_plan> dcp_;
   std::unique_ptr<dcp_sink> dcp_sink_;
   std::vector<written_file> files_;

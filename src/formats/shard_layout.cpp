@@ -120,7 +120,7 @@ std::vector<std::vector<size_t>> pack_shards(const std::vector<uint64_t>& sizes,
 }
 
 shard_layout plan_layout(output_format format, std::vector<tensor_spec> specs, uint64_t max_shard_size,
-                         weights_names names) {
+                         const weights_naming& names) {
   shard_layout layout;
   layout.names = names;
   layout.format = format;
@@ -146,7 +146,7 @@ shard_layout plan_layout(output_format format, std::vector<tensor_spec> specs, u
   return layout;
 }
 
-std::string output_index_name(output_format format, weights_names names) {
+std::string output_index_name(output_format format, const weights_naming& names) {
   return index_file_name(as_file_format(format), names);
 }
 
@@ -168,7 +168,9 @@ std::string index_json(const shard_layout& layout) {
   nlohmann::json weight_map = nlohmann::json::object();
   for (const auto& s : layout.shards)
     for (size_t i : s.specs) weight_map[layout.specs[i].name] = s.file;
-  nlohmann::json j = {{"metadata", {{"total_size", layout.total_size}}}, {"weight_map", weight_map}};
+  nlohmann::json metadata = {{"total_size", layout.total_size}};
+  if (layout.total_parameters) metadata["total_parameters"] = *layout.total_parameters;
+  nlohmann::json j = {{"metadata", metadata}, {"weight_map", weight_map}};
   return j.dump(2, ' ', /*ensure_ascii=*/true) + "\n";
 }
 

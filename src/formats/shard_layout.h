@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,12 +45,15 @@ struct shard_layout {
   std::vector<tensor_spec> specs;  // every tensor of the output, in order
   std::vector<output_shard> shards;
   uint64_t total_size = 0;
-  weights_names names = weights_names::transformers;  // the file names: the input folder's
+  weights_naming names;  // the file names: the input folder's library and variant
+  // The index's metadata.total_parameters, as transformers 5 writes it (the model's parameter count):
+  // taken from the input folder's index when the output holds exactly its tensors; else left out.
+  std::optional<uint64_t> total_parameters;
   bool indexed() const { return shards.size() > 1; }
 };
 
 shard_layout plan_layout(output_format format, std::vector<tensor_spec> specs, uint64_t max_shard_size,
-                         weights_names names = weights_names::transformers);
+                         const weights_naming& names = {});
 
 // 0-based shard s belongs to worker s mod count.
 inline bool worker_owns(size_t shard, size_t index, size_t count) { return shard % count == index; }
@@ -61,10 +65,11 @@ struct written_file {
   std::string sha256;
 };
 
-// The index, byte for byte as transformers writes it: json.dumps({"metadata": {"total_size": N},
-// "weight_map": {...}}, indent=2, sort_keys=True) + "\n".
+// The index, byte for byte as transformers writes it: json.dumps({"metadata": {"total_parameters": P,
+// "total_size": N}, "weight_map": {...}}, indent=2, sort_keys=True) + "\n" (total_parameters only when
+// the layout carries it).
 std::string index_json(const shard_layout& layout);
-std::string output_index_name(output_format format, weights_names names = weights_names::transformers);
+std::string output_index_name(output_format format, const weights_naming& names = {});
 
 // What --dry-run shows of the layout's files: shard `s`'s size (exact for safetensors and dcp, a
 // bound for torch.save) with `metadata` in it, and the index written beside the shards ("" if none;

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -181,15 +182,17 @@ std::optional<std::string> bad_shard_name(const std::string& name) {
   return std::nullopt;
 }
 
-std::optional<uint64_t> total_size_of(const std::string& path, const json& metadata) {
+// metadata.<field> (total_size, total_parameters): a count, when present.
+std::optional<uint64_t> metadata_count(const std::string& path, const json& metadata, const char* field,
+                                       const char* unit) {
   if (metadata.is_null()) return std::nullopt;
   if (!metadata.is_object())
     throw input_error(fmt::format("{}: metadata is {}, expected an object", path, type_with_article(metadata)));
-  if (!metadata.contains("total_size")) return std::nullopt;
-  const json& t = metadata["total_size"];
+  if (!metadata.contains(field)) return std::nullopt;
+  const json& t = metadata[field];
   const auto bad = [&](const char* why) {
-    return input_error(
-        fmt::format("{}: metadata.total_size is {}: {}, expected a non-negative integer (bytes)", path, t.dump(), why));
+    return input_error(fmt::format("{}: metadata.{} is {}: {}, expected a non-negative integer ({})", path, field,
+                                   t.dump(), why, unit));
   };
   if (t.is_number_unsigned()) return t.get<uint64_t>();
   if (t.is_number_integer()) throw bad("negative");
@@ -283,11 +286,11 @@ struct weight_candidate {
 // model.safetensors, then its index, then pytorch_model.bin, then its index; diffusers' takes the
 // safetensors index before the single file, then the .bin (and a .bin index last: diffusers reads
 // it only when safetensors is not installed); PEFT's load_peft_weights has no index.
-std::vector<weight_candidate> weight_candidates(weights_names names) {
-  const auto single = [names](file_format f) { return weight_candidate{single_file_name(f, names), false, f}; };
-  const auto index = [names](file_format f) { return weight_candidate{index_file_name(f, names), true, f}; };
+std::vector<weight_candidate> weight_candidates(const weights_naming& naming) {
+  const auto single = [&naming](file_format f) { return weight_candidate{single_file_name(f, naming), false, f}; };
+  const auto index = [&naming](file_format f) { return weight_candidate{index_file_name(f, naming), true, f}; };
   const file_format st = file_format::safetensors, pt = file_format::torch;
-  switch (names) {
+  switch (naming.names) {
     case weights_names::transformers: return {single(st), index(st), single(pt), index(pt)};
     case weights_names::diffusers: return {index(st), single(st), single(pt), index(pt)};
     case weights_names::peft: return {single(st), single(pt)};
@@ -329,25 +332,78 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// The names a file argument has: diffusers' or PEFT's when it is one of their weight files (single,
-// index or shard), transformers' otherwise.
-weights_names names_of_file(const std::string& path) {
+// The names a file argument has: its library's and variant when it is one of their weight files
+// (single, index or shard: diffusion_pytorch_model.fp16.safetensors), transformers' otherwise.
+weights_naming naming_of_file(const std::string& path) {
+  if (const auto known = naming_of_weight_file(base_name(path))) return known->first;
+  return weights_naming{};
+}
+
+// A weight file given by name (model.safetensors, pytorch_model.bin, diffusers' and PEFT's, with a
+// variant or not) in a folder its library loads (a config.json or adapter_config.json beside it):
+// the folder is the checkpoint's, and a folder output copies its other files as when the folder is
+// given.
+bool in_library_folder(const std::string& path, const weights_naming& naming) {
   const std::string name = base_name(path);
-  for (const weights_names n : {weights_names::diffusers, weights_names::peft}) {
-    const std::string stem = weights_stem(file_format::safetensors, n);
-    if (name.compare(0, stem.size(), stem) == 0 && name.size() > stem.size() &&
-        (name[stem.size()] == '.' || name[stem.size()] == '-'))
-      return n;
+  const file_format formats[] = {file_format::safetensors, file_format::torch};
+  const bool library_name = std::any_of(std::begin(formats), std::end(formats),
+                                        [&](file_format f) { return name == single_file_name(f, naming); });
+  if (!library_name) return false;
+  const std::string folder = folder_of(path);
+  return is_regular(path_in_folder(folder, "config.json")) ||
+         (naming.names == weights_names::peft && is_regular(path_in_folder(folder, "adapter_config.json")));
+}
+
+// The variants of the single files and indexes a folder holds ("fp16", "bf16"), each with the
+// first such file's name, sorted by variant.
+std::map<std::string, std::string> variants_in(const std::string& folder) {
+  std::map<std::string, std::string> found;
+  for (const auto& name : folder_entries(folder)) {
+    const auto known = naming_of_weight_file(name);
+    if (!known || known->first.variant.empty()) continue;
+    const weights_naming& n = known->first;
+    if (name == single_file_name(known->second, n) || name == index_file_name(known->second, n))
+      found.emplace(n.variant, name);
   }
-  return weights_names::transformers;
+  return found;
+}
+
+// The first weight file of the libraries' candidates (weight_candidates) with `variant` in `at`'s
+// folder, set in `at`; false when there is none.
+bool choose_weights(checkpoint_location& at, const std::string& path, const std::string& variant) {
+  std::string chosen;
+  std::vector<std::string> others;  // weight files of other names, not read
+  for (const weights_names n : kAllWeightsNames) {
+    std::vector<std::string> present;
+    const weight_candidate* first = nullptr;
+    const std::vector<weight_candidate> candidates = weight_candidates(weights_naming(n, variant));
+    for (const auto& c : candidates)
+      if (is_regular(path_in_folder(path, c.name))) {
+        present.push_back(c.name);
+        if (!first) first = &c;
+      }
+    if (!first) continue;
+    if (!chosen.empty()) {
+      others.push_back(first->name);
+      continue;
+    }
+    chosen = first->name;
+    at.names = weights_naming(n, variant);
+    (first->index ? at.index : at.file) = path_in_folder(path, chosen);
+    if (present.size() > 1)
+      spdlog::info("{}: holds {}; reading {}, as {} does", at.folder, listed(present), chosen,
+                   n == weights_names::transformers ? "transformers' from_pretrained"
+                   : n == weights_names::diffusers  ? "diffusers' from_pretrained"
+                                                    : "PEFT");
+  }
+  if (!others.empty())
+    spdlog::info("{}: holds weights under other names too ({}); reading {}", at.folder, listed(others), chosen);
+  return !chosen.empty();
 }
 
 }  // namespace
 
-bool is_index_name(const std::string& path) {
-  const std::string suffix = kIndexSuffix;
-  return path.size() >= suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+bool is_index_name(const std::string& path) { return is_index_file_name(base_name(path)); }
 
 std::string path_in_folder(const std::string& folder, const std::string& name) {
   if (folder.empty() || folder == ".") return name;
@@ -363,42 +419,40 @@ checkpoint_location locate_checkpoint(const std::string& path) {
     } else {
       at.file = path;
     }
-    at.names = names_of_file(path);
+    at.names = naming_of_file(path);
+    if (at.index.empty() && in_library_folder(path, at.names)) at.folder = folder_of(path);
     return at;
   }
   at.folder = path.size() > 1 && path.back() == '/' ? path.substr(0, path.size() - 1) : path;
   if (const auto named = explicit_weights(at.folder)) {
     (is_index_name(*named) ? at.index : at.file) = path_in_folder(path, *named);
+    at.names = naming_of_file(*named);
     return at;
   }
-  std::string chosen;
-  std::vector<std::string> others;  // weight files of other names, not read
-  for (const weights_names n : kAllWeightsNames) {
-    std::vector<std::string> present;
-    const weight_candidate* first = nullptr;
-    const std::vector<weight_candidate> candidates = weight_candidates(n);
-    for (const auto& c : candidates)
-      if (is_regular(path_in_folder(path, c.name))) {
-        present.push_back(c.name);
-        if (!first) first = &c;
-      }
-    if (!first) continue;
-    if (!chosen.empty()) {
-      others.push_back(first->name);
-      continue;
-    }
-    chosen = first->name;
-    at.names = n;
-    (first->index ? at.index : at.file) = path_in_folder(path, chosen);
-    if (present.size() > 1)
-      spdlog::info("{}: holds {}; reading {}, as {} does", at.folder, listed(present), chosen,
-                   n == weights_names::transformers ? "transformers' from_pretrained"
-                   : n == weights_names::diffusers  ? "diffusers' from_pretrained"
-                                                    : "PEFT");
+  // As from_pretrained without `variant`: the plain weights first. A folder holding only one
+  // variant's (diffusion_pytorch_model.fp16.safetensors) is read as that variant, and the output
+  // keeps its names; of several variants the user names one.
+  const std::map<std::string, std::string> variants = variants_in(at.folder);
+  std::vector<std::string> variant_names, variant_files;
+  for (const auto& [v, file] : variants) {
+    variant_names.push_back(v);
+    variant_files.push_back(file);
   }
-  if (chosen.empty()) throw_no_checkpoint(at.folder);
-  if (!others.empty())
-    spdlog::info("{}: holds weights under other names too ({}); reading {}", at.folder, listed(others), chosen);
+  if (choose_weights(at, path, "")) {
+    if (!variants.empty())
+      spdlog::info(
+          "{}: holds the variant{} {} too; reading the plain weights, as from_pretrained without "
+          "variant= does (pass a variant's file or index by name to average it)",
+          at.folder, variants.size() == 1 ? "" : "s", listed(variant_names));
+    return at;
+  }
+  if (variants.size() > 1)
+    throw input_error(
+        fmt::format("{}: holds the weights of {} variants ({}: {}) and no plain ones: pass the file or index of the "
+                    "variant to average by name, e.g. {}",
+                    at.folder, variants.size(), listed(variant_names), listed(variant_files),
+                    path_in_folder(at.folder, variant_files.front())));
+  if (variants.empty() || !choose_weights(at, path, variant_names.front())) throw_no_checkpoint(at.folder);
   return at;
 }
 
@@ -419,7 +473,9 @@ hf_index parse_hf_index(const std::string& path, std::string_view bytes) {
     throw input_error(fmt::format("{}: weight_map is {}, expected an object of tensor name -> shard file", path,
                                   type_with_article(doc["weight_map"])));
   hf_index index;
-  index.total_size = total_size_of(path, doc.contains("metadata") ? doc["metadata"] : json());
+  const json& metadata = doc.contains("metadata") ? doc["metadata"] : json();
+  index.total_size = metadata_count(path, metadata, "total_size", "bytes");
+  index.total_parameters = metadata_count(path, metadata, "total_parameters", "parameters");
   index.weight_map = std::move(parser.entries());
   for (const auto& [tensor, shard] : index.weight_map) {
     if (tensor.empty()) found.add("weight_map holds an empty tensor name");

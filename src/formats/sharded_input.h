@@ -27,12 +27,14 @@ constexpr size_t kMaxIndexTensorNameBytes = 4096;
 
 // What a checkpoint argument names: a single file (index empty), or an index (file empty).
 struct checkpoint_location {
-  std::string file;    // the one file to read, or ""
-  std::string index;   // the index file, or ""
-  std::string folder;  // the folder of a folder or index argument, "" for a plain file
+  std::string file;   // the one file to read, or ""
+  std::string index;  // the index file, or ""
+  // The folder of a folder or index argument, or of a weight file given by its library's name in a
+  // folder holding the library's config (c0/model.safetensors beside c0/config.json); "" for a plain file.
+  std::string folder;
   // Whose file names the checkpoint has (a file or index named so: diffusion_pytorch_model.*,
   // adapter_model.*; transformers' otherwise): an output folder made from it keeps them.
-  weights_names names = weights_names::transformers;
+  weights_naming names;  // with the variant of the files read ("" for none)
 };
 
 // Whether `path` is an index file by its name (ends in ".index.json").

@@ -398,6 +398,7 @@ state_dict take_state_dict(const std::string& path, std::unique_ptr<pickle_docum
       const std::string type = v ? pickle_type_name(*v) : "None";
       sd.others.push_back(other_entry{pickle_key_text(k), type, v ? scalar_text(*v) : ""});
       sd.objects.push_back(object_entry{pickle_key_text(k), type, k, v, path});
+      sd.objects.back().string_key = k && k->kind == pickle_kind::string;
     }
   }
   if (!sd.objects.empty()) sd.document = std::shared_ptr<const pickle_document>(std::move(doc));

@@ -36,7 +36,10 @@ class object_emitter {
 
   void entry(const object_entry& e) {
     entry_ = &e;
-    node(e.key, 0);
+    if (e.renamed)
+      out_.string(e.name);
+    else
+      node(e.key, 0);
     node(e.value, 0);
   }
 

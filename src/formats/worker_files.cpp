@@ -31,6 +31,7 @@
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/paths.h"
+#include "util/printable.h"
 #include "util/read_file.h"
 #include "util/sha256.h"
 
@@ -214,7 +215,9 @@ std::string plan_json(const shard_layout& layout, const std::map<std::string, st
   j["max_shard_size"] = layout.max_shard_size;
   j["workers"] = workers;
   j["total_size"] = layout.total_size;
-  if (layout.names != weights_names::transformers) j["weights_names"] = weights_names_name(layout.names);
+  if (layout.total_parameters) j["total_parameters"] = *layout.total_parameters;
+  if (layout.names.names != weights_names::transformers) j["weights_names"] = weights_names_name(layout.names.names);
+  if (!layout.names.variant.empty()) j["variant"] = layout.names.variant;
   auto opts = nlohmann::ordered_json::object();
   for (const auto& [name, value] : options) opts[name] = value;
   j["options"] = opts;
@@ -251,12 +254,19 @@ job_plan parse_plan(const std::string& text, const std::string& path) {
     throw input_error(fmt::format("{}: {} workers (expected 1 to {})", path, workers, kMaxWorkers));
   p.workers = static_cast<size_t>(workers);
   p.layout.total_size = field<uint64_t>(j, "total_size", path);
+  if (j.contains("total_parameters")) p.layout.total_parameters = field<uint64_t>(j, "total_parameters", path);
   p.copied = field<std::vector<std::string>>(j, "copied", path);
   if (j.contains("weights_names")) {
     const std::string names = field<std::string>(j, "weights_names", path);
     const auto known = weights_names_from_name(names);
     if (!known) throw input_error(fmt::format("{}: unknown weights_names '{}'", path, names));
-    p.layout.names = *known;
+    p.layout.names.names = *known;
+  }
+  if (j.contains("variant")) {
+    p.layout.names.variant = field<std::string>(j, "variant", path);
+    if (!is_variant_name(p.layout.names.variant))
+      throw input_error(fmt::format("{}: variant '{}' is not a variant name ([A-Za-z0-9_], 1 to 64)", path,
+                                    printable(p.layout.names.variant)));
   }
   if (j.contains("options")) field<std::map<std::string, std::string>>(j, "options", path);
   const nlohmann::json& shards = list_field(j, "shards", path);
@@ -528,6 +538,15 @@ bool published_as(const std::string& out, const std::vector<written_file>& files
   return there && *there == index_text;
 }
 
+// OUT/ is a folder (not a link to one) holding at least one file and none of the job's own files.
+bool holds_published_folder(const std::string& out) {
+  struct stat st {};
+  if (::lstat(out.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+  const std::vector<std::string> names = list_dir(out);
+  if (names.empty()) return false;
+  return std::none_of(names.begin(), names.end(), [](const std::string& n) { return is_job_file_name(n); });
+}
+
 }  // namespace
 
 finalize_result finalize_partial(const std::string& out_arg, bool verify, bool force) {
@@ -550,9 +569,15 @@ finalize_result finalize_partial(const std::string& out_arg, bool verify, bool f
   const bool have_partial = lock.get() >= 0;
   const auto record_text = read_job_file(record_path, kMaxRecordBytes);
   if (!have_partial) {
-    if (!record_text)
+    if (!record_text) {
+      if (holds_published_folder(out)) {
+        finalize_result done;
+        done.already_published = true;
+        return done;
+      }
       throw incomplete_error(
           fmt::format("{}/ does not exist: no worker has written its part of {}/ yet", partial, out));
+    }
     lock = lock_path(record_path, LOCK_EX, false, busy);
   }
   step("locked");

@@ -86,6 +86,9 @@ struct finalize_result {
   job_plan plan;
   std::vector<written_file> files;  // every file published, the index included
   std::vector<std::string> removed_temps;
+  // Nothing was left to finalize: no OUT.partial/, no record, and OUT/ is a folder holding files (a
+  // finalize ran to its end before, or was killed after removing its record). The rest is empty.
+  bool already_published = false;
 };
 
 // A worker's shared lock on OUT.partial/ (created if missing), held while it lives.
@@ -108,7 +111,9 @@ class partial_lock {
 // finalize runs; input_error (3) for a plan or manifest that is malformed, past the bounds above or
 // not a regular file; mismatch_error (4) for a manifest of another plan or count, or files no
 // manifest lists; io_error (5) for a file missing, of another size or another digest. Nothing is
-// published on error. With the record of a killed finalize, finishes that one.
+// published on error. With the record of a killed finalize, finishes that one. With neither
+// OUT.partial/ nor a record, an OUT/ that is a folder holding files is the work done:
+// already_published, no error (so a retry loop on exit 6 ends).
 finalize_result finalize_partial(const std::string& out, bool verify, bool force);
 
 }  // namespace swavg

@@ -48,7 +48,14 @@ struct object_entry {
   const pickle_node* key = nullptr;  // the key and the value, in `document`
   const pickle_node* value = nullptr;
   std::string file;  // the file it was read from, for messages
+  // The name was changed (--strip-prefix, --layout averaged-model): a writer writes `name` as the
+  // key, a string, instead of `key`.
+  bool renamed = false;
+  bool string_key = true;  // the key is a str (state dicts' keys are; an int key is not renamed)
 };
+
+// Gives a string-keyed entry a new name; a non-string key (an int) keeps its own.
+void rename_entry(object_entry& e, std::string name);
 
 struct state_dict {
   std::string path;  // the file it came from
@@ -68,8 +75,16 @@ struct state_dict {
 
 namespace swavg {
 
-// Removes any of `prefixes` ("module.", "_orig_mod.") from the start of each tensor name, as often
-// as one matches. Throws input_error when two names become equal.
+// Leaves out every tensor and non-tensor entry named one of `paths` or under one ("optimizer" leaves
+// out "optimizer.state.0.exp_avg"). Throws usage_error naming the file when one of `paths` names
+// nothing in it (a misspelt --exclude would otherwise average what it meant to leave out).
+void exclude_entries(state_dict& sd, const std::vector<std::string>& paths);
+
+// Removes each of `prefixes`, in the order given and once each, from the start of every name that
+// starts with it: tensors, non-tensor entries (string keys) and the reported non-tensor entries, as
+// torch.nn.modules.utils.consume_prefix_in_state_dict_if_present does, called once per prefix
+// ("model.model.embed.weight" less "model." is "model.embed.weight"). A name equal to a prefix
+// keeps it. Throws input_error when two names become equal.
 void strip_prefixes(state_dict& sd, const std::vector<std::string>& prefixes);
 
 }  // namespace swavg

@@ -572,7 +572,7 @@ class UnsafeFileTest(AvgFnTest):
     def refused(self, option, path, code, *needles):
         out = self.path("out.pt")
         p = subprocess.run([SWAVG, "average", option, path, *self.inputs, "-o", out], capture_output=True, text=True,
-                           timeout=60)
+                           timeout=600)
         self.assertEqual(p.returncode, code, p.stderr)
         for needle in needles:
             self.assertIn(needle, p.stderr)

@@ -74,14 +74,14 @@ class BashCompletion(TempDirTest):
         program = ('source "$SWAVG_COMPLETION"; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMPREPLY=(); _swavg; '
                    'printf "%s\\n" "${COMPREPLY[@]}"')
         p = subprocess.run(["bash", "--norc", "--noprofile", "-c", program, "bash", *words], capture_output=True,
-                           text=True, cwd=self.tmp, timeout=60, env=dict(os.environ, SWAVG_COMPLETION=self.script_file))
+                           text=True, cwd=self.tmp, timeout=600, env=dict(os.environ, SWAVG_COMPLETION=self.script_file))
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stderr, "")
         return sorted(w for w in p.stdout.split("\n") if w)
 
     def test_registers_the_function_for_swavg(self):
         p = subprocess.run(["bash", "--norc", "--noprofile", "-c", 'source "$1"; complete -p swavg', "bash",
-                            self.script_file], capture_output=True, text=True, timeout=60)
+                            self.script_file], capture_output=True, text=True, timeout=600)
         self.assertEqual(p.stdout.strip(), "complete -F _swavg swavg")
 
     def test_subcommands(self):
@@ -144,7 +144,7 @@ class OtherShells(unittest.TestCase):
         if shutil.which(shell) is None:
             self.skipTest("%s is not installed" % shell)
         script = swavg("completion", shell).stdout
-        p = subprocess.run([shell, "-n"], input=script, capture_output=True, text=True, timeout=60)
+        p = subprocess.run([shell, "-n"], input=script, capture_output=True, text=True, timeout=600)
         self.assertEqual((p.returncode, p.stderr), (0, ""))
         for sub in subcommands():
             self.assertIn(sub, script)
@@ -171,7 +171,7 @@ class OtherShells(unittest.TestCase):
 
             def complete(line):
                 p = subprocess.run(["fish", "--no-config", "-c", "source %s; complete -C %s" % (path, shlex.quote(line))],
-                                   capture_output=True, text=True, timeout=60, cwd=tmp)
+                                   capture_output=True, text=True, timeout=600, cwd=tmp)
                 self.assertEqual(p.returncode, 0, p.stderr)
                 return sorted(candidate.split("\t")[0] for candidate in p.stdout.splitlines())
 
@@ -200,7 +200,7 @@ class ManPage(unittest.TestCase):
             raise unittest.SkipTest("man (man-db) is not installed")
         env = dict(os.environ, MANWIDTH="80", LC_ALL="C.UTF-8")
         p = subprocess.run(["man", "--warnings", "-l", MAN_PAGE], capture_output=True, text=True, env=env,
-                           timeout=60)
+                           timeout=600)
         cls.rendered, cls.warnings, cls.returncode = p.stdout, p.stderr, p.returncode
 
     def section(self, heading):

@@ -6,6 +6,7 @@ bfloat16 inputs and the averaged-model layout.
 Every expected value is computed here by PyTorch from the fixture files."""
 import json
 import os
+import shutil
 import unittest
 
 import torch
@@ -165,6 +166,28 @@ class EmaVsLerpTest(EmaTest):
         for k, v in first.items():
             if not v.is_floating_point():
                 self.assert_bits(got[k], v, k)
+
+
+class EmaStepOrderTest(EmaTest):
+    """A shell glob sorts ckpt_10 before ckpt_2; the EMA is over the steps in order all the same."""
+
+    def test_glob_order_is_step_order(self):
+        paths = run_paths("cnn")
+        named = []
+        for i, p in enumerate(paths):
+            named.append(self.path("ckpt_%d.pt" % (i * 5)))  # ckpt_0 ckpt_5 ckpt_10 ckpt_15 ...
+            shutil.copy(p, named[-1])
+        globbed = sorted(named)  # ckpt_0 ckpt_10 ckpt_15 ckpt_20 ckpt_25 ckpt_5
+        self.assertNotEqual(globbed, named)
+        sds = [state_dict_of(p) for p in paths]
+        decays = ema_decays(len(paths), 0.9)
+        got = self.ema("--decay", "0.9", *globbed)
+        for k in ("conv1.weight", "fc.bias"):
+            self.assert_bits(got[k], ema_fold([sd[k] for sd in sds], decays), k)
+        self.assert_bits(got["bn1.running_mean"], sds[-1]["bn1.running_mean"], "the latest step's buffer")
+        given = self.ema("--decay", "0.9", *globbed, "--sort", "none", out_name="given.pt")
+        globbed_sds = [state_dict_of(p) for p in globbed]
+        self.assert_bits(given["fc.bias"], ema_fold([sd["fc.bias"] for sd in globbed_sds], decays), "--sort none")
 
 
 class EmaRulesTest(EmaTest):

@@ -64,7 +64,7 @@ def save_as_trainer(obj, path):
 
 
 def wait_stopped(pid):
-    deadline = time.time() + 30
+    deadline = time.time() + 600  # a guard against a hang only: a busy machine is slow, not wrong
     while time.time() < deadline:
         with open("/proc/%d/stat" % pid) as f:
             if f.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):

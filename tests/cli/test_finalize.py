@@ -28,7 +28,7 @@ SHAPES = collections.OrderedDict([
 ])
 ARGS = ["--max-shard-size", "3KB"]  # 4 shards: {embed}, {block.0.weight}, {big}, {the rest}
 STEPS = ["locked", "checked", "temps", "index", "record", "manifest", "manifests", "plan", "renamed"]
-TIMEOUT = 60  # a finalize that hangs fails the test
+TIMEOUT = 600  # a finalize that hangs (blocked, using no CPU) fails the test
 
 
 def folder_bytes(path):
@@ -109,10 +109,25 @@ class KillTest(FinalizeTest):
                 r = run(["finalize", out + "/"])
                 self.assertEqual(r.returncode, 0, r.stderr)
                 self.assert_published(out)
-                again = run(["finalize", out + "/"])  # nothing left to do: refused, OUT untouched
-                self.assert_fails(again, 6, "does not exist")
+                again = run(["finalize", out + "/"])  # the work is done: exit 0 (a retry on 6 ends), OUT untouched
+                self.assertEqual(again.returncode, 0, again.stderr)
+                self.assertIn("published already", again.stderr)
                 self.assertEqual(folder_bytes(out), self.want)
                 shutil.rmtree(out)
+
+    def test_finalize_after_its_record_is_removed(self):
+        """Killed between removing its record and exiting: OUT/ published, nothing beside it. The
+        next finalize says so and exits 0 (--json: already_published); with no OUT/ at all it is 6."""
+        out = self.fresh("after")
+        self.assertEqual(run(["finalize", out + "/"]).returncode, 0)
+        again = run(["finalize", out + "/", "--json"])
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertEqual(json.loads(again.stdout), {"output": out + "/", "already_published": True})
+        self.assertEqual(folder_bytes(out), self.want)
+        nothing = run(["finalize", self.path("never") + "/"])
+        self.assert_fails(nothing, 6, "does not exist", "no worker has written its part")
+        os.makedirs(self.path("empty"))  # an empty folder is no published output
+        self.assert_fails(run(["finalize", self.path("empty") + "/"]), 6, "does not exist")
 
     def test_killed_finalize_with_force_over_an_old_folder(self):
         for step in ("index", "plan", "renamed"):
@@ -389,7 +404,7 @@ class HostileJobFileTest(FinalizeTest):
             path = os.path.join(out + ".partial", name)
             os.unlink(path)
             os.mkfifo(path)
-            p = run(["finalize", out + "/"], timeout=20)  # a hang raises TimeoutExpired
+            p = run(["finalize", out + "/"], timeout=TIMEOUT)  # a hang raises TimeoutExpired
             self.assert_fails(p, 3, path, "not a regular file")
             self.assert_unpublished(out)
 

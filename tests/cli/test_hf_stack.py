@@ -17,6 +17,7 @@ made without it.
 import glob
 import json
 import os
+import shutil
 import unittest
 import warnings
 
@@ -126,6 +127,12 @@ class HfStackTest(TempDirTest):
         with open(os.path.join(out, "config.json")) as a, open(os.path.join(inputs[-1], "config.json")) as b:
             self.assertEqual(a.read(), b.read())
         self.assert_safetensors_readable(out)
+        if shard == "40KB":  # the fixtures' size: the index is the one save_pretrained wrote, byte for byte
+            index = "%s.%s.index.json" % (stem, ext)
+            with open(os.path.join(out, index)) as a, open(os.path.join(inputs[-1], index)) as b:
+                written, want = a.read(), b.read()
+            self.assertIn("total_parameters", json.loads(want)["metadata"])  # transformers 5 writes it
+            self.assertEqual(written, want)
 
     def test_transformers_safetensors_folders(self):
         for kind in MODELS:
@@ -147,6 +154,33 @@ class HfStackTest(TempDirTest):
         swavg("average", *runs("llama", "st"), "-o", out)
         self.assertEqual(sorted(os.listdir(out)), ["config.json", "generation_config.json", "model.safetensors"])
         self.load_pretrained("AutoModelForCausalLM", out)
+
+    def test_weight_files_given_by_name_bring_their_folder(self):
+        """c0/model.safetensors c1/model.safetensors -o out/: the folder's config files come along, as
+        when the folders are given, and from_pretrained loads the output."""
+        inputs = []
+        for i, run in enumerate(runs("llama", "st")):
+            folder = self.path("single_%d" % i)
+            swavg("convert", run, "-o", folder + "/")  # one model.safetensors beside config.json
+            self.assertIn("model.safetensors", os.listdir(folder))
+            inputs.append(os.path.join(folder, "model.safetensors"))
+        out = self.path("by_name/")
+        swavg("average", *inputs, "-o", out)
+        self.assertEqual(sorted(os.listdir(out)), ["config.json", "generation_config.json", "model.safetensors"])
+        got = self.load_pretrained("AutoModelForCausalLM", out)
+        want = swa_models([self.load_pretrained("AutoModelForCausalLM", os.path.dirname(p)) for p in inputs])
+        self.assert_state_equal(got.state_dict(), want.state_dict(), "by name")
+
+    def test_total_parameters_left_out_when_the_tensors_differ(self):
+        """--exclude changes the tensors: the input index's total_parameters would be wrong, so the
+        output's index has total_size alone."""
+        inputs = runs("llama", "st")
+        out = self.path("fewer/")
+        swavg("average", *inputs, "-o", out, "--max-shard-size", "40KB", "--exclude", "lm_head")
+        with open(os.path.join(out, "model.safetensors.index.json")) as f:
+            index = json.load(f)
+        self.assertEqual(list(index["metadata"]), ["total_size"])
+        self.assertNotIn("lm_head.weight", index["weight_map"])
 
     def test_ema_is_get_ema_multi_avg_fn(self):
         inputs = runs("llama", "st")
@@ -225,6 +259,81 @@ class HfStackTest(TempDirTest):
 
     def test_diffusers_model_folders(self):
         self.check_unet("st")
+
+    def variant_inputs(self, variant, max_shard_size=None, also_plain=False):
+        """The unet runs saved again by diffusers with save_pretrained(variant=...)."""
+        from diffusers import UNet2DConditionModel
+        folders = []
+        for i, p in enumerate(runs("unet", "st")):
+            model = quiet(UNet2DConditionModel.from_pretrained, os.path.join(p, "unet"))
+            folder = self.path("%s_%s_%d/unet" % (variant, max_shard_size, i))
+            kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
+            model.save_pretrained(folder, variant=variant, **kwargs)
+            if also_plain:
+                model.save_pretrained(folder, **kwargs)
+            folders.append(folder)
+        return folders
+
+    def load_unet(self, folder, **kwargs):
+        from diffusers import UNet2DConditionModel
+        model, info = quiet(UNet2DConditionModel.from_pretrained, folder, output_loading_info=True, **kwargs)
+        for key in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+            self.assertFalse(info.get(key), "%s: %s %s" % (folder, key, info.get(key)))
+        return model
+
+    def test_diffusers_variant_folders_keep_their_variant(self):
+        """A folder of diffusion_pytorch_model.fp16.safetensors (one file, or shards and an index) is
+        read as that variant and written with it: from_pretrained(out, variant="fp16") loads it."""
+        try:
+            import diffusers  # noqa: F401
+        except ImportError:
+            self.skipTest("diffusers is not importable")
+        for shard in (None, "50KB"):
+            with self.subTest(max_shard_size=shard):
+                inputs = self.variant_inputs("fp16", shard)
+                out = self.path("variant_%s/unet/" % shard)
+                os.makedirs(os.path.dirname(out[:-1]))
+                args = ["--max-shard-size", shard] if shard else []
+                swavg("average", *[p + "/" for p in inputs], "-o", out, *args)
+                names = sorted(os.listdir(out))
+                if shard:
+                    self.assertIn("diffusion_pytorch_model.safetensors.index.fp16.json", names)
+                    self.assertTrue(any(n.startswith("diffusion_pytorch_model.fp16-00001-of-") for n in names), names)
+                else:
+                    self.assertEqual(names, ["config.json", "diffusion_pytorch_model.fp16.safetensors"])
+                got = self.load_unet(out, variant="fp16")
+                want = swa_models([self.load_unet(p, variant="fp16") for p in inputs])
+                self.assert_state_equal(got.state_dict(), want.state_dict(), "variant")
+                # Given by name, the file brings its folder and keeps the variant too.
+                by_name = self.path("variant_by_name_%s/unet/" % shard)
+                os.makedirs(os.path.dirname(by_name[:-1]))
+                files = [os.path.join(p, "diffusion_pytorch_model.safetensors.index.fp16.json" if shard
+                                      else "diffusion_pytorch_model.fp16.safetensors") for p in inputs]
+                swavg("average", *files, "-o", by_name, *args)
+                self.assertEqual(sorted(os.listdir(by_name)), names)
+
+    def test_diffusers_two_variants_and_no_plain_weights_are_refused(self):
+        try:
+            import diffusers  # noqa: F401
+        except ImportError:
+            self.skipTest("diffusers is not importable")
+        inputs = self.variant_inputs("fp16")
+        for p in inputs:
+            shutil.copy(os.path.join(p, "diffusion_pytorch_model.fp16.safetensors"),
+                        os.path.join(p, "diffusion_pytorch_model.bf16.safetensors"))
+        out = self.path("two/")
+        p = swavg("average", *inputs, "-o", out, check=False)
+        self.assertEqual(p.returncode, 3, p.stderr)
+        for needle in ("holds the weights of 2 variants", "bf16", "fp16", "diffusion_pytorch_model.bf16.safetensors"):
+            self.assertIn(needle, p.stderr)
+        self.assertIn("pass the file or index of the variant to average by name", p.stderr)
+        self.assertFalse(os.path.exists(out))
+        # Beside plain weights, the plain ones are read, as from_pretrained without variant= does.
+        plain = self.variant_inputs("fp16", also_plain=True)
+        out = self.path("plain/")
+        p = swavg("-v", "average", *plain, "-o", out)
+        self.assertEqual(sorted(os.listdir(out)), ["config.json", "diffusion_pytorch_model.safetensors"])
+        self.assertIn("holds the variant fp16 too", p.stderr)
 
     def test_diffusers_torch_folders(self):
         self.check_unet("bin")

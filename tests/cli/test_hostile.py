@@ -206,7 +206,7 @@ class HostileTest(unittest.TestCase):
                     "    U(io.BytesIO(sys.stdin.buffer.read())).load()\n"
                     "except Exception:\n"
                     "    pass\n")
-                subprocess.run([sys.executable, "-c", code], input=data, cwd=cwd, timeout=60,
+                subprocess.run([sys.executable, "-c", code], input=data, cwd=cwd, timeout=600,
                                capture_output=True)
                 marker = os.path.join(cwd, case["marker"])
                 for _ in range(50):  # subprocess.Popen's child may finish after Python exits

@@ -15,7 +15,7 @@ import torch
 
 from common import SWAVG, TempDirTest
 
-TIMEOUT_S = 60
+TIMEOUT_S = 600
 ODD_NAMES = ["#1.pt", "# notes.pt", " a.pt ", "a b.pt", "   ", "\tt.pt", "-dash.pt"]
 
 

@@ -470,7 +470,7 @@ class WorkersTest(ShardedOutputTest):
         partial = out + ".partial"
         proc = subprocess.Popen([SWAVG, "average", *paths, "-o", out + "/", *args, "--shard", "0/2"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 60
+        deadline = time.time() + 600
         while time.time() < deadline and proc.poll() is None:
             if os.path.isdir(partial) and any(".swavg-tmp-" in f for f in os.listdir(partial)):
                 break
