@@ -3,6 +3,8 @@
 #include <ATen/Functions.h>
 #include <catch2/catch.hpp>
 
+#include <torch/version.h>
+
 #include <cstring>
 #include <vector>
 
@@ -137,3 +139,80 @@ TEST_CASE("strided views are gathered as Tensor.contiguous does", "[native_kerne
     CHECK(same_bits(got, t.contiguous()));
   }
 }
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
+namespace {
+
+const dtype kFloat8s[] = {dtype::float8_e4m3fn, dtype::float8_e5m2, dtype::float8_e4m3fnuz, dtype::float8_e5m2fnuz,
+                          dtype::float8_e8m0fnu};
+
+// Every class of float32 bit pattern the 8-bit conversions round: all sign, exponent and top seven
+// mantissa bits, each with the low bits zero (ties), one, 0x8000 and 0xffff (around the ties), so
+// Inf, NaN, denormals and the saturation edges of every 8-bit type are in.
+at::Tensor float32_patterns() {
+  std::vector<uint32_t> bits;
+  for (uint32_t hi = 0; hi < (1u << 16); ++hi)
+    for (uint32_t lo : {0u, 1u, 0x8000u, 0xffffu}) bits.push_back(hi << 16 | lo);
+  return at::from_blob(bits.data(), {static_cast<int64_t>(bits.size())}, at::kInt).clone().view(at::kFloat);
+}
+
+// The 256 values of an 8-bit type.
+at::Tensor every_byte(dtype t) { return at::arange(0, 256, at::kInt).to(at::kByte).view(to_scalar_type(t)); }
+
+}  // namespace
+
+TEST_CASE("8-bit float conversions equal Tensor.to, from every float32 pattern class", "[native_kernels]") {
+  const at::Tensor f32 = float32_patterns();
+  for (dtype t : kFloat8s) {
+    INFO(dtype_name(t));
+    for (const at::Tensor& src :
+         {f32, awkward(100003, at::kDouble, 7), awkward(100003, at::kHalf, 8), awkward(100003, at::kBFloat16, 9)}) {
+      const at::Tensor expected = src.to(to_scalar_type(t));
+      at::Tensor got = at::empty_like(expected);
+      const dtype from = from_scalar_type(src.scalar_type(), "source");
+      INFO("from " << dtype_name(from));
+      REQUIRE(native_convert(from, src.data_ptr(), t, got.data_ptr(), src.numel()));
+      CHECK(same_bits(got, expected));
+    }
+    const at::Tensor bytes = every_byte(t);
+    // ATen's vector path keeps a NaN's payload into float16 (F16C), c10's scalar one does not:
+    // the 16-bit targets are checked on the values that are not NaN.
+    const at::Tensor u8 = bytes.view(at::kByte);
+    const at::Tensor numbers =
+        u8.masked_select(at::logical_not(at::isnan(bytes.to(at::kFloat)))).view(to_scalar_type(t));
+    for (dtype to : kFloats) {
+      const at::Tensor& src = itemsize(to) == 2 ? numbers : bytes;
+      const at::Tensor expected = src.to(to_scalar_type(to));
+      at::Tensor got = at::empty_like(expected);
+      INFO("to " << dtype_name(to));
+      REQUIRE(native_convert(t, src.data_ptr(), to, got.data_ptr(), src.numel()));
+      CHECK(same_bits(got, expected));
+    }
+    CHECK(count_nonfinite(t, bytes.data_ptr(), 256) ==
+          at::logical_not(at::isfinite(bytes.to(at::kFloat))).sum().item<int64_t>());
+  }
+}
+
+TEST_CASE("8-bit float inputs fold as their float32 values do", "[native_kernels]") {
+  for (dtype t : kFloat8s) {
+    const at::Tensor x = awkward(65, at::kFloat, 10).to(to_scalar_type(t));
+    const at::Tensor x32 = x.to(at::kFloat);
+    for (dtype acc : {dtype::float32, dtype::float64}) {
+      INFO(dtype_name(t) << " into " << dtype_name(acc));
+      const at::Tensor start = awkward(65, to_scalar_type(acc), 11);
+      at::Tensor expected = start.clone();
+      REQUIRE(native_swa_step(acc, expected.data_ptr(), dtype::float32, x32.data_ptr(), 65, 3));
+      at::Tensor got = start.clone();
+      REQUIRE(native_swa_step(acc, got.data_ptr(), t, misaligned(x).data(), 65, 3));
+      CHECK(same_bits(got, expected));
+      for (lerp_form form : {lerp_form::one_minus_w, lerp_form::w_minus_one}) {
+        at::Tensor want = start.clone();
+        REQUIRE(native_lerp_step(acc, want.data_ptr(), dtype::float32, x32.data_ptr(), 65, 0.7, form));
+        at::Tensor have = start.clone();
+        REQUIRE(native_lerp_step(acc, have.data_ptr(), t, x.data_ptr(), 65, 0.7, form));
+        CHECK(same_bits(have, want));
+      }
+    }
+  }
+}
+#endif

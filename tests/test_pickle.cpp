@@ -469,6 +469,50 @@ TEST_CASE("tensor rebuilds check their arguments", "[pickle]") {
   }
 }
 
+TEST_CASE("_rebuild_tensor_v3 takes its dtype from the torch global it names", "[pickle]") {
+  // As torch 2.14's torch.save writes a uint16 view: an UntypedStorage of 24 bytes, offset 3 (in
+  // uint16 elements), the dtype last.
+  const std::string head =
+      "\x80\x02"
+      "ctorch._utils\n_rebuild_tensor_v3\n(" +
+      "("s + binunicode("storage") + "ctorch.storage\nUntypedStorage\n" + binunicode("0") + binunicode("cpu") +
+      "K\x18tQ" +
+      "K\x03K\x05K\x01\x86K\x02K\x01\x86\x89"
+      "ccollections\nOrderedDict\n)R";
+  for (const auto& [name, type] :
+       std::vector<std::pair<std::string, dtype>>{{"uint16", dtype::uint16},
+                                                  {"uint64", dtype::uint64},
+                                                  {"float8_e4m3fn", dtype::float8_e4m3fn},
+                                                  {"float8_e8m0fnu", dtype::float8_e8m0fnu},
+                                                  {"float4_e2m1fn_x2", dtype::float4_e2m1fn_x2},
+                                                  {"bits4x2", dtype::bits4x2},
+                                                  {"float32", dtype::float32}}) {
+    INFO(name);
+    auto doc = parse(head + "ctorch\n" + name + "\ntR.");
+    const pickle_node* t = doc->root();
+    REQUIRE(t->kind == pickle_kind::tensor);
+    CHECK(t->tensor->type == type);
+    CHECK(t->tensor->storage.type == dtype::uint8);
+    CHECK(t->tensor->storage.untyped);
+    CHECK(t->tensor->storage.numel == 24);
+    CHECK(t->tensor->offset == 3);
+    CHECK(t->tensor->shape == std::vector<int64_t>{5, 1});
+    CHECK(t->tensor->strides == std::vector<int64_t>{2, 1});
+    CHECK(storage_class_of(t->tensor->storage) == "UntypedStorage"s);
+  }
+  // metadata, the optional eighth argument
+  CHECK(parse(head + "ctorch\nuint32\n}tR.")->root()->tensor->type == dtype::uint32);
+  CHECK(parse_error(head + "ctorch\nint4\ntR.").find("tensor dtype torch.int4 is not one torch.save writes") !=
+        std::string::npos);
+  CHECK(parse_error(head + "cos\nsystem\ntR.").find("tensor dtype os.system is not one torch.save writes") !=
+        std::string::npos);
+  CHECK(parse_error(head + binunicode("float32") + "tR.").find("tensor dtype is str, not a torch dtype") !=
+        std::string::npos);
+  CHECK(parse_error(head + "tR.").find("tensor rebuild takes 7 arguments, got 6") != std::string::npos);
+  CHECK(parse_error(head + "ctorch\nuint32\n}}tR.").find("tensor rebuild takes 7 arguments, got 9") !=
+        std::string::npos);
+}
+
 TEST_CASE("containers follow Python's semantics", "[pickle]") {
   // Duplicate keys keep the first position and the last value; True == 1 == 1.0.
   auto doc = parse("\x80\x02}(" + binunicode("a") + "K\x01" + binunicode("b") + "K\x02" + binunicode("a") +

@@ -526,3 +526,53 @@ TEST_CASE("plan: the resumed average is checked as one more input (extra, missin
     CHECK(plan_fold(c, inputs, &fewer).n == 5);
   }
 }
+
+TEST_CASE("plan: the new dtypes: unsigned as integers, 8-bit floats in float32, packed ones only whole",
+          "[plan][unit]") {
+  const std::vector<spec> specs = {{"w8", dtype::float8_e4m3fn},
+                                   {"scale", dtype::float8_e8m0fnu},
+                                   {"count", dtype::uint32, {}},
+                                   {"q", dtype::float4_e2m1fn_x2, {3}}};
+  const auto inputs = three_inputs(specs);
+  fold_config c;
+  c.rules = parse_rules(R"([{"match": "^q$", "action": "first"}])", "test");
+  const fold_plan plan = plan_fold(c, inputs, nullptr);
+  CHECK(outcome(plan, "w8").action == tensor_action::average);
+  CHECK(outcome(plan, "w8").accumulate_type == dtype::float32);
+  CHECK(outcome(plan, "w8").output_type == dtype::float8_e4m3fn);
+  CHECK(outcome(plan, "scale").accumulate_type == dtype::float32);
+  CHECK(outcome(plan, "count").action == tensor_action::latest);
+  CHECK(outcome(plan, "count").reason == "int");
+  CHECK(outcome(plan, "q").action == tensor_action::first);
+
+  c.accumulate = accumulate_policy::float64;
+  CHECK(outcome(plan_fold(c, inputs, nullptr), "w8").accumulate_type == dtype::float64);
+  c.accumulate = accumulate_policy::native;
+  CHECK_THROWS_WITH(plan_fold(c, inputs, nullptr),
+                    Catch::Contains("tensor 'w8' is float8_e4m3fn, in which PyTorch has no arithmetic") &&
+                        Catch::Contains("--accumulate float32 (the default) or float64"));
+  c.accumulate = accumulate_policy::automatic;
+  c.output_dtype = dtype::float32;  // 8-bit inputs written wider
+  CHECK(outcome(plan_fold(c, inputs, nullptr), "w8").output_type == dtype::float32);
+  c.output_dtype.reset();
+
+  // The packed tensor with no rule: --int is for integers, whichever way it points.
+  fold_config plain;
+  for (int_policy ints : {int_policy::latest, int_policy::first}) {
+    plain.ints = ints;
+    CHECK_THROWS_AS(plan_fold(plain, inputs, nullptr), usage_error);
+    CHECK_THROWS_WITH(plan_fold(plain, inputs, nullptr),
+                      Catch::Contains("tensor 'q' is float4_e2m1fn_x2 (two 4-bit floats packed in each byte") &&
+                          Catch::Contains(R"({"match": "q$", "action": "latest"})"));
+  }
+  fold_config averaged;
+  averaged.rules = parse_rules(R"([{"match": "^q$", "action": "average"}])", "test");
+  CHECK_THROWS_WITH(plan_fold(averaged, inputs, nullptr), Catch::Contains("as the rule '^q$' asks"));
+  // Unsigned integers averaged as the signed ones: SWA and EMA yes, weighted no.
+  averaged.rules =
+      parse_rules(R"([{"match": "^q$", "action": "drop"}, {"match": "^count$", "action": "average"}])", "test");
+  CHECK(outcome(plan_fold(averaged, inputs, nullptr), "count").action == tensor_action::average);
+  averaged.mode = fold_mode::weighted;
+  averaged.weights = {1, 1, 1};
+  CHECK_THROWS_WITH(plan_fold(averaged, inputs, nullptr), Catch::Contains("integer tensor 'count'"));
+}

@@ -262,10 +262,15 @@ TEST_CASE("rejects malformed files with a specific message", "[safetensors]") {
       {"NUL in a name", st_bytes(R"({"a\u0000b":)" + f32_4 + "}", 4), "tensor 'a\\x00b': name contains a NUL byte"},
       {"empty name", st_bytes(R"({"":)" + f32_4 + "}", 4), "empty name"},
       {"unknown dtype", st_bytes(R"({"w":)" + entry("F128", "[1]", 0, 4) + "}", 4), "tensor 'w': unknown dtype 'F128'"},
-      {"known but unsupported dtype", st_bytes(R"({"w":)" + entry("U16", "[2]", 0, 4) + "}", 4),
-       "tensor 'w': dtype U16 is not supported by swavg"},
-      {"unsupported F8", st_bytes(R"({"w":)" + entry("F8_E4M3", "[2]", 0, 2) + "}", 2),
-       "dtype F8_E4M3 is not supported by swavg"},
+      {"known dtype with no PyTorch dtype", st_bytes(R"({"w":)" + entry("F6_E2M3", "[4]", 0, 3) + "}", 3),
+       "tensor 'w': dtype F6_E2M3 (6-bit floats) has no PyTorch dtype, so swavg cannot read it"},
+      {"F4 ending inside a byte", st_bytes(R"({"w":)" + entry("F4", "[3]", 0, 2) + "}", 2),
+       "shape [3] x 4 bits = 12 bits, which does not end on a byte boundary"},
+      {"F4 with an odd last dimension", st_bytes(R"({"w":)" + entry("F4", "[2,3]", 0, 3) + "}", 3),
+       "tensor 'w': F4 shape [2, 3] has an odd last dimension"},
+      {"F4 0-dim", st_bytes(R"({"w":)" + entry("F4", "[]", 0, 0) + "}", 0), "4 bits, which does not end"},
+      {"F6 size", st_bytes(R"({"w":)" + entry("F6_E3M2", "[4]", 0, 4) + "}", 4),
+       "shape [4] x 6 bits = 3 bytes but data_offsets span 4 bytes"},
       {"shape and offsets disagree", st_bytes(R"({"fc.weight":)" + entry("F32", "[10,16]", 0, 600) + "}", 600),
        "tensor 'fc.weight': shape [10, 16] x 4 bytes = 640 bytes but data_offsets span 600 bytes"},
       {"overlapping ranges",
@@ -420,6 +425,61 @@ TEST_CASE("the Python reference checker rejects a mismatch", "[safetensors][fixt
   CHECK(run_python_check(path, kFixtures + "/st_shuffled.json", true) == 1);
 }
 
+TEST_CASE("every dtype safetensors 0.8 has is read as PyTorch's", "[safetensors]") {
+  struct row {
+    const char* name;
+    const char* shape;
+    uint64_t bytes;
+    dtype type;
+    std::vector<int64_t> view_shape;
+  };
+  const std::vector<row> rows = {
+      {"BOOL", "[2]", 2, dtype::bool_, {2}},
+      {"U8", "[2]", 2, dtype::uint8, {2}},
+      {"I8", "[2]", 2, dtype::int8, {2}},
+      {"F8_E5M2", "[2]", 2, dtype::float8_e5m2, {2}},
+      {"F8_E4M3", "[2]", 2, dtype::float8_e4m3fn, {2}},
+      {"F8_E8M0", "[2]", 2, dtype::float8_e8m0fnu, {2}},
+      {"F8_E4M3FNUZ", "[2]", 2, dtype::float8_e4m3fnuz, {2}},
+      {"F8_E5M2FNUZ", "[2]", 2, dtype::float8_e5m2fnuz, {2}},
+      {"I16", "[2]", 4, dtype::int16, {2}},
+      {"U16", "[2]", 4, dtype::uint16, {2}},
+      {"F16", "[2]", 4, dtype::float16, {2}},
+      {"BF16", "[2]", 4, dtype::bfloat16, {2}},
+      {"I32", "[2]", 8, dtype::int32, {2}},
+      {"U32", "[2]", 8, dtype::uint32, {2}},
+      {"F32", "[2]", 8, dtype::float32, {2}},
+      {"C64", "[2]", 16, dtype::complex64, {2}},
+      {"F64", "[2]", 16, dtype::float64, {2}},
+      {"I64", "[2]", 16, dtype::int64, {2}},
+      {"U64", "[2]", 16, dtype::uint64, {2}},
+      {"F4", "[3,4]", 6, dtype::float4_e2m1fn_x2, {3, 2}},  // two 4-bit values per element, along the last dim
+      {"F4", "[0,2]", 0, dtype::float4_e2m1fn_x2, {0, 1}},
+  };
+  temp_dir dir;
+  for (const auto& r : rows) {
+    INFO(r.name << " " << r.shape);
+    const std::string header = R"({"w":)" + entry(r.name, r.shape, 0, r.bytes) + "}";
+    auto c = read_safetensors(mapped_file::from_memory(st_bytes(header, r.bytes), "ok.safetensors"));
+    REQUIRE(c.tensors.size() == 1);
+    CHECK(c.tensors[0].view.type == r.type);
+    CHECK(c.tensors[0].view.shape == r.view_shape);
+    CHECK(c.tensors[0].view.nbytes() == r.bytes);
+    // written back under the same name and shape
+    const std::string path = dir.path + "/back.safetensors";
+    atomic_file out(path);
+    safetensors_writer w(out, {{"w", r.type, r.view_shape}}, {});
+    w.write(c.tensors[0].view.data(), r.bytes);
+    w.finish();
+    out.commit();
+    const std::string back = read_all(path);
+    const uint64_t n = load_le<uint64_t>(reinterpret_cast<const uint8_t*>(back.data()));
+    const json h = json::parse(back.substr(8, n));
+    CHECK(h["w"]["dtype"] == r.name);
+    CHECK(h["w"]["shape"].dump() == json::parse(r.shape).dump());
+  }
+}
+
 TEST_CASE("writer refuses what safetensors cannot hold", "[safetensors]") {
   temp_dir dir;
   atomic_file out(dir.path + "/w.safetensors");
@@ -433,8 +493,10 @@ TEST_CASE("writer refuses what safetensors cannot hold", "[safetensors]") {
       CHECK(std::string(e.what()).find(substring) != std::string::npos);
     }
   };
-  refuses({{"x", dtype::complex64, {2}}}, "safetensors cannot hold complex64 tensor 'x'");
   refuses({{"y", dtype::float32, {1}}, {"z", dtype::complex128, {}}}, "safetensors cannot hold complex128 tensor 'z'");
+  refuses({{"h", dtype::complex32, {2}}}, "safetensors cannot hold complex32 tensor 'h'");
+  refuses({{"b", dtype::bits8, {2}}}, "safetensors cannot hold bits8 tensor 'b'");
+  refuses({{"f", dtype::float4_e2m1fn_x2, {}}}, "the 0-dim float4_e2m1fn_x2 tensor 'f'");
   refuses({{"a", dtype::float32, {1}}, {"a", dtype::int8, {1}}}, "duplicate tensor name 'a'");
   refuses({{"", dtype::float32, {1}}}, "empty name");
   refuses({{"__metadata__", dtype::float32, {1}}}, "'__metadata__'");

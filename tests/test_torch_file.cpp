@@ -240,3 +240,61 @@ TEST_CASE("quoted_list cuts each name at 200 bytes and lists at most 20", "[torc
   CHECK(quoted_list(twenty_one) == quoted_list(twenty) + ", ... (21 in all)");
   CHECK(quoted_list({}) == "none");
 }
+
+TEST_CASE("dtypes without a storage class are written as torch 2.x writes them and read back", "[torch_file][save]") {
+  const std::string out = scratch_path("v3.pt");
+  const uint8_t data[8] = {1, 2, 3, 4, 5, 6, 7, 0xff};
+  const std::vector<dtype> types = {
+      dtype::uint16,           dtype::uint32,          dtype::uint64,          dtype::float8_e4m3fn,
+      dtype::float8_e5m2,      dtype::float8_e4m3fnuz, dtype::float8_e5m2fnuz, dtype::float8_e8m0fnu,
+      dtype::float4_e2m1fn_x2, dtype::complex32,       dtype::bits8,           dtype::bits16,
+      dtype::bits1x8,          dtype::bits2x4,         dtype::bits4x2,         dtype::float32};
+  std::vector<tensor_spec> specs;
+  for (dtype t : types) specs.push_back({dtype_name(t), t, {static_cast<int64_t>(8 / itemsize(t))}, std::nullopt});
+  {
+    tensor_sink sink(out, output_format::torch, specs, {});
+    for (size_t i = 0; i < types.size(); ++i) sink.write(data, sizeof data);
+    sink.commit();
+  }
+  state_dict back = read_torch_file(mapped_file::open(out), "");
+  REQUIRE(back.tensors.size() == types.size());
+  for (size_t i = 0; i < types.size(); ++i) {
+    INFO(dtype_name(types[i]));
+    CHECK(back.tensors[i].name == dtype_name(types[i]));
+    CHECK(back.tensors[i].view.type == types[i]);
+    CHECK(test::row_major_bytes(back.tensors[i].view) == std::string(reinterpret_cast<const char*>(data), 8));
+  }
+  // data.pkl names _rebuild_tensor_v3, torch.storage.UntypedStorage and each dtype, as torch.save does
+  const auto file = mapped_file::open(out);
+  const zip_reader zip = read_zip(*file);
+  const zip_entry& pkl = zip.stored(zip.root() + "/data.pkl");
+  const std::string text(reinterpret_cast<const char*>(zip.bytes(pkl)), pkl.size);
+  CHECK(text.find("torch._utils\n_rebuild_tensor_v3\n") != std::string::npos);
+  CHECK(text.find("torch.storage\nUntypedStorage\n") != std::string::npos);
+  CHECK(text.find("torch\nfloat8_e8m0fnu\n") != std::string::npos);
+  CHECK(text.find("torch\nFloatStorage\n") != std::string::npos);  // float32 stays _rebuild_tensor_v2
+  CHECK(text.find("torch\nfloat32\n") == std::string::npos);
+
+  // A uint16 view of a uint8 tensor's storage, as torch.save writes one: each with its own rebuild.
+  const std::string shared = scratch_path("v3_shared.pt");
+  {
+    atomic_file f(shared);
+    std::vector<named_tensor> tensors(2);
+    tensors[0].name = "bytes";
+    tensors[0].view = back.tensors.back().view;  // the float32 tensor's 8 bytes, as uint8
+    tensors[0].view.type = dtype::uint8;
+    tensors[0].view.shape = {8};
+    tensors[1].name = "halves";
+    tensors[1].view = tensors[0].view;
+    tensors[1].view.type = dtype::uint16;
+    tensors[1].view.shape = {3};
+    tensors[1].view.offset = 1;
+    write_torch_state_dict(f, tensors);
+    f.commit();
+  }
+  state_dict two = read_torch_file(mapped_file::open(shared), "");
+  REQUIRE(two.tensors.size() == 2);
+  CHECK(two.tensors[0].view.storage_key == two.tensors[1].view.storage_key);
+  CHECK(two.tensors[1].view.type == dtype::uint16);
+  CHECK(test::row_major_bytes(two.tensors[1].view) == std::string(reinterpret_cast<const char*>(data) + 2, 6));
+}

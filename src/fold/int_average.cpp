@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -13,13 +14,48 @@
 namespace swavg {
 namespace {
 
-// float32 to T as `Tensor.copy_` converts on x86-64: truncation; int64 out of range (and NaN) is
-// INT64_MIN (cvttss2si's answer), and the narrow types go through int64 and wrap.
+// float32 to a signed T as `Tensor.copy_` converts on x86-64: truncation; int64 out of range (and
+// NaN) is INT64_MIN (cvttss2si's answer), and the narrow types go through int64 and wrap.
 template <typename T>
 T from_float(float f) {
   constexpr float kTwo63 = 9223372036854775808.0f;
   const int64_t wide = (f >= -kTwo63 && f < kTwo63) ? static_cast<int64_t>(f) : INT64_MIN;
   return static_cast<T>(wide);
+}
+
+// cvttss2si into a signed integer of I's width: truncation, and I's minimum out of range or NaN.
+template <typename I>
+I truncate_to(float f) {
+  constexpr float kLimit = static_cast<float>(uint64_t{1} << (8 * sizeof(I) - 1));
+  return (f >= -kLimit && f < kLimit) ? static_cast<I>(f) : std::numeric_limits<I>::min();
+}
+
+// float32 to the unsigned types as torch 2.14's `Tensor.copy_` converts on x86-64 (c10 casts them
+// directly, which GCC compiles so; measured, scalar and vector paths alike): uint16 through a
+// 32-bit truncation, keeping its low bits; uint32 and uint64 truncated as unsigned, a value at
+// or past 2^(bits-1) offset by it first, so that out of range gives the low bits of
+// INT_MIN ^ INT_MIN and NaN INT_MIN's.
+template <>
+uint16_t from_float<uint16_t>(float f) {
+  return static_cast<uint16_t>(static_cast<uint32_t>(truncate_to<int32_t>(f)));
+}
+
+template <typename U, typename I>
+U unsigned_from_float(float f) {
+  constexpr float kHalf = static_cast<float>(uint64_t{1} << (8 * sizeof(U) - 1));
+  constexpr U kTop = U{1} << (8 * sizeof(U) - 1);
+  if (f >= kHalf) return static_cast<U>(static_cast<U>(truncate_to<I>(f - kHalf)) ^ kTop);
+  return static_cast<U>(truncate_to<I>(f));
+}
+
+template <>
+uint32_t from_float<uint32_t>(float f) {
+  return unsigned_from_float<uint32_t, int32_t>(f);
+}
+
+template <>
+uint64_t from_float<uint64_t>(float f) {
+  return unsigned_from_float<uint64_t, int64_t>(f);
 }
 
 // x - avg in T, wrapping as PyTorch's integer subtraction does.
@@ -57,6 +93,9 @@ void dispatch(dtype t, F&& f) {
     case dtype::int16: f(int16_t{}); return;
     case dtype::int8: f(int8_t{}); return;
     case dtype::uint8: f(uint8_t{}); return;
+    case dtype::uint16: f(uint16_t{}); return;
+    case dtype::uint32: f(uint32_t{}); return;
+    case dtype::uint64: f(uint64_t{}); return;
     default: throw std::logic_error(fmt::format("no integer average for dtype {}", dtype_name(t)));
   }
 }
@@ -65,7 +104,7 @@ void dispatch(dtype t, F&& f) {
 
 bool is_integer_average(const tensor_plan& p) {
   const dtype t = p.outcome.input_type;
-  return p.outcome.action == tensor_action::average && !is_floating(t) && !is_complex(t);
+  return p.outcome.action == tensor_action::average && !is_floating(t) && !is_complex(t) && !is_packed(t);
 }
 
 void integer_swa_step(dtype t, void* acc, const void* x, int64_t n, int64_t folded) {

@@ -8,7 +8,11 @@
  *                                                  get_ema_multi_avg_fn's integer branch and
  *                                                  get_ema_avg_fn, PyTorch 2.x)
  * then `avg.copy_(result)`: float32 to the integer dtype as c10 converts (through int64 for the
- * narrow types). n is the number of checkpoints already folded. Weighted folds have no such
+ * narrow signed types and uint8; uint16, uint32 and uint64 as torch 2.14 converts them on x86-64,
+ * see from_float). n is the number of checkpoints already folded. The unsigned types wider than
+ * uint8 follow the same rules: EMA is what torch 2.14's AveragedModel computes on them; its SWA
+ * fails there (PyTorch has no uint16-64 subtraction), so swavg computes the same formula, the
+ * difference wrapping in the unsigned dtype and converted to float32 rounding to nearest. Weighted folds have no such
  * counterpart, and bool tensors cannot be averaged (PyTorch refuses bool subtraction): the planner
  * refuses both.
  */
@@ -26,7 +30,7 @@ bool is_integer_average(const tensor_plan& p);
 // Folds p's sources (after its resumed average, if any) and writes the result in slices.
 void integer_average(const fold_config& c, const tensor_plan& p, const chunk_writer& write);
 
-// One step on n elements of dtype t (int8 to int64, uint8): acc = fold(acc, x) with `folded`
+// One step on n elements of dtype t (int8 to int64, uint8 to uint64): acc = fold(acc, x) with `folded`
 // checkpoints already in acc (folded >= 1) and, for EMA, `decay`. Exposed for the unit tests.
 void integer_swa_step(dtype t, void* acc, const void* x, int64_t n, int64_t folded);
 void integer_ema_step(dtype t, void* acc, const void* x, int64_t n, double decay);

@@ -18,6 +18,157 @@ namespace {
 using c10::BFloat16;
 using c10::Half;
 
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// The 8-bit floats' conversions, as c10 computes them (torch 2.14's
+// torch/headeronly/util/Float8_*.h, written out again here because Debian's LibTorch 1.13 has no
+// such header): to float32 exactly, from float32 rounding to nearest even. Out of range,
+// float8_e4m3fn saturates to +-448, float8_e5m2 goes to +-Inf, the fnuz types to their one NaN
+// (0x80); float8_e8m0fnu keeps a power of two (the exponent, rounded on the mantissa's top bits).
+float e4m3fn_to_float(uint8_t x) {
+  const uint32_t w = static_cast<uint32_t>(x) << 24;
+  const uint32_t sign = w & 0x80000000u;
+  const uint32_t nonsign = w & 0x7FFFFFFFu;
+  uint32_t renorm = nonsign != 0 ? static_cast<uint32_t>(__builtin_clz(nonsign)) : 32;
+  renorm = renorm > 4 ? renorm - 4 : 0;
+  const int32_t inf_nan_mask = (static_cast<int32_t>(nonsign + 0x01000000) >> 8) & INT32_C(0x7F800000);
+  const int32_t zero_mask = static_cast<int32_t>(nonsign - 1) >> 31;
+  return float_of(sign | ((((nonsign << renorm >> 4) + ((0x78 - renorm) << 23)) | static_cast<uint32_t>(inf_nan_mask)) &
+                          ~static_cast<uint32_t>(zero_mask)));
+}
+
+uint8_t e4m3fn_from_float(float f) {
+  constexpr uint32_t kMax = UINT32_C(1087) << 20;
+  constexpr uint32_t kDenorm = UINT32_C(141) << 23;
+  uint32_t b = bits_of(f);
+  const uint32_t sign = b & 0x80000000u;
+  b ^= sign;
+  uint8_t r;
+  if (b >= kMax) {
+    r = b > 0x7F800000u ? 0x7f : 0x7e;
+  } else if (b < (UINT32_C(121) << 23)) {
+    r = static_cast<uint8_t>(bits_of(float_of(b) + float_of(kDenorm)) - kDenorm);
+  } else {
+    const uint32_t odd = (b >> 20) & 1;
+    b += (static_cast<uint32_t>(7 - 127) << 23) + 0x7FFFF;
+    b += odd;
+    r = static_cast<uint8_t>(b >> 20);
+    if (r == 0x7f) r = 0x7e;
+  }
+  return static_cast<uint8_t>(r | (sign >> 24));
+}
+
+float e5m2_to_float(uint8_t x) { return static_cast<float>(Half(static_cast<uint16_t>(x << 8), Half::from_bits())); }
+
+uint8_t e5m2_from_float(float f) {
+  constexpr uint32_t kInf = UINT32_C(255) << 23;
+  constexpr uint32_t kMax = UINT32_C(143) << 23;
+  constexpr uint32_t kDenorm = UINT32_C(134) << 23;
+  uint32_t b = bits_of(f);
+  const uint32_t sign = b & 0x80000000u;
+  b ^= sign;
+  uint8_t r;
+  if (b >= kMax) {
+    r = b > kInf ? 0x7F : 0x7C;
+  } else if (b < (UINT32_C(113) << 23)) {
+    r = static_cast<uint8_t>(bits_of(float_of(b) + float_of(kDenorm)) - kDenorm);
+  } else {
+    const uint32_t odd = (b >> 21) & 1;
+    b += (static_cast<uint32_t>(15 - 127) << 23) + 0xFFFFF;
+    b += odd;
+    r = static_cast<uint8_t>(b >> 21);
+  }
+  return static_cast<uint8_t>(r | (sign >> 24));
+}
+
+// float8_e4m3fnuz (kExp 4, kMant 3) and float8_e5m2fnuz (5, 2).
+template <uint32_t kExp, uint32_t kMant>
+float fnuz_to_float(uint8_t x) {
+  if (x == 0) return 0.0f;
+  if (x == 0x80) return float_of(0x7F800001u);
+  uint32_t mantissa = x & ((1u << kMant) - 1);
+  uint32_t exponent = (x & 0x7Fu) >> kMant;
+  if (exponent == 0) {
+    const uint32_t renorm = static_cast<uint32_t>(__builtin_clz(mantissa));
+    const uint32_t sh = 1 + renorm - (32 - kMant);
+    mantissa <<= sh;
+    exponent += 1 - sh;
+    mantissa &= (1u << kMant) - 1;
+  }
+  exponent += (1u << 7) - (1u << (kExp - 1)) - 1;
+  mantissa <<= 23 - kMant;
+  return float_of((static_cast<uint32_t>(x >> 7) << 31) | (exponent << 23) | mantissa);
+}
+
+// kMaxExp: the float32 exponent at and past which the value is out of range; kDenormExp: the
+// magic exponent that rounds the small values into denormals; kNormalExp: where normals start.
+template <uint32_t kExp, uint32_t kMant, uint32_t kMaxExp, uint32_t kDenormExp, uint32_t kNormalExp>
+uint8_t fnuz_from_float(float f) {
+  constexpr uint32_t kMax = kMaxExp << 23;
+  constexpr uint32_t kDenorm = kDenormExp << 23;
+  constexpr uint32_t kShift = 23 - kMant;
+  uint32_t b = bits_of(f);
+  const uint32_t sign = b & 0x80000000u;
+  b ^= sign;
+  if (b >= kMax) return 0x80;
+  uint32_t r;
+  if (b < (kNormalExp << 23)) {
+    r = static_cast<uint8_t>(bits_of(float_of(b) + float_of(kDenorm)) - kDenorm);
+    if (r == 0) return 0;
+  } else {
+    const uint32_t odd = (b >> kShift) & 1;
+    b += ((static_cast<uint32_t>(1u << (kExp - 1)) - 127) << 23) + ((1u << (kShift - 1)) - 1);
+    b += odd;
+    r = static_cast<uint8_t>(b >> kShift);
+  }
+  return static_cast<uint8_t>(r | (sign >> 24));
+}
+
+uint8_t e4m3fnuz_from_float(float f) { return fnuz_from_float<4, 3, 0x87, 0x8C, 0x78>(f); }
+uint8_t e5m2fnuz_from_float(float f) { return fnuz_from_float<5, 2, 0x8F, 0x85, 0x70>(f); }
+
+float e8m0fnu_to_float(uint8_t x) {
+  if (x == 0) return float_of(0x00400000u);
+  if (x == 0xFF) return float_of(0x7f800001u);
+  return float_of(static_cast<uint32_t>(x) << 23);
+}
+
+uint8_t e8m0fnu_from_float(float f) {
+  const uint32_t b = bits_of(f);
+  uint32_t exponent = (b >> 23) & 0xFF;
+  if (exponent == 0xFF) return 0xFF;
+  const bool guard = (b & 0x400000) != 0, round = (b & 0x200000) != 0, sticky = (b & 0x1FFFFF) != 0;
+  if (guard && (round || sticky || exponent > 0)) ++exponent;
+  return static_cast<uint8_t>(exponent);
+}
+
+// An 8-bit float element: converts as c10's Float8 types do (from anything through float32).
+template <uint8_t (*kFrom)(float), float (*kTo)(uint8_t)>
+struct float8 {
+  uint8_t x;
+  float8() = default;
+  explicit float8(float f) : x(kFrom(f)) {}
+  template <typename T>
+  explicit float8(T v) : float8(static_cast<float>(v)) {}
+  operator float() const { return kTo(x); }
+};
+
+using e4m3fn = float8<e4m3fn_from_float, e4m3fn_to_float>;
+using e5m2 = float8<e5m2_from_float, e5m2_to_float>;
+using e4m3fnuz = float8<e4m3fnuz_from_float, fnuz_to_float<4, 3>>;
+using e5m2fnuz = float8<e5m2fnuz_from_float, fnuz_to_float<5, 2>>;
+using e8m0fnu = float8<e8m0fnu_from_float, e8m0fnu_to_float>;
+
 // Inputs come as bytes: a tensor read in place from a file (a DCP chunk inside its .distcp) need
 // not be aligned to its element size, so element i is loaded with memcpy (an unaligned load).
 using bytes_t = unsigned char;
@@ -76,6 +227,15 @@ constexpr auto nonfinite_f64 = nonfinite_bits<uint64_t, 0x7ff0000000000000ull>;
 constexpr auto nonfinite_f32 = nonfinite_bits<uint32_t, 0x7f800000u>;
 constexpr auto nonfinite_f16 = nonfinite_bits<uint16_t, 0x7c00u>;
 constexpr auto nonfinite_bf16 = nonfinite_bits<uint16_t, 0x7f80u>;
+
+// The 8-bit floats' NaN (and Inf) encodings, by predicate.
+template <typename pred>
+inline int64_t count_bytes(const void* data, int64_t n, pred is_bad) {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad += is_bad(p[i]);
+  return bad;
+}
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define SWAVG_AVX2_CLONES 1
@@ -158,19 +318,18 @@ bool with_float_input(dtype t, fn&& f) {
     case dtype::float64: f(type_tag<double>{}); return true;
     case dtype::float16: f(type_tag<Half>{}); return true;
     case dtype::bfloat16: f(type_tag<BFloat16>{}); return true;
+    case dtype::float8_e4m3fn: f(type_tag<e4m3fn>{}); return true;
+    case dtype::float8_e5m2: f(type_tag<e5m2>{}); return true;
+    case dtype::float8_e4m3fnuz: f(type_tag<e4m3fnuz>{}); return true;
+    case dtype::float8_e5m2fnuz: f(type_tag<e5m2fnuz>{}); return true;
+    case dtype::float8_e8m0fnu: f(type_tag<e8m0fnu>{}); return true;
     default: return false;
   }
 }
 
 template <typename to_t>
 bool convert_from(dtype from, const void* src, void* dst, int64_t n) {
-  switch (from) {
-    case dtype::float32: convert<to_t, float>(dst, src, n); return true;
-    case dtype::float64: convert<to_t, double>(dst, src, n); return true;
-    case dtype::float16: convert<to_t, Half>(dst, src, n); return true;
-    case dtype::bfloat16: convert<to_t, BFloat16>(dst, src, n); return true;
-    default: return false;
-  }
+  return with_float_input(from, [&](auto in) { convert<to_t, typename decltype(in)::type>(dst, src, n); });
 }
 
 }  // namespace
@@ -232,6 +391,11 @@ bool native_convert(dtype from, const void* src, dtype to, void* dst, int64_t n)
     case dtype::float64: return convert_from<double>(from, src, dst, n);
     case dtype::float16: return convert_from<Half>(from, src, dst, n);
     case dtype::bfloat16: return convert_from<BFloat16>(from, src, dst, n);
+    case dtype::float8_e4m3fn: return convert_from<e4m3fn>(from, src, dst, n);
+    case dtype::float8_e5m2: return convert_from<e5m2>(from, src, dst, n);
+    case dtype::float8_e4m3fnuz: return convert_from<e4m3fnuz>(from, src, dst, n);
+    case dtype::float8_e5m2fnuz: return convert_from<e5m2fnuz>(from, src, dst, n);
+    case dtype::float8_e8m0fnu: return convert_from<e8m0fnu>(from, src, dst, n);
     default: return false;
   }
 }
@@ -242,6 +406,11 @@ int64_t count_nonfinite(dtype t, const void* data, int64_t n) {
     case dtype::float64: return nonfinite_f64(static_cast<const uint64_t*>(data), n);
     case dtype::float16: return nonfinite_f16(static_cast<const uint16_t*>(data), n);
     case dtype::bfloat16: return nonfinite_bf16(static_cast<const uint16_t*>(data), n);
+    case dtype::float8_e4m3fn: return count_bytes(data, n, [](uint8_t x) { return (x & 0x7F) == 0x7F; });
+    case dtype::float8_e5m2: return count_bytes(data, n, [](uint8_t x) { return (x & 0x7C) == 0x7C; });
+    case dtype::float8_e4m3fnuz:
+    case dtype::float8_e5m2fnuz: return count_bytes(data, n, [](uint8_t x) { return x == 0x80; });
+    case dtype::float8_e8m0fnu: return count_bytes(data, n, [](uint8_t x) { return x == 0xFF; });
     case dtype::complex64: {  // a value counts once, however many of its parts are bad
       const uint32_t* p = static_cast<const uint32_t*>(data);
       int64_t bad = 0;

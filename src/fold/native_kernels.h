@@ -8,8 +8,10 @@
  *    `fma(w, x - avg, avg)` for |w| < 0.5 and otherwise `x - (x - avg) * (1 - w)` as one FMA
  *    (LibTorch 1.x) or `fma(w - 1, x - avg, x)` (2.x, which differs only in the sign of a zero).
  *    Which form the LibTorch in use computes is a run-time question (see lerp_form_for).
- *  - dtype conversions among float16, bfloat16, float32 and float64 as Tensor.to() does them (c10's
- *    own scalar conversions: round to nearest even; float64 to 16-bit goes through float32 as in c10).
+ *  - dtype conversions among float16, bfloat16, float32, float64 and the 8-bit floats (float8_e4m3fn,
+ *    e5m2, e4m3fnuz, e5m2fnuz, e8m0fnu) as Tensor.to() does them (c10's own scalar conversions:
+ *    round to nearest even; float64 to 16-bit and 8-bit goes through float32 as in c10). An 8-bit
+ *    float input widens exactly, as a 16-bit one does.
  * Loops are also compiled for AVX2 and picked at run time; std::fma is correctly rounded on either.
  * The 16-bit types are c10's header-only Half and BFloat16 (their conversions are the ones to
  * match): the one LibTorch include outside src/libtorch/, and no LibTorch library is linked for it.
@@ -41,8 +43,8 @@ bool cpu_has_avx2_fma();
 // In each kernel the input (x, src) need not be aligned to its element size (a tensor read in
 // place from inside a file); acc and dst must be.
 
-// acc[i] += (x[i] - acc[i]) / divisor, acc float32 or float64, x float16, bfloat16, float32 or
-// float64 (widened exactly; float64 into float32 is refused: ATen would round it once, not twice).
+// acc[i] += (x[i] - acc[i]) / divisor, acc float32 or float64, x float16, bfloat16, float32,
+// float64 or an 8-bit float (widened exactly; float64 into float32 is refused: ATen would round it once, not twice).
 // Returns false, doing nothing, for other dtypes.
 bool native_swa_step(dtype acc_type, void* acc, dtype x_type, const void* x, int64_t n, int64_t divisor);
 
@@ -51,10 +53,11 @@ bool native_swa_step(dtype acc_type, void* acc, dtype x_type, const void* x, int
 bool native_lerp_step(dtype acc_type, void* acc, dtype x_type, const void* x, int64_t n, double weight, lerp_form form);
 
 // dst = src converted, as Tensor.to(); any dtype to itself (a copy), and among float16, bfloat16,
-// float32 and float64. Returns false for other pairs.
+// float32, float64 and the 8-bit floats. Returns false for other pairs.
 bool native_convert(dtype from, const void* src, dtype to, void* dst, int64_t n);
 
-// NaN and Inf values (complex: either part); 0 for integer and bool types.
+// NaN and Inf values (complex: either part; the 8-bit floats' NaN and Inf encodings); 0 for
+// integer, bool and packed types.
 int64_t count_nonfinite(dtype t, const void* data, int64_t n);
 
 }  // namespace swavg

@@ -203,6 +203,35 @@ void check_integer_average(const fold_config& c, const tensor_outcome& o) {
         o.name, why, last));
 }
 
+// A packed tensor (float4_e2m1fn_x2, complex32, bits*) is taken from one checkpoint only when a rule
+// or --buffers says so: --int is for integers, and nothing can average it.
+void check_packed(const tensor_outcome& o) {
+  if (!is_packed(o.input_type) || (o.action != tensor_action::average && o.reason != "int")) return;
+  const auto dot = o.name.rfind('.');
+  const std::string last = dot == std::string::npos ? o.name : o.name.substr(dot + 1);
+  throw usage_error(fmt::format(
+      "tensor '{}' is {} ({}), so swavg cannot average it{}; convert the checkpoints to a dtype PyTorch computes "
+      "in, or take it from one checkpoint with a rule such as {{\"match\": \"{}$\", \"action\": \"latest\"}} "
+      "(or \"first\", \"drop\")",
+      o.name, dtype_name(o.input_type), packed_reason(o.input_type),
+      o.action == tensor_action::average
+          ? fmt::format(" as {} asks",
+                        o.reason == "rule" ? fmt::format("the rule '{}'", o.rule) : std::string("--buffers average"))
+          : std::string(" (and --int is for integer tensors)"),
+      last));
+}
+
+// The 8-bit floats have no arithmetic in PyTorch: they are averaged in a float32 or float64
+// accumulator only.
+void check_float8_accumulator(const tensor_outcome& o) {
+  if (o.action != tensor_action::average || !is_float8(o.accumulate_type)) return;
+  throw usage_error(
+      fmt::format("tensor '{}' is {}, in which PyTorch has no arithmetic, so it cannot be averaged in its own dtype "
+                  "(--accumulate native, or --avg-fn without --accumulate); use --accumulate float32 (the default) "
+                  "or float64",
+                  o.name, dtype_name(o.input_type)));
+}
+
 void decide(const fold_config& c, const kind_oracle& kinds, tensor_plan& p) {
   tensor_outcome& o = p.outcome;
   o.name = p.name;
@@ -210,8 +239,10 @@ void decide(const fold_config& c, const kind_oracle& kinds, tensor_plan& p) {
   o.buffer = kinds.is_buffer(p.name);
   const bool numeric = is_floating(o.input_type) || is_complex(o.input_type);
   choose_action(c, numeric, p, match_rule(c.rules, p.name));
+  check_packed(o);
   if (!numeric && o.action == tensor_action::average) check_integer_average(c, o);
   o.accumulate_type = o.action == tensor_action::average ? accumulator_for(o.input_type, c.accumulate) : o.input_type;
+  check_float8_accumulator(o);
   o.output_type = written_type(c, o.input_type);
   o.count = p.resumed_count + static_cast<int64_t>(p.sources.size());
 }
@@ -221,7 +252,8 @@ void decide(const fold_config& c, const kind_oracle& kinds, tensor_plan& p) {
 dtype accumulator_for(dtype t, accumulate_policy p) {
   if (!is_floating(t)) return t;
   switch (p) {
-    case accumulate_policy::automatic: return (t == dtype::float16 || t == dtype::bfloat16) ? dtype::float32 : t;
+    case accumulate_policy::automatic:
+      return (t == dtype::float16 || t == dtype::bfloat16 || is_float8(t)) ? dtype::float32 : t;
     case accumulate_policy::native: return t;
     case accumulate_policy::float32: return t == dtype::float64 ? t : dtype::float32;
     case accumulate_policy::float64: return dtype::float64;

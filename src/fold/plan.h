@@ -9,9 +9,12 @@
  *   4. buffers with --buffers latest: taken from the latest checkpoint, else
  *   5. averaged.
  * An integer tensor averaged (by 1 or 2) is averaged as AveragedModel averages it (int_average.h);
- * a bool one, or one in a weighted fold, is a usage_error.
- * Averaged tensors accumulate in float32 for 16-bit inputs and in their own dtype otherwise
- * (--accumulate), and are written in the input's dtype (--output-dtype).
+ * a bool one, or one in a weighted fold, is a usage_error. A packed tensor (float4_e2m1fn_x2,
+ * complex32, bits*: dtype.h) is a usage_error unless a rule or --buffers takes it from one
+ * checkpoint (or drops it).
+ * Averaged tensors accumulate in float32 for 16-bit and 8-bit float inputs and in their own dtype
+ * otherwise (--accumulate; an 8-bit float accumulator is a usage_error), and are written in the
+ * input's dtype (--output-dtype), rounded once.
  *
  * plan_fold is pure: it reads names, shapes and dtypes only, never a tensor's bytes. Before
  * planning, every input is checked against the others and the resumed average; every difference

@@ -130,12 +130,12 @@ class legacy_reader {
     const int64_t elements = load_le<int64_t>(file_->data() + pos_);
     if (elements < 0 || static_cast<uint64_t>(elements) != s.numel)
       throw input_error(fmt::format("{}: {}: the file gives {} elements at byte {}, the object declares {} ({})", path_,
-                                    what, elements, pos_, s.numel, storage_class_name(s.type)));
+                                    what, elements, pos_, s.numel, storage_class_of(s)));
     const uint64_t at = pos_ + kCountBytes;
     const auto bytes = checked_mul(s.numel, itemsize(s.type));
     if (!bytes || !range_inside(at, *bytes, size))
       throw input_error(fmt::format("{}: {}: {} elements of {} need {} bytes at byte {}, the file has {} left", path_,
-                                    what, s.numel, storage_class_name(s.type),
+                                    what, s.numel, storage_class_of(s),
                                     bytes ? std::to_string(*bytes) : std::string("more than 2^64"), at, size - at));
     records_[s.key] = storage_record{fmt::format("storage '{}' (at byte {})", s.key, at), file_->data() + at, *bytes};
     pos_ = at + *bytes;

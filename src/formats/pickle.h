@@ -8,6 +8,9 @@
  *   builtins.bytes/bytearray, _codecs.encode(text, "latin1") -> bytes (protocols 0-2 write bytes so)
  *   torch._utils._rebuild_tensor_v2, _rebuild_tensor, _rebuild_parameter,
  *   _rebuild_parameter_with_state                     -> tensor
+ *   torch._utils._rebuild_tensor_v3(storage, offset, size, stride, requires_grad, hooks, dtype
+ *   [, metadata]), as torch.save writes the dtypes with no typed storage (uint16, float8, ...)
+ *   over an UntypedStorage; dtype a torch.<name> global -> tensor of that dtype
  *   torch._tensor._rebuild_from_type_v2(rebuild, new_type, args, state), as torch.save writes a
  *   tensor subclass, with one of the rebuilds above    -> tensor (new_type's name kept as `subclass`)
  *   torch.<X>Storage as a persistent-id argument       -> storage
@@ -44,14 +47,21 @@ namespace swavg {
 struct pickle_node;
 
 struct pickle_storage_ref {
-  std::string key;  // record name under data/ ("0", "1", ...)
-  dtype type = dtype::float32;
-  std::string location;  // "cpu", "cuda:0", ...
-  uint64_t numel = 0;    // elements of `type` as declared in the persistent id
+  std::string key;              // record name under data/ ("0", "1", ...)
+  dtype type = dtype::float32;  // uint8 for an UntypedStorage
+  bool untyped = false;         // torch.UntypedStorage: numel counts bytes
+  std::string location;         // "cpu", "cuda:0", ...
+  uint64_t numel = 0;           // elements of `type` as declared in the persistent id
 };
+
+// The storage's class as the file names it: "FloatStorage", "UntypedStorage", ...
+inline const char* storage_class_of(const pickle_storage_ref& s) {
+  return s.untyped ? "UntypedStorage" : storage_class_name(s.type);
+}
 
 struct pickle_tensor_ref {
   pickle_storage_ref storage;
+  dtype type = dtype::float32;  // the storage's (_rebuild_tensor_v2) or the one named (_rebuild_tensor_v3)
   int64_t offset = 0;
   std::vector<int64_t> shape;
   std::vector<int64_t> strides;

@@ -27,18 +27,41 @@ constexpr uint64_t kMaxElements = uint64_t{1} << 62;  // as check_view_bounds al
 constexpr const char* kMetadataKey = "__metadata__";
 constexpr int kMaxJsonDepth = 128;  // serde_json's recursion limit, which the reference inherits
 
+// safetensors 0.8's dtypes, every one; sizes in bits (F4 and F6 pack several values in a byte).
 struct known_dtype {
   const char* name;
-  size_t size;
-  std::optional<dtype> type;  // nullopt: valid safetensors, but swavg has no such dtype
+  size_t bits;
+  std::optional<dtype> type;  // nullopt: valid safetensors, but PyTorch (and swavg) has no such dtype
 };
 
 const known_dtype kKnownDtypes[] = {
-    {"BOOL", 1, dtype::bool_}, {"U8", 1, dtype::uint8},      {"I8", 1, dtype::int8},       {"I16", 2, dtype::int16},
-    {"U16", 2, std::nullopt},  {"F16", 2, dtype::float16},   {"BF16", 2, dtype::bfloat16}, {"I32", 4, dtype::int32},
-    {"U32", 4, std::nullopt},  {"F32", 4, dtype::float32},   {"F64", 8, dtype::float64},   {"I64", 8, dtype::int64},
-    {"U64", 8, std::nullopt},  {"F8_E4M3", 1, std::nullopt}, {"F8_E5M2", 1, std::nullopt},
+    {"BOOL", 8, dtype::bool_},
+    {"F4", 4, dtype::float4_e2m1fn_x2},  // two per float4_e2m1fn_x2 element, along the last dimension
+    {"F6_E2M3", 6, std::nullopt},
+    {"F6_E3M2", 6, std::nullopt},
+    {"U8", 8, dtype::uint8},
+    {"I8", 8, dtype::int8},
+    {"F8_E5M2", 8, dtype::float8_e5m2},
+    {"F8_E4M3", 8, dtype::float8_e4m3fn},
+    {"F8_E8M0", 8, dtype::float8_e8m0fnu},
+    {"F8_E4M3FNUZ", 8, dtype::float8_e4m3fnuz},
+    {"F8_E5M2FNUZ", 8, dtype::float8_e5m2fnuz},
+    {"I16", 16, dtype::int16},
+    {"U16", 16, dtype::uint16},
+    {"F16", 16, dtype::float16},
+    {"BF16", 16, dtype::bfloat16},
+    {"I32", 32, dtype::int32},
+    {"U32", 32, dtype::uint32},
+    {"F32", 32, dtype::float32},
+    {"C64", 64, dtype::complex64},
+    {"F64", 64, dtype::float64},
+    {"I64", 64, dtype::int64},
+    {"U64", 64, dtype::uint64},
 };
+
+// F4's shape counts 4-bit values; torch's float4_e2m1fn_x2 counts bytes of two (safetensors'
+// torch.py doubles the last dimension when it saves one).
+constexpr int64_t kF4PerElement = 2;
 
 const known_dtype* find_dtype(const std::string& name) {
   for (const auto& d : kKnownDtypes)
@@ -215,11 +238,15 @@ entry parse_entry(const header_parser& p, const std::string& name, const json& v
 
   uint64_t numel = 1;
   for (int64_t dim : e.shape) numel *= static_cast<uint64_t>(dim);  // bounded by kMaxElements
-  auto nbytes = checked_mul(numel, e.type->size);
-  const std::string product = fmt::format("shape {} x {} bytes", shape_string(e.shape), e.type->size);
-  if (!nbytes) p.fail(fmt::format("{}{} overflows", where, product));
-  if (*nbytes != e.end - e.begin)
-    p.fail(fmt::format("{}{} = {} bytes but data_offsets span {} bytes", where, product, *nbytes, e.end - e.begin));
+  auto bits = checked_mul(numel, e.type->bits);
+  const std::string product = e.type->bits % 8 == 0
+                                  ? fmt::format("shape {} x {} bytes", shape_string(e.shape), e.type->bits / 8)
+                                  : fmt::format("shape {} x {} bits", shape_string(e.shape), e.type->bits);
+  if (!bits) p.fail(fmt::format("{}{} overflows", where, product));
+  if (*bits % 8 != 0)
+    p.fail(fmt::format("{}{} = {} bits, which does not end on a byte boundary", where, product, *bits));
+  if (*bits / 8 != e.end - e.begin)
+    p.fail(fmt::format("{}{} = {} bytes but data_offsets span {} bytes", where, product, *bits / 8, e.end - e.begin));
   return e;
 }
 
@@ -310,12 +337,21 @@ safetensors_content read_safetensors(const std::shared_ptr<const mapped_file>& f
   out.tensors.reserve(entries.size());
   for (const auto& e : entries) {
     if (!e.type->type)
-      p.fail(fmt::format("tensor {}: dtype {} is not supported by swavg", quote_name(e.name), e.type->name));
+      p.fail(fmt::format("tensor {}: dtype {} ({}-bit floats) has no PyTorch dtype, so swavg cannot read it",
+                         quote_name(e.name), e.type->name, e.type->bits));
     named_tensor t;
     t.name = e.name;
     t.view.type = *e.type->type;
     t.view.shape = e.shape;
-    t.view.strides = contiguous_strides(e.shape);
+    if (t.view.type == dtype::float4_e2m1fn_x2) {
+      if (e.shape.empty() || e.shape.back() % kF4PerElement != 0)
+        p.fail(
+            fmt::format("tensor {}: F4 shape {} has {} last dimension; PyTorch's float4_e2m1fn_x2 holds two "
+                        "values per byte along it, so swavg cannot read it",
+                        quote_name(e.name), shape_string(e.shape), e.shape.empty() ? "no" : "an odd"));
+      t.view.shape.back() /= kF4PerElement;
+    }
+    t.view.strides = contiguous_strides(t.view.shape);
     t.view.offset = 0;
     t.view.storage = base + e.begin;
     t.view.storage_bytes = e.end - e.begin;
@@ -357,7 +393,20 @@ std::string writer_header(const std::string& path, const std::vector<safetensors
     if (!valid_utf8(s.name)) fail(fmt::format("tensor name {} is not valid UTF-8", quote_name(s.name)));
     if (!names.insert(s.name).second) fail("duplicate tensor name " + quote_name(s.name));
     const char* type = safetensors_dtype_name(s.type);
-    if (!type) fail(fmt::format("safetensors cannot hold {} tensor {}", dtype_name(s.type), quote_name(s.name)));
+    if (!type)
+      fail(
+          fmt::format("safetensors cannot hold {} tensor {} (safetensors 0.8 has no such dtype); write --format "
+                      "torch instead",
+                      dtype_name(s.type), quote_name(s.name)));
+    std::vector<int64_t> shape = s.shape;
+    if (s.type == dtype::float4_e2m1fn_x2) {
+      if (shape.empty())
+        fail(
+            fmt::format("safetensors cannot hold the 0-dim float4_e2m1fn_x2 tensor {} (F4 counts the two values "
+                        "along the last dimension); write --format torch instead",
+                        quote_name(s.name)));
+      shape.back() *= kF4PerElement;
+    }
     std::optional<uint64_t> nbytes = itemsize(s.type);
     for (int64_t dim : s.shape) {
       if (dim < 0)
@@ -368,7 +417,7 @@ std::string writer_header(const std::string& path, const std::vector<safetensors
     if (!end) fail(fmt::format("tensor {} of shape {} is too large", quote_name(s.name), shape_string(s.shape)));
     if (text.size() > 1) text += ',';
     text += nlohmann::json(s.name).dump();
-    text += fmt::format(":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}", type, fmt::join(s.shape, ","),
+    text += fmt::format(":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}", type, fmt::join(shape, ","),
                         expected, *end);
     expected = *end;
   }

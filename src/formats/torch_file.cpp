@@ -301,7 +301,7 @@ tensor_view torch_storage_reader::view_of(const std::string& what, const pickle_
     auto expected = checked_mul(s.numel, itemsize(s.type));
     if (!expected || *expected != r.size)
       throw input_error(fmt::format("{}: {}: {} holds {} bytes but its {} of {} elements needs {}", path, what, r.name,
-                                    r.size, storage_class_name(s.type), s.numel,
+                                    r.size, storage_class_of(s), s.numel,
                                     expected ? std::to_string(*expected) : std::string("more than 2^64")));
     it = checked_.emplace(s.key, std::make_pair(s.type, std::move(r))).first;
   } else if (it->second.first != s.type) {
@@ -313,11 +313,13 @@ tensor_view torch_storage_reader::view_of(const std::string& what, const pickle_
     throw input_error(fmt::format("{}: {}: storage '{}' is declared with {} elements here but {} elsewhere", path, what,
                                   s.key, s.numel, it->second.second.size / itemsize(s.type)));
   }
-  const std::string bounds = check_view_bounds(t.shape, t.strides, t.offset, s.numel);
-  if (!bounds.empty()) throw input_error(fmt::format("{}: {} {}", path, what, bounds));
   const storage_record& r = it->second.second;
+  // A _rebuild_tensor_v3 tensor reads its storage's bytes as its own dtype, as Tensor.set_ does:
+  // the whole elements of that dtype the bytes hold.
+  const std::string bounds = check_view_bounds(t.shape, t.strides, t.offset, r.size / itemsize(t.type));
+  if (!bounds.empty()) throw input_error(fmt::format("{}: {} {}", path, what, bounds));
   tensor_view v;
-  v.type = s.type;
+  v.type = t.type;
   v.shape = t.shape;
   v.strides = t.strides;
   v.offset = t.offset;

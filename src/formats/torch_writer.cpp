@@ -184,7 +184,7 @@ torch_writer::~torch_writer() = default;
 
 std::string torch_writer::begin_storage(dtype type, uint64_t nbytes) {
   std::string key = std::to_string(next_key_++);
-  storages_[key] = storage_info{type, nbytes / itemsize(type)};
+  storages_[key] = storage_info{type, nbytes};
   zip_->begin_record(kArchiveRoot + std::string("data/") + key, nbytes);
   return key;
 }
@@ -193,14 +193,16 @@ void torch_writer::write(const void* data, uint64_t size) { zip_->write(data, si
 void torch_writer::end_storage() { zip_->end_record(); }
 
 void torch_writer::add_tensor(const std::string& name, const std::string& storage_key, int64_t offset,
-                              const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+                              const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
+                              std::optional<dtype> type) {
   auto it = storages_.find(storage_key);
   if (it == storages_.end())
     throw error(exit_code::internal,
                 fmt::format("torch_writer: tensor '{}' refers to unknown storage {}", name, storage_key));
-  std::string bounds = check_view_bounds(shape, strides, offset, it->second.numel);
+  const dtype t = type.value_or(it->second.type);
+  std::string bounds = check_view_bounds(shape, strides, offset, it->second.nbytes / itemsize(t));
   if (!bounds.empty()) throw error(exit_code::internal, fmt::format("torch_writer: tensor '{}' {}", name, bounds));
-  tensors_.push_back(tensor_info{name, storage_key, offset, shape, strides});
+  tensors_.push_back(tensor_info{name, storage_key, t, offset, shape, strides});
 }
 
 void torch_writer::add_objects(const std::vector<object_entry>& objects) {
@@ -223,15 +225,21 @@ std::string torch_writer::pickle_state_dict() const {
     p.mark();
     for (const auto& t : tensors_) {
       const storage_info& s = storages_.at(t.storage_key);
+      // As torch.save: a typed storage and _rebuild_tensor_v2 where the dtype has a storage class
+      // (and fills it with whole elements), else an UntypedStorage of bytes and _rebuild_tensor_v3.
+      const bool v3 = needs_rebuild_v3(t.type) || s.nbytes % itemsize(t.type) != 0;
       p.string(t.name);
-      p.global("torch._utils", "_rebuild_tensor_v2");
+      p.global("torch._utils", v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2");
       p.mark();
       p.mark();
       p.string("storage");
-      p.global("torch", storage_class_name(s.type));
+      if (v3)
+        p.global("torch.storage", "UntypedStorage");
+      else
+        p.global("torch", storage_class_name(t.type));
       p.string(t.storage_key);
       p.string("cpu");
-      p.integer(static_cast<int64_t>(s.numel));
+      p.integer(static_cast<int64_t>(v3 ? s.nbytes : s.nbytes / itemsize(t.type)));
       p.tuple_from_mark();
       p.binpersid();
       p.integer(t.offset);
@@ -239,6 +247,7 @@ std::string torch_writer::pickle_state_dict() const {
       p.int_tuple(t.strides);
       p.boolean(false);
       p.empty_ordered_dict();
+      if (v3) p.global("torch", dtype_name(t.type));
       p.tuple_from_mark();
       p.reduce();
     }
@@ -275,7 +284,7 @@ void write_torch_state_dict(atomic_file& out, const std::vector<named_tensor>& t
       writer.end_storage();
       it = written.emplace(id, key).first;
     }
-    writer.add_tensor(t.name, it->second, v.offset, v.shape, v.strides);
+    writer.add_tensor(t.name, it->second, v.offset, v.shape, v.strides, v.type);
   }
   for (const auto& [name, bytes] : extra_records) writer.add_record(name, bytes);
   writer.finish();

@@ -6,15 +6,18 @@
  * aligned); data.pkl, version and byteorder follow; then the central directory. data.pkl is pickle
  * protocol 2 as torch.save writes it: collections.OrderedDict rebuilt through
  * torch._utils._rebuild_tensor_v2 with persistent ids ('storage', torch.<X>Storage, key, 'cpu',
- * numel). Tensors may share a storage and carry any offset and strides, so shared storages and
- * views stay shared. Non-tensor entries (`object_entry`, read from an input's data.pkl) follow the
- * tensors in the same dict, emitted again as the pickle data they were read from.
+ * numel), or, for the dtypes with no storage class (uint16, float8, float4, ...), as torch 2.x
+ * writes them: _rebuild_tensor_v3 over ('storage', torch.storage.UntypedStorage, key, 'cpu',
+ * nbytes) with the dtype (torch.<name>) as its last argument. Tensors may share a storage and carry any offset and
+ * strides, so shared storages and views stay shared. Non-tensor entries (`object_entry`, read from an input's data.pkl)
+ * follow the tensors in the same dict, emitted again as the pickle data they were read from.
  */
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <string>
 #include <vector>
@@ -37,9 +40,11 @@ class torch_writer {
   void write(const void* data, uint64_t size);
   void end_storage();
 
-  // Adds a tensor over a storage already written (or being written).
+  // Adds a tensor over a storage already written (or being written), of `type` (default: the
+  // storage's).
   void add_tensor(const std::string& name, const std::string& storage_key, int64_t offset,
-                  const std::vector<int64_t>& shape, const std::vector<int64_t>& strides);
+                  const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
+                  std::optional<dtype> type = std::nullopt);
 
   // Non-tensor entries to write after the tensors, as the pickle data they were read from. Throws
   // input_error naming an entry that cannot be written (one holding a tensor), before any byte.
@@ -54,11 +59,12 @@ class torch_writer {
  private:
   struct storage_info {
     dtype type;
-    uint64_t numel;
+    uint64_t nbytes;
   };
   struct tensor_info {
     std::string name;
     std::string storage_key;
+    dtype type;
     int64_t offset;
     std::vector<int64_t> shape;
     std::vector<int64_t> strides;

@@ -366,24 +366,37 @@ bool unpickler::bool_arg(const pickle_node* n, const char* what) {
   fail(fmt::format("{} is {}, not bool", what, pickle_type_name(*n)));
 }
 
-pickle_node* unpickler::rebuild_tensor(const std::vector<pickle_node*>& a, bool v2) {
-  const size_t want = v2 ? 6 : 4;
-  if (a.size() < want || a.size() > want + (v2 ? 1 : 0))
+// _rebuild_tensor(storage, offset, size, stride), _rebuild_tensor_v2(..., requires_grad, hooks
+// [, metadata]) and _rebuild_tensor_v3(..., requires_grad, hooks, dtype [, metadata]).
+pickle_node* unpickler::rebuild_tensor(const std::vector<pickle_node*>& a, int version) {
+  const size_t want = version == 1 ? 4 : version == 2 ? 6 : 7;
+  if (a.size() < want || a.size() > want + (version == 1 ? 0 : 1))
     fail(fmt::format("tensor rebuild takes {} arguments, got {}", want, a.size()));
   if (a[0]->kind != pickle_kind::storage)
     fail(fmt::format("tensor storage is {}, not a storage", pickle_type_name(*a[0])));
   charge(sizeof(pickle_tensor_ref) + a[0]->storage->key.size() + a[0]->storage->location.size());
   auto t = std::make_unique<pickle_tensor_ref>();
   t->storage = *a[0]->storage;
+  t->type = version == 3 ? dtype_arg(a[6]) : t->storage.type;
   t->offset = int_arg(a[1], "storage offset");
   if (t->offset < 0) fail("tensor storage offset is negative");
   t->shape = int_tuple_arg(a[2], "size");
   t->strides = int_tuple_arg(a[3], "stride");
   if (t->shape.size() != t->strides.size()) fail("tensor size and stride differ in length");
-  if (v2) t->requires_grad = bool_arg(a[4], "requires_grad");
+  if (version >= 2) t->requires_grad = bool_arg(a[4], "requires_grad");
   pickle_node* n = node(pickle_kind::tensor);
   n->tensor = std::move(t);
   return n;
+}
+
+// A torch.<name> dtype global, as _rebuild_tensor_v3 names it.
+dtype unpickler::dtype_arg(const pickle_node* n) {
+  if (n->kind != pickle_kind::global) fail(fmt::format("tensor dtype is {}, not a torch dtype", pickle_type_name(*n)));
+  const std::string_view name = n->text;
+  const std::optional<dtype> t =
+      name.substr(0, 6) == "torch." ? dtype_from_name(name.substr(6)) : std::optional<dtype>();
+  if (!t) fail(fmt::format("tensor dtype {} is not one torch.save writes", n->text));
+  return *t;
 }
 
 pickle_node* unpickler::rebuild_parameter(const std::vector<pickle_node*>& a, size_t want) {
@@ -471,13 +484,15 @@ pickle_node* unpickler::call(pickle_node* callable, const std::vector<pickle_nod
 }
 
 bool unpickler::is_tensor_rebuild(const std::string& name) {
-  return name == "torch._utils._rebuild_tensor_v2" || name == "torch._utils._rebuild_tensor" ||
-         name == "torch._utils._rebuild_parameter" || name == "torch._utils._rebuild_parameter_with_state";
+  return name == "torch._utils._rebuild_tensor_v2" || name == "torch._utils._rebuild_tensor_v3" ||
+         name == "torch._utils._rebuild_tensor" || name == "torch._utils._rebuild_parameter" ||
+         name == "torch._utils._rebuild_parameter_with_state";
 }
 
 pickle_node* unpickler::rebuild(const std::string& name, const std::vector<pickle_node*>& args) {
-  if (name == "torch._utils._rebuild_tensor_v2") return rebuild_tensor(args, true);
-  if (name == "torch._utils._rebuild_tensor") return rebuild_tensor(args, false);
+  if (name == "torch._utils._rebuild_tensor_v2") return rebuild_tensor(args, 2);
+  if (name == "torch._utils._rebuild_tensor_v3") return rebuild_tensor(args, 3);
+  if (name == "torch._utils._rebuild_tensor") return rebuild_tensor(args, 1);
   if (name == "torch._utils._rebuild_parameter") return rebuild_parameter(args, 3);
   return rebuild_parameter(args, 4);
 }
@@ -542,7 +557,8 @@ pickle_node* unpickler::persistent_load(pickle_node* pid) {
   cls.remove_prefix(6);
   if (cls.substr(0, 5) == "cuda.") cls.remove_prefix(5);
   std::optional<dtype> type;
-  if (cls == "UntypedStorage" || cls == "storage.UntypedStorage")
+  const bool untyped = cls == "UntypedStorage" || cls == "storage.UntypedStorage";
+  if (untyped)
     type = dtype::uint8;
   else
     type = dtype_from_storage_class(cls);
@@ -556,6 +572,7 @@ pickle_node* unpickler::persistent_load(pickle_node* pid) {
   n->storage = std::make_unique<pickle_storage_ref>();
   n->storage->key = it[2]->text;
   n->storage->type = *type;
+  n->storage->untyped = untyped;
   n->storage->location = it[3]->text;
   n->storage->numel = static_cast<uint64_t>(it[4]->int_value);
   doc_->note_storage(n->storage.get());

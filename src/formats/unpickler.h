@@ -76,7 +76,8 @@ class unpickler {
   int64_t int_arg(const pickle_node* n, const char* what);
   std::vector<int64_t> int_tuple_arg(const pickle_node* n, const char* what);
   bool bool_arg(const pickle_node* n, const char* what);
-  pickle_node* rebuild_tensor(const std::vector<pickle_node*>& a, bool v2);
+  pickle_node* rebuild_tensor(const std::vector<pickle_node*>& a, int version);
+  dtype dtype_arg(const pickle_node* n);
   pickle_node* rebuild_parameter(const std::vector<pickle_node*>& a, size_t want);
   pickle_node* opaque(const std::string& name);
   pickle_node* opaque_call(pickle_node* callee, const std::vector<pickle_node*>& args, bool is_new);

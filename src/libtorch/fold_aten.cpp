@@ -96,6 +96,7 @@ bool probe_lerp(dtype acc_type, dtype in_type, lerp_form form) {
 }  // namespace
 
 std::optional<lerp_form> lerp_form_for(dtype acc, dtype in) {
+  if (is_float8(in)) in = dtype::float32;  // widened exactly, as float32 is: float32's form
   static std::mutex mutex;
   static std::array<std::array<int8_t, kNumDtypes>, kNumDtypes> known{};  // 0 not probed, -1 none, else a form
   std::lock_guard<std::mutex> lock(mutex);

@@ -6,9 +6,16 @@
 
 #include <cstring>
 
+#include <torch/version.h>
+
 #include "util/error.h"
+#include "util/version.h"
 
 namespace swavg {
+
+// LibTorch 2.8 has every dtype torch 2.14 saves (uint16-64 came in 2.3, float8_e8m0fnu in 2.7,
+// float4_e2m1fn_x2 in 2.8); an older one (Debian's 1.13) folds the dtypes it has.
+#define SWAVG_ATEN_HAS_ALL_DTYPES (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8))
 
 c10::ScalarType to_scalar_type(dtype t) {
   switch (t) {
@@ -24,13 +31,37 @@ c10::ScalarType to_scalar_type(dtype t) {
     case dtype::bool_: return c10::kBool;
     case dtype::complex64: return c10::kComplexFloat;
     case dtype::complex128: return c10::kComplexDouble;
+#if SWAVG_ATEN_HAS_ALL_DTYPES
+    case dtype::uint16: return c10::ScalarType::UInt16;
+    case dtype::uint32: return c10::ScalarType::UInt32;
+    case dtype::uint64: return c10::ScalarType::UInt64;
+    case dtype::float8_e4m3fn: return c10::ScalarType::Float8_e4m3fn;
+    case dtype::float8_e5m2: return c10::ScalarType::Float8_e5m2;
+    case dtype::float8_e4m3fnuz: return c10::ScalarType::Float8_e4m3fnuz;
+    case dtype::float8_e5m2fnuz: return c10::ScalarType::Float8_e5m2fnuz;
+    case dtype::float8_e8m0fnu: return c10::ScalarType::Float8_e8m0fnu;
+    case dtype::float4_e2m1fn_x2: return c10::ScalarType::Float4_e2m1fn_x2;
+    case dtype::complex32: return c10::ScalarType::ComplexHalf;
+    case dtype::bits8: return c10::ScalarType::Bits8;
+    case dtype::bits16: return c10::ScalarType::Bits16;
+    case dtype::bits1x8: return c10::ScalarType::Bits1x8;
+    case dtype::bits2x4: return c10::ScalarType::Bits2x4;
+    case dtype::bits4x2: return c10::ScalarType::Bits4x2;
+#endif
+    default: break;
   }
-  throw error(exit_code::internal, "unknown dtype");
+  throw usage_error(
+      fmt::format("{} tensors need LibTorch 2.8 or later here; swavg-torch was built with LibTorch {} "
+                  "(fold on the CPU without --avg-fn or --update-bn, or rebuild against a newer LibTorch)",
+                  dtype_name(t), SWAVG_LIBTORCH_VERSION));
 }
 
 dtype from_scalar_type(c10::ScalarType t, const std::string& what) {
   for (int i = 0; i < kNumDtypes; ++i) {
     auto d = static_cast<dtype>(i);
+#if !SWAVG_ATEN_HAS_ALL_DTYPES
+    if (d >= dtype::uint16) continue;  // no such ScalarType in this LibTorch
+#endif
     if (to_scalar_type(d) == t) return d;
   }
   throw input_error(what + ": element type " + std::string(c10::toString(t)) + " is not supported by swavg");

@@ -182,7 +182,8 @@ class HostileTest(unittest.TestCase):
                          "st_duplicate_name", "st_nul_in_name", "st_unknown_dtype", "st_overlap", "st_gap",
                          "st_out_of_range", "st_trailing_bytes", "storage_numel_redeclared", "regression_storage_numel_redeclared", "pair_names", "pair_shape", "pair_dtype", "nan",
                          "inf", "update_bn_model_checkpoint", "fake_torchscript", "legacy_bad_magic",
-                         "legacy_storage_past_end", "legacy_duplicate_key", "legacy_trailing_bytes"]:
+                         "legacy_storage_past_end", "legacy_duplicate_key", "legacy_trailing_bytes", "v3_unknown_dtype",
+                         "v3_dtype_os_system", "v3_view_past_end"]:
             self.assertIn(required, names)
 
     def test_payloads_are_live(self):
