@@ -201,6 +201,7 @@ class RankMismatchTest(TempDirTest):
         super().setUp()
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
         from fixtures import deepspeed as fixtures
+        self.fixtures = fixtures
         self.tag = self.path("run/global_step1")
         fixtures.make_zero3_memory(self.tag, 1, 0)
         self.optim1 = os.path.join(self.tag, "zero_pp_rank_1_mp_rank_00_optim_states.pt")
@@ -219,7 +220,14 @@ class RankMismatchTest(TempDirTest):
         return p
 
     def test_as_written(self):
-        self.assertEqual(self.average().returncode, 0)
+        out = self.path("avg.pt")
+        swavg("average", self.tag, self.tag, "-o", out)
+        want = self.fixtures.zero3_memory_params(1, 0)
+        got = load_output(out)
+        self.assertEqual(sorted(got), sorted(want))
+        for k in want:
+            self.assertTrue(same_bits(got[k], want[k]), k)
+        os.remove(out)
         self.rewrite(lambda o: o.update(partition_count=[4]))  # one per param group, as DeepSpeed may save it
         self.assertEqual(self.average().returncode, 0)
 
