@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -52,7 +53,9 @@ struct spec {
   std::string relative_path = "__0_0.distcp";
   int32_t offset = 0;
   int32_t length = 100;
-  std::string extra_field;  // appended to Metadata's fields
+  std::string extra_field;     // appended to Metadata's fields
+  std::string storage_extra;   // appended to each _StorageInfo's fields
+  bool storage_twice = false;  // storage_data lists the first chunk's entry twice
 };
 
 std::string metadata_pickle(const spec& s) {
@@ -62,10 +65,13 @@ std::string metadata_pickle(const spec& s) {
   for (size_t i = 0; i < s.offsets.size(); ++i) {
     chunks += object(kMeta, "ChunkStorageMetadata",
                      str("offsets") + torch_size(s.offsets[i]) + str("sizes") + torch_size(s.sizes[i]));
-    storage += object(kMeta, "MetadataIndex", str("fqn") + str("w") + str("offset") + torch_size(s.offsets[i]));
-    storage += object("torch.distributed.checkpoint.filesystem", "_StorageInfo",
-                      str("relative_path") + str(s.relative_path) + str("offset") + integer(s.offset) + str("length") +
-                          integer(s.length));
+    const std::string entry =
+        object(kMeta, "MetadataIndex", str("fqn") + str("w") + str("offset") + torch_size(s.offsets[i])) +
+        object("torch.distributed.checkpoint.filesystem", "_StorageInfo",
+               str("relative_path") + str(s.relative_path) + str("offset") + integer(s.offset) + str("length") +
+                   integer(s.length) + s.storage_extra);
+    storage += entry;
+    if (s.storage_twice && i == 0) storage += entry;
   }
   chunks += "e";
   storage += "u";
@@ -111,13 +117,63 @@ TEST_CASE("globals off the allow list are refused, nothing run", "[dcp_metadata]
   CHECK_THROWS_AS(parse(metadata_pickle(s)), input_error);
   // getattr only as DCP uses it, on the memory-format enum
   s.extra_field = str("planner_data") + global("builtins", "getattr") + "(" + global("os", "path") + str("x") + "tR";
-  CHECK_THROWS_WITH(parse(metadata_pickle(s)), Catch::Contains("other than _MEM_FORMAT_ENCODING"));
+  CHECK_THROWS_WITH(parse(metadata_pickle(s)), Catch::Contains("'os.path'"));  // named: off the list itself
   s.extra_field = str("planner_data") + global("builtins", "getattr") + "(" + global(kMeta, "_MEM_FORMAT_ENCODING") +
                   str("TORCH_CONTIGUOUS_FORMAT") + "tR";
   CHECK_NOTHROW(parse(metadata_pickle(s)));
   s.extra_field =
       str("planner_data") + global("builtins", "getattr") + "(" + global(kMeta, "Metadata") + str("x") + "tR";
   CHECK_THROWS_WITH(parse(metadata_pickle(s)), Catch::Contains("other than _MEM_FORMAT_ENCODING"));
+}
+
+TEST_CASE("every global the pickle names is checked, whether the root reaches it or not", "[dcp_metadata]") {
+  spec s;
+  // os.system called, its result popped, before planner_data's real (empty) value: pickle.load
+  // would run it, so it is refused like a reachable one (exit 3).
+  s.extra_field = str("planner_data") + global("posix", "system") + "(" + str("touch /tmp/x") + "tR0}";
+  CHECK_THROWS_WITH(parse(metadata_pickle(s)), Catch::Contains("'posix.system'") && Catch::Contains("allow list"));
+  try {
+    parse(metadata_pickle(s));
+  } catch (const error& e) {
+    CHECK(e.code() == exit_code::bad_input);
+  }
+  // named and popped without a call
+  s.extra_field = str("planner_data") + global("os", "system") + "0}";
+  CHECK_THROWS_WITH(parse(metadata_pickle(s)), Catch::Contains("'os.system'"));
+  // an allowed global called as DCP never calls it, the result popped
+  s.extra_field =
+      str("planner_data") + global("builtins", "getattr") + "(" + global(kMeta, "Metadata") + str("x") + "tR0}";
+  CHECK_THROWS_WITH(parse(metadata_pickle(s)), Catch::Contains("other than _MEM_FORMAT_ENCODING"));
+  // the same popped values built only of allowed globals are accepted
+  s.extra_field = str("planner_data") + global("torch", "Size") + "(" + integer(1) + "tR0}";
+  CHECK_NOTHROW(parse(metadata_pickle(s)));
+}
+
+TEST_CASE("chunks written through storage extensions are refused", "[dcp_metadata]") {
+  spec s;
+  s.storage_extra = str("transform_descriptors") + "]" + str("zstd") + "a";
+  CHECK_THROWS_WITH(parse(metadata_pickle(s)),
+                    Catch::Contains("'w'") && Catch::Contains("transform_descriptors") && Catch::Contains("plain"));
+  s.storage_extra = str("transform_descriptors") + "N";
+  CHECK_NOTHROW(parse(metadata_pickle(s)));
+  s.storage_extra = str("transform_descriptors") + "]";
+  CHECK_NOTHROW(parse(metadata_pickle(s)));
+}
+
+TEST_CASE("a chunk listed twice is refused", "[dcp_metadata]") {
+  spec s;
+  s.size = {4, 3};
+  s.offsets = {{0, 0}, {2, 0}};
+  s.sizes = {{2, 3}, {2, 3}};
+  CHECK_NOTHROW(parse(metadata_pickle(s)));
+  s.storage_twice = true;  // in storage_data
+  CHECK_THROWS_WITH(parse(metadata_pickle(s)), Catch::Contains("[0, 0] is listed twice"));
+  s = spec{};
+  s.size = {4, 3};
+  s.offsets = {{0, 0}, {0, 0}, {2, 0}};  // in the tensor's chunks
+  s.sizes = {{2, 3}, {2, 3}, {2, 3}};
+  s.storage_twice = false;
+  CHECK_THROWS_AS(parse(metadata_pickle(s)), input_error);
 }
 
 TEST_CASE("malformed fields are input errors naming the entry", "[dcp_metadata]") {
@@ -174,6 +230,74 @@ TEST_CASE("chunk tiling at its edges", "[dcp_metadata]") {
   CHECK_THAT(check_chunk_tiling({}, {chunk({}, {}), chunk({}, {})}), Catch::Contains("overlaps"));
   CHECK_THAT(check_chunk_tiling({}, {}), Catch::Contains("cover 0 of the 1"));
   CHECK_THAT(check_chunk_tiling(size, {chunk({0}, {7})}), Catch::Contains("has 1 dimensions, the tensor 2"));
+}
+
+TEST_CASE("chunk tiling in every dimension", "[dcp_metadata]") {
+  // a valid split along dimension 2 only: the chunks meet in dimensions 0 and 1
+  CHECK(check_chunk_tiling({2, 3, 4}, {chunk({0, 0, 0}, {2, 3, 2}), chunk({0, 0, 2}, {2, 3, 2})}) == "");
+  // overlapping in dimension 2 only
+  CHECK_THAT(check_chunk_tiling({2, 3, 4}, {chunk({0, 0, 0}, {2, 3, 3}), chunk({0, 0, 1}, {2, 3, 3})}),
+             Catch::Contains("chunk 1 (offsets [0, 0, 1], sizes [2, 3, 3]) overlaps chunk 0"));
+  // as many elements as the tensor, one overlap and one gap, in dimension 2
+  CHECK_THAT(check_chunk_tiling({1, 1, 4}, {chunk({0, 0, 0}, {1, 1, 2}), chunk({0, 0, 1}, {1, 1, 2})}),
+             Catch::Contains("overlaps chunk 0"));
+  // a 2 x 2 grid (Shard(0) x Shard(1)), in any order; one cell moved onto another
+  const std::vector<dcp_chunk> grid{chunk({2, 2}, {2, 3}), chunk({0, 0}, {2, 2}), chunk({0, 2}, {2, 3}),
+                                    chunk({2, 0}, {2, 2})};
+  CHECK(check_chunk_tiling({4, 5}, grid) == "");
+  std::vector<dcp_chunk> moved = grid;
+  moved[3] = chunk({0, 0}, {2, 2});
+  CHECK_THAT(check_chunk_tiling({4, 5}, moved),
+             Catch::Contains("chunk 3 (offsets [0, 0], sizes [2, 2]) overlaps chunk 1"));
+  // a grid cell cut in two along dimension 1 and one of its halves listed twice, the other dropped
+  CHECK(check_chunk_tiling({2, 4}, {chunk({0, 0}, {2, 2}), chunk({0, 2}, {2, 1}), chunk({0, 3}, {2, 1})}) == "");
+  CHECK_THAT(check_chunk_tiling({2, 4}, {chunk({0, 0}, {2, 2}), chunk({0, 2}, {2, 1}), chunk({0, 2}, {2, 1})}),
+             Catch::Contains("chunk 2 (offsets [0, 2], sizes [2, 1]) overlaps chunk 1"));
+  CHECK_THAT(check_chunk_tiling({2, 4}, {chunk({0, 0}, {2, 2}), chunk({0, 2}, {2, 1})}),
+             Catch::Contains("cover 6 of the 8"));
+  // a chunk listed twice where another is missing: the same count of elements
+  CHECK_THAT(check_chunk_tiling({1, 3}, {chunk({0, 0}, {1, 1}), chunk({0, 1}, {1, 1}), chunk({0, 1}, {1, 1})}),
+             Catch::Contains("chunk 2 (offsets [0, 1], sizes [1, 1]) overlaps chunk 1"));
+  // DTensor's uneven split of [1, 7] into column chunks; an L-shaped tiling
+  CHECK(check_chunk_tiling({1, 7}, {chunk({0, 0}, {1, 2}), chunk({0, 2}, {1, 2}), chunk({0, 4}, {1, 2}),
+                                    chunk({0, 6}, {1, 1})}) == "");
+  CHECK(check_chunk_tiling({3, 3}, {chunk({0, 0}, {2, 1}), chunk({2, 0}, {1, 2}), chunk({1, 2}, {2, 1}),
+                                    chunk({0, 1}, {1, 2}), chunk({1, 1}, {1, 1})}) == "");
+  CHECK_THAT(check_chunk_tiling({3, 3}, {chunk({0, 0}, {2, 1}), chunk({2, 0}, {1, 2}), chunk({1, 2}, {2, 1}),
+                                         chunk({0, 1}, {1, 2}), chunk({1, 0}, {1, 1})}),
+             Catch::Contains("overlaps"));
+}
+
+TEST_CASE("chunk tiling: the corner limit at its edge", "[dcp_metadata]") {
+  CHECK(tiling_corner_limit(0) == kMinTilingCorners);
+  CHECK(tiling_corner_limit(65536) == kMinTilingCorners);
+  CHECK(tiling_corner_limit(65537) == kMinTilingCorners + 16);
+  // a 2 x 2 grid of [4, 5]: 4 + 2 + 2 + 1 corners inside the tensor
+  const std::vector<dcp_chunk> grid{chunk({0, 0}, {2, 2}), chunk({0, 2}, {2, 3}), chunk({2, 0}, {2, 2}),
+                                    chunk({2, 2}, {2, 3})};
+  CHECK(check_chunk_tiling({4, 5}, grid, 9) == "");
+  CHECK_THAT(check_chunk_tiling({4, 5}, grid, 8), Catch::Contains("takes 9 corners, more than the 8"));
+}
+
+TEST_CASE("chunk tiling takes O(n log n) in any dimension", "[dcp_metadata]") {
+  // 100,000 column chunks of [1, 100000] (chunks that differ in dimension 1 only), then the same
+  // count as rows of [100000, 1] and as a 250 x 400 grid; each in well under a second.
+  const int64_t n = 100'000;
+  const std::clock_t start = std::clock();
+  std::vector<dcp_chunk> cols, rows, grid;
+  for (int64_t i = 0; i < n; ++i) {
+    cols.push_back(chunk({0, n - 1 - i}, {1, 1}));
+    rows.push_back(chunk({i, 0}, {1, 1}));
+    grid.push_back(chunk({(i / 400) * 2, (i % 400) * 3}, {2, 3}));
+  }
+  CHECK(check_chunk_tiling({1, n}, cols) == "");
+  CHECK(check_chunk_tiling({n, 1}, rows) == "");
+  CHECK(check_chunk_tiling({500, 1200}, grid) == "");
+  cols[0] = chunk({0, 0}, {1, 1});  // the first column listed twice, the last one missing
+  CHECK_THAT(check_chunk_tiling({1, n}, cols), Catch::Contains("overlaps"));
+  // CPU time, not wall time: 80,000 column chunks took 8-20 s when chunks were told apart by their
+  // first dimension only
+  CHECK(static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC < 3.0);
 }
 
 TEST_CASE("torch's own .metadata files read as torch reads them", "[dcp_metadata][fixtures]") {

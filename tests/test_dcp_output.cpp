@@ -198,3 +198,43 @@ TEST_CASE("dcp_output: at most kMaxShards rank files, at the edge", "[dcp_output
   CHECK(message.find("out/: the DCP output would have 100000 rank files (chunked like first/.metadata), more than the "
                      "99999") != std::string::npos);
 }
+
+TEST_CASE("dcp_output: rank files never take a name the output reserves", "[dcp_output]") {
+  CHECK(is_reserved_dcp_name(".metadata"));
+  CHECK(is_reserved_dcp_name(kPlanName));
+  CHECK(is_reserved_dcp_name(manifest_name(0, 2)));
+  CHECK_FALSE(is_reserved_dcp_name("__0_0.distcp"));
+  CHECK_FALSE(is_reserved_dcp_name(".metadata2"));
+  // a one-process folder whose chunks lie in .metadata itself; another file already takes __0_0
+  dcp_chunk_source s;
+  s.path = "first/.metadata";
+  s.metadata.entries.push_back(entry("a", {4}, {{{0}, {2}, ".metadata"}, {{2}, {2}, "__0_0.distcp"}}));
+  s.metadata.entries.push_back(entry("b", {3}, {{{0}, {3}, kPlanName}}));
+  s.metadata.entries.push_back(entry("c", {3}, {{{0}, {3}, ".metadata"}}));
+  const dcp_plan plan = plan_dcp({{"a", dtype::float32, {4}, std::nullopt},
+                                  {"b", dtype::float32, {3}, std::nullopt},
+                                  {"c", dtype::float32, {3}, std::nullopt},
+                                  {"d", dtype::float32, {1}, std::nullopt}},
+                                 &s, "out");
+  CHECK(plan.files == std::vector<std::string>{"__1_0.distcp", "__0_0.distcp", "__2_0.distcp"});
+  CHECK(plan.tensors[2].chunks[0].file == 0);  // .metadata's other chunk: the same renamed file
+  CHECK(plan.tensors[3].chunks[0].file == 1);  // a tensor not in the first input: __0_0.distcp
+}
+
+TEST_CASE("dcp_output: planner_data keeps ints as ints, the record rides in .metadata", "[dcp_output]") {
+  dcp_chunk_source s;
+  s.path = "first/.metadata";
+  s.key = "model";
+  dcp_entry e = entry("model.blocks.0.w", {2}, {{{0}, {2}, "__0_0.distcp"}});
+  e.path = {{"model"}, {"blocks"}, {"0", true, 0}, {"w"}};
+  s.metadata.entries.push_back(e);
+  test::temp_dir dir;
+  const dcp_plan plan =
+      plan_dcp({{"blocks.0.w", dtype::float32, {2}, std::nullopt}}, &s, dir.path(), {{"swavg", "{\"n\": 2}"}});
+  write_dcp_metadata(dir.path(), plan.metadata);
+  const dcp_metadata back = read_dcp_metadata(dir.path());
+  REQUIRE(back.entries.size() == 1);
+  CHECK(back.entries[0].path == e.path);
+  CHECK(back.entries[0].path[2].integer);
+  CHECK(back.swavg == std::map<std::string, std::string>{{"swavg", "{\"n\": 2}"}});
+}

@@ -155,7 +155,7 @@ dcp_metadata read_metadata(const std::string& folder) {
   return md;
 }
 
-std::string top_level(const dcp_entry& e) { return e.path.empty() ? e.fqn.substr(0, e.fqn.find('.')) : e.path[0]; }
+std::string top_level(const dcp_entry& e) { return e.path.empty() ? e.fqn.substr(0, e.fqn.find('.')) : e.path[0].text; }
 
 // The entries taken and their names in the state dict; `chosen` is the key taken ("" for all).
 std::vector<std::pair<const dcp_entry*, std::string>> select(const dcp_metadata& md, const std::string& folder,
@@ -191,7 +191,8 @@ std::vector<std::pair<const dcp_entry*, std::string>> select(const dcp_metadata&
   if (nested)
     for (const auto& k : kStateDictKeys) {
       bool present = false;
-      for (const auto& e : md.entries) present = present || (e.path.size() > 1 && e.path[0] == k);
+      for (const auto& e : md.entries)
+        present = present || (e.path.size() > 1 && !e.path[0].integer && e.path[0].text == k);
       if (present && under(k)) {
         chosen = k;
         return out;
@@ -215,6 +216,7 @@ state_dict read_dcp_folder(const std::string& folder, const std::string& key) {
   state_dict sd;
   sd.path = folder;
   sd.format = file_format::torch;
+  sd.metadata = md.swavg;
   const auto taken = select(md, folder, key, sd.key);
   if (!sd.key.empty()) spdlog::debug("{}: took the entries under '{}'", folder, sd.key);
   dcp_reader reader(folder);

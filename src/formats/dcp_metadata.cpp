@@ -75,25 +75,21 @@ bool is_mem_format_class(const pickle_node* n) {
          (n->text == kMemFormat || n->text == std::string(kShardModule) + "MEM_FORMAT_ENCODING");
 }
 
-// Every global the document reaches must be on the allow list, and the two calls DCP's own
+// Every global the pickle names must be on the allow list, whether the root reaches it or not (a
+// call whose result was popped would still run under pickle.load), and the two calls DCP's own
 // pickles make (getattr on the memory-format enum, _get_layout on a layout name) only so.
-void check_globals(const pickle_node* root, const std::string& path) {
-  std::vector<const pickle_node*> todo{root};
-  std::unordered_set<const pickle_node*> seen;
+void check_globals(const pickle_document& doc, const std::string& path) {
   auto refuse = [&](const std::string& name, const std::string& why) {
     throw input_error(
         fmt::format("{}: refers to '{}', {}; a DCP .metadata holds only torch.distributed.checkpoint's metadata "
                     "classes, torch.Size and torch dtypes (nothing was run)",
                     path, name, why));
   };
-  while (!todo.empty()) {
-    const pickle_node* n = todo.back();
-    todo.pop_back();
-    if (!n || !seen.insert(n).second) continue;
+  for (const std::string& name : doc.named_globals())
+    if (!allowed_global(name)) refuse(name, "which is not on the allow list");
+  for (const auto& node : doc.nodes()) {
+    const pickle_node* n = node.get();
     switch (n->kind) {
-      case pickle_kind::global:
-        if (!allowed_global(n->text)) refuse(n->text, "which is not on the allow list");
-        break;
       case pickle_kind::opaque:
         if (!allowed_global(n->text)) refuse(n->text, "which is not on the allow list");
         if (n->text == "builtins.getattr" &&
@@ -108,18 +104,6 @@ void check_globals(const pickle_node* root, const std::string& path) {
       case pickle_kind::tensor:
       case pickle_kind::storage: refuse("a tensor", "which a .metadata never holds"); break;
       default: break;
-    }
-    for (const pickle_node* c : n->items) todo.push_back(c);
-    for (const auto& [k, v] : n->entries) {
-      todo.push_back(k);
-      todo.push_back(v);
-    }
-    todo.push_back(n->attributes);
-    if (n->call) {
-      todo.push_back(n->call->callee);
-      for (const pickle_node* a : n->call->args) todo.push_back(a);
-      todo.push_back(n->call->kwargs);
-      todo.push_back(n->call->state);
     }
   }
 }
@@ -237,69 +221,177 @@ std::string storage_key(const std::string& fqn, const std::vector<int64_t>* offs
 
 }  // namespace
 
-std::string check_chunk_tiling(const std::vector<int64_t>& size, const std::vector<dcp_chunk>& chunks) {
-  const size_t nd = size.size();
-  auto name = [](size_t i, const dcp_chunk& c) {
-    return fmt::format("chunk {} (offsets {}, sizes {})", i, shape_string(c.offsets), shape_string(c.sizes));
+namespace {
+
+std::string chunk_name(size_t i, const dcp_chunk& c) {
+  return fmt::format("chunk {} (offsets {}, sizes {})", i, shape_string(c.offsets), shape_string(c.sizes));
+}
+
+// Dimensions where chunk `c` ends before the tensor does: the only ones where its far corner lies
+// inside the tensor.
+size_t split_dims(const dcp_chunk& c, const std::vector<int64_t>& size) {
+  size_t k = 0;
+  for (size_t d = 0; d < size.size(); ++d) k += c.offsets[d] + c.sizes[d] < size[d];
+  return k;
+}
+
+// A corner of a chunk inside the tensor: the chunk's offsets, moved to its far side in the split
+// dimensions whose bit is set in `far`.
+struct corner {
+  size_t chunk;
+  uint64_t far;
+};
+
+int64_t corner_at(const corner& c, size_t d, const std::vector<dcp_chunk>& chunks, const std::vector<int64_t>& size,
+                  size_t& bit) {
+  const dcp_chunk& ch = chunks[c.chunk];
+  const int64_t end = ch.offsets[d] + ch.sizes[d];
+  if (end >= size[d]) return ch.offsets[d];
+  return (c.far >> bit++) & 1 ? end : ch.offsets[d];
+}
+
+// The chunks inside the tensor tile it exactly iff the sum of their indicator functions is the
+// tensor's. Written as signed orthants {p >= v} at each chunk's corners v (+ for an even number of
+// far sides), that sum is unique, and orthants at a corner outside the tensor vanish inside it: the
+// chunks tile iff the signed corners cancel everywhere but at the origin, which is left +1. Sorting
+// the corners costs O(C log C) for C = sum over chunks of 2^(split dims), whatever the layout.
+bool corners_cancel(const std::vector<int64_t>& size, const std::vector<dcp_chunk>& chunks,
+                    const std::vector<size_t>& nonempty, uint64_t count) {
+  std::vector<corner> all;
+  all.reserve(count);
+  for (size_t i : nonempty)
+    for (uint64_t far = 0, n = uint64_t{1} << split_dims(chunks[i], size); far < n; ++far) all.push_back({i, far});
+  auto less = [&](const corner& a, const corner& b) {
+    size_t ba = 0, bb = 0;
+    for (size_t d = 0; d < size.size(); ++d) {
+      const int64_t x = corner_at(a, d, chunks, size, ba), y = corner_at(b, d, chunks, size, bb);
+      if (x != y) return x < y;
+    }
+    return false;
   };
+  std::sort(all.begin(), all.end(), less);
+  bool origin_seen = all.empty();  // no corners: an empty tensor
+  for (size_t i = 0; i < all.size();) {
+    int64_t sum = 0;
+    size_t j = i;
+    for (; j < all.size() && !less(all[i], all[j]); ++j) sum += __builtin_popcountll(all[j].far) % 2 ? -1 : 1;
+    size_t bit = 0;
+    bool origin = true;
+    for (size_t d = 0; d < size.size() && origin; ++d) origin = corner_at(all[i], d, chunks, size, bit) == 0;
+    if (sum != (origin ? 1 : 0)) return false;
+    origin_seen = origin_seen || origin;
+    i = j;
+  }
+  return origin_seen;
+}
+
+bool chunks_meet(const dcp_chunk& a, const dcp_chunk& b) {
+  for (size_t d = 0; d < a.offsets.size(); ++d)
+    if (!(b.offsets[d] < a.offsets[d] + a.sizes[d] && a.offsets[d] < b.offsets[d] + b.sizes[d])) return false;
+  return true;
+}
+
+// Names two chunks that overlap (some do): swept along the dimension where the chunks start at the
+// most places, at most kMaxOverlapPairs pairs compared, so that a hostile layout costs bounded time
+// here too (past it, the message names no pair).
+constexpr uint64_t kMaxOverlapPairs = uint64_t{1} << 22;
+
+size_t sweep_dim(const std::vector<dcp_chunk>& chunks, const std::vector<size_t>& nonempty, size_t nd) {
+  size_t best = 0, most = 0;
+  std::vector<int64_t> starts;
+  for (size_t d = 0; d < nd; ++d) {
+    starts.clear();
+    for (size_t i : nonempty) starts.push_back(chunks[i].offsets[d]);
+    std::sort(starts.begin(), starts.end());
+    const auto distinct = static_cast<size_t>(std::unique(starts.begin(), starts.end()) - starts.begin());
+    if (distinct > most) best = d, most = distinct;
+  }
+  return best;
+}
+
+std::string overlap_message(const std::vector<dcp_chunk>& chunks, std::vector<size_t> nonempty, uint64_t covered,
+                            uint64_t numel) {
+  const size_t d = sweep_dim(chunks, nonempty, chunks[nonempty[0]].offsets.size());
+  std::sort(nonempty.begin(), nonempty.end(),
+            [&](size_t a, size_t b) { return chunks[a].offsets[d] < chunks[b].offsets[d]; });
+  uint64_t compared = 0;
+  for (size_t x = 0; x < nonempty.size(); ++x) {
+    const dcp_chunk& a = chunks[nonempty[x]];
+    for (size_t y = x + 1; y < nonempty.size() && compared < kMaxOverlapPairs; ++y, ++compared) {
+      const dcp_chunk& b = chunks[nonempty[y]];
+      if (b.offsets[d] >= a.offsets[d] + a.sizes[d]) break;
+      if (chunks_meet(a, b)) {
+        const size_t i = std::min(nonempty[x], nonempty[y]), j = std::max(nonempty[x], nonempty[y]);
+        return fmt::format("{} overlaps {}", chunk_name(j, chunks[j]), chunk_name(i, chunks[i]));
+      }
+    }
+  }
+  return fmt::format("the chunks overlap: they hold {} elements in all, but do not cover each of the {} once", covered,
+                     numel);
+}
+
+}  // namespace
+
+uint64_t tiling_corner_limit(size_t chunks) { return std::max<uint64_t>(kMinTilingCorners, 16 * uint64_t{chunks}); }
+
+std::string check_chunk_tiling(const std::vector<int64_t>& size, const std::vector<dcp_chunk>& chunks,
+                               uint64_t corner_limit) {
+  const size_t nd = size.size();
   uint64_t numel = 1;
   for (int64_t d : size) {
     auto m = checked_mul(numel, static_cast<uint64_t>(d));
     if (!m) return fmt::format("size {} has more than 2^64 elements", shape_string(size));
     numel = *m;
   }
-  uint64_t covered = 0;
+  uint64_t covered = 0, corners = 0;
   std::vector<size_t> nonempty;
   for (size_t i = 0; i < chunks.size(); ++i) {
     const dcp_chunk& c = chunks[i];
     if (c.offsets.size() != nd || c.sizes.size() != nd)
-      return fmt::format("{} has {} dimensions, the tensor {}", name(i, c), std::max(c.offsets.size(), c.sizes.size()),
-                         nd);
+      return fmt::format("{} has {} dimensions, the tensor {}", chunk_name(i, c),
+                         std::max(c.offsets.size(), c.sizes.size()), nd);
     uint64_t n = 1;
     for (size_t d = 0; d < nd; ++d) {
-      if (c.offsets[d] < 0 || c.sizes[d] < 0) return fmt::format("{} has a negative offset or size", name(i, c));
+      if (c.offsets[d] < 0 || c.sizes[d] < 0) return fmt::format("{} has a negative offset or size", chunk_name(i, c));
       const uint64_t end = static_cast<uint64_t>(c.offsets[d]) + static_cast<uint64_t>(c.sizes[d]);
       if (end > static_cast<uint64_t>(size[d]))
-        return fmt::format("{} ends at {} in dimension {}, past the tensor's size {}", name(i, c), end, d, size[d]);
+        return fmt::format("{} ends at {} in dimension {}, past the tensor's size {}", chunk_name(i, c), end, d,
+                           size[d]);
       n *= static_cast<uint64_t>(c.sizes[d]);  // bounded by numel: inside the tensor
     }
-    if (n) nonempty.push_back(i);
     auto sum = checked_add(covered, n);
     if (!sum) return "the chunks hold more than 2^64 elements";
     covered = *sum;
+    if (!n) continue;
+    nonempty.push_back(i);
+    const size_t k = split_dims(c, size);
+    const auto more = k < 63 ? checked_add(corners, uint64_t{1} << k) : std::nullopt;
+    corners = more ? *more : UINT64_MAX;
   }
-  if (nd == 0) {
-    if (nonempty.size() > 1)
-      return fmt::format("{} overlaps {}", name(nonempty[1], chunks[nonempty[1]]),
-                         name(nonempty[0], chunks[nonempty[0]]));
-  } else {
-    std::sort(nonempty.begin(), nonempty.end(),
-              [&](size_t a, size_t b) { return chunks[a].offsets[0] < chunks[b].offsets[0]; });
-    for (size_t x = 0; x < nonempty.size(); ++x) {
-      const dcp_chunk& a = chunks[nonempty[x]];
-      for (size_t y = x + 1; y < nonempty.size(); ++y) {
-        const dcp_chunk& b = chunks[nonempty[y]];
-        if (b.offsets[0] >= a.offsets[0] + a.sizes[0]) break;
-        bool meet = true;
-        for (size_t d = 1; d < nd && meet; ++d)
-          meet = b.offsets[d] < a.offsets[d] + a.sizes[d] && a.offsets[d] < b.offsets[d] + b.sizes[d];
-        if (meet) {
-          const size_t i = std::min(nonempty[x], nonempty[y]), j = std::max(nonempty[x], nonempty[y]);
-          return fmt::format("{} overlaps {}", name(j, chunks[j]), name(i, chunks[i]));
-        }
-      }
-    }
-  }
-  if (covered != numel)
+  if (covered < numel)
     return fmt::format("the chunks cover {} of the {} elements of size {}: a chunk is missing", covered, numel,
                        shape_string(size));
+  if (nd == 0) {
+    if (nonempty.size() > 1)
+      return fmt::format("{} overlaps {}", chunk_name(nonempty[1], chunks[nonempty[1]]),
+                         chunk_name(nonempty[0], chunks[nonempty[0]]));
+    return "";
+  }
+  if (covered > numel) return overlap_message(chunks, nonempty, covered, numel);
+  const uint64_t limit = corner_limit ? corner_limit : tiling_corner_limit(nonempty.size());
+  if (corners > limit)
+    return fmt::format(
+        "its {} chunks are cut along so many dimensions that checking that they tile the tensor takes {} corners, "
+        "more than the {} swavg checks for so many chunks",
+        nonempty.size(), corners, limit);
+  if (!corners_cancel(size, chunks, nonempty, corners)) return overlap_message(chunks, nonempty, covered, numel);
   return "";
 }
 
 dcp_metadata parse_dcp_metadata(const uint8_t* data, size_t size, const std::string& path) {
   const std::unique_ptr<pickle_document> doc = unpickle(data, size, path);
   const pickle_node* root = doc->root();
-  check_globals(root, path);
+  check_globals(*doc, path);
   reader r(path);
   r.instance(root, "Metadata", "the top level");
 
@@ -321,17 +413,17 @@ dcp_metadata parse_dcp_metadata(const uint8_t* data, size_t size, const std::str
   }
 
   // planner_data: fqn -> the path of keys in the nested state dict (DefaultSavePlanner's flattening)
-  std::map<std::string, std::vector<std::string>> paths;
+  std::map<std::string, std::vector<dcp_path_part>> paths;
   if (const pickle_node* pd = reader::field(root, "planner_data"); pd && pd->kind == pickle_kind::dict) {
     for (const auto& [k, v] : pd->entries) {
       if (!k || k->kind != pickle_kind::string || !v || (v->kind != pickle_kind::tuple && v->kind != pickle_kind::list))
         continue;
-      std::vector<std::string> p;
+      std::vector<dcp_path_part> p;
       for (const pickle_node* c : v->items) {
         if (c->kind == pickle_kind::string)
-          p.push_back(c->text);
+          p.push_back(dcp_path_part{c->text, false});
         else if (c->kind == pickle_kind::integer)
-          p.push_back(std::to_string(c->int_value));
+          p.push_back(dcp_path_part{std::to_string(c->int_value), true, c->int_value});
         else
           r.fail(fmt::format("planner_data['{}']", k->text), "a path element that is neither str nor int");
       }
@@ -341,6 +433,11 @@ dcp_metadata parse_dcp_metadata(const uint8_t* data, size_t size, const std::str
 
   dcp_metadata md;
   if (const pickle_node* v = reader::field(root, "version"); v && v->kind == pickle_kind::string) md.version = v->text;
+  if (const pickle_node* extra = reader::field(root, kDcpSwavgField)) {
+    if (extra->kind != pickle_kind::dict) r.fail(kDcpSwavgField, "expected a dict of str");
+    for (const auto& [k, v] : extra->entries)
+      md.swavg[r.text(k, std::string(kDcpSwavgField) + " key")] = r.text(v, std::string(kDcpSwavgField) + " value");
+  }
   const pickle_node* sdm = reader::field(root, "state_dict_metadata");
   if (!sdm || sdm->kind != pickle_kind::dict)
     r.fail("state_dict_metadata", fmt::format("expected a dict, found {}", reader::type_of(sdm)));

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "formats/pickle_emitter.h"
@@ -118,7 +119,8 @@ std::vector<std::string> path_parts(const std::string& path) {
   return parts;
 }
 
-std::string metadata_pickle(const dcp_plan& plan, const std::string& checkpoint_id, const std::string& save_id) {
+std::string metadata_pickle(const dcp_plan& plan, const std::string& checkpoint_id, const std::string& save_id,
+                            const std::map<std::string, std::string>& swavg) {
   pickler p;
   p.proto();
   p.object_begin(kMetadataModule, "Metadata");
@@ -170,7 +172,11 @@ std::string metadata_pickle(const dcp_plan& plan, const std::string& checkpoint_
   for (const auto& t : plan.tensors) {
     p.str(t.fqn);
     p.plain(kMark);
-    for (const auto& part : t.path) p.str(part);
+    for (const auto& part : t.path)
+      if (part.integer)
+        p.integer(part.value);
+      else
+        p.str(part.text);
     p.plain(kTuple);
   }
   p.plain(kSetItems);
@@ -218,6 +224,16 @@ std::string metadata_pickle(const dcp_plan& plan, const std::string& checkpoint_
   p.str("modules");
   p.plain(kEmptyList);
   p.object_end();
+  if (!swavg.empty()) {
+    p.str(kDcpSwavgField);
+    p.plain(kEmptyDict);
+    p.plain(kMark);
+    for (const auto& [k, v] : swavg) {
+      p.str(k);
+      p.str(v);
+    }
+    p.plain(kSetItems);
+  }
   p.str("version");
   p.str(kDcpVersion);
   p.object_end();
@@ -225,7 +241,31 @@ std::string metadata_pickle(const dcp_plan& plan, const std::string& checkpoint_
   return p.bytes;
 }
 
+// The rank files of `like` whose names the output reserves (.metadata, swavg's job and temp files),
+// each renamed to the first __<k>_0.distcp that no file of `like` and no earlier rename takes.
+std::map<std::string, std::string> output_file_names(const dcp_chunk_source* like) {
+  std::map<std::string, std::string> renamed;
+  if (!like) return renamed;
+  std::set<std::string> taken;
+  for (const auto& e : like->metadata.entries)
+    for (const auto& c : e.chunks) taken.insert(c.storage.relative_path);
+  size_t next = 0;
+  for (const auto& e : like->metadata.entries)
+    for (const auto& c : e.chunks) {
+      const std::string& name = c.storage.relative_path;
+      if (!is_reserved_dcp_name(name) || renamed.count(name)) continue;
+      std::string fresh;
+      do fresh = fmt::format("__{}_0.distcp", next++);
+      while (taken.count(fresh));
+      taken.insert(fresh);
+      renamed.emplace(name, fresh);
+    }
+  return renamed;
+}
+
 }  // namespace
+
+bool is_reserved_dcp_name(const std::string& name) { return name == kDcpMetadataName || is_job_file_name(name); }
 
 std::string dcp_chunk_pickle(dtype type, const std::vector<int64_t>& sizes) {
   pickler p;
@@ -260,7 +300,8 @@ uint64_t dcp_chunk_archive_size(uint64_t nbytes, uint64_t pickle_size) {
   return *size;
 }
 
-dcp_plan plan_dcp(std::vector<tensor_spec> specs, const dcp_chunk_source* like, const std::string& checkpoint_id) {
+dcp_plan plan_dcp(std::vector<tensor_spec> specs, const dcp_chunk_source* like, const std::string& checkpoint_id,
+                  const std::map<std::string, std::string>& swavg) {
   dcp_plan plan;
   std::unordered_map<std::string, const dcp_entry*> entries;
   if (like)
@@ -268,13 +309,18 @@ dcp_plan plan_dcp(std::vector<tensor_spec> specs, const dcp_chunk_source* like, 
       if (e.is_tensor) entries.emplace(e.fqn, &e);
   std::map<std::string, size_t> file_index;
   std::vector<uint64_t> file_end;
-  auto file_of = [&](const std::string& name) {
+  auto add_file = [&](const std::string& name) {
     auto [it, added] = file_index.emplace(name, plan.files.size());
     if (added) {
       plan.files.push_back(name);
       file_end.push_back(0);
     }
     return it->second;
+  };
+  const std::map<std::string, std::string> renamed = output_file_names(like);
+  auto file_of = [&](const std::string& input_name) {
+    const auto r = renamed.find(input_name);
+    return add_file(r == renamed.end() ? input_name : r->second);
   };
   std::string identity = checkpoint_id;
   for (const auto& s : specs) {
@@ -287,7 +333,7 @@ dcp_plan plan_dcp(std::vector<tensor_spec> specs, const dcp_chunk_source* like, 
       if (e.size != s.shape)
         throw mismatch_error(fmt::format("{}: tensor '{}' is {} there but {} in the output; its chunks cannot be kept",
                                          like->path, fqn, shape_string(e.size), shape_string(s.shape)));
-      t.path = e.path.empty() ? std::vector<std::string>{fqn} : e.path;
+      t.path = e.path.empty() ? std::vector<dcp_path_part>{{fqn}} : e.path;
       std::map<size_t, size_t> per_file;
       for (const auto& c : e.chunks) {
         dcp_out_chunk oc{c.offsets, c.sizes};
@@ -297,9 +343,10 @@ dcp_plan plan_dcp(std::vector<tensor_spec> specs, const dcp_chunk_source* like, 
         t.chunks.push_back(std::move(oc));
       }
     } else {
-      t.path = like && !like->key.empty() ? std::vector<std::string>{like->key, s.name} : std::vector<std::string>{fqn};
+      t.path = like && !like->key.empty() ? std::vector<dcp_path_part>{{like->key}, {s.name}}
+                                          : std::vector<dcp_path_part>{{fqn}};
       dcp_out_chunk oc{std::vector<int64_t>(s.shape.size(), 0), s.shape};
-      oc.file = file_of(kDcpSingleFile);
+      oc.file = add_file(kDcpSingleFile);
       t.chunks.push_back(std::move(oc));
     }
     for (auto& c : t.chunks) {
@@ -318,7 +365,7 @@ dcp_plan plan_dcp(std::vector<tensor_spec> specs, const dcp_chunk_source* like, 
         fmt::format("{}/: the DCP output would have {} rank files (chunked like {}), more than the {} a "
                     "folder may have",
                     checkpoint_id, plan.files.size(), like ? like->path : "its input", kMaxShards));
-  plan.metadata = metadata_pickle(plan, checkpoint_id, uuid_like(sha256_hex(identity.data(), identity.size())));
+  plan.metadata = metadata_pickle(plan, checkpoint_id, uuid_like(sha256_hex(identity.data(), identity.size())), swavg);
 
   plan.layout.format = output_format::dcp;
   plan.layout.specs = std::move(specs);

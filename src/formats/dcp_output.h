@@ -9,7 +9,10 @@
  * Chunked like the first input: when it is a DCP folder, each tensor it holds is cut into the same
  * chunks (offsets, sizes) written into the same rank files, so each rank of a resumed run reads
  * only its own file; any other tensor (and every tensor of a non-DCP first input) is one chunk in
- * `__0_0.distcp`. Names are the first input's FQNs (the --key taken is put back in front).
+ * `__0_0.distcp`. Names are the first input's FQNs (the --key taken is put back in front), and
+ * planner_data keeps the first input's path keys as they were (list indices stay ints). A rank file
+ * whose name the output reserves (`.metadata`: torch reads chunks from it, a one-process folder may
+ * keep them there) takes the first free `__<k>_0.distcp`.
  *
  * The archives' sizes follow from the chunks alone, so the whole layout, `.metadata` included, is
  * planned before any byte is written: shard-parallel workers agree on it through their plan, each
@@ -23,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,7 +60,7 @@ struct dcp_out_chunk {
 
 struct dcp_out_tensor {
   std::string fqn;
-  std::vector<std::string> path;  // planner_data: the nesting of the FQN
+  std::vector<dcp_path_part> path;  // planner_data: the nesting of the FQN, ints kept as ints
   dtype type = dtype::float32;
   std::vector<int64_t> shape;
   std::vector<dcp_out_chunk> chunks;
@@ -70,11 +74,18 @@ struct dcp_plan {
   shard_layout layout;                  // the files as shards: the plan, ownership and the report
 };
 
+// True for a file name a DCP output folder keeps for itself: `.metadata`, swavg's job and temp
+// files (worker_files.h). A rank file of the first input so named takes another name in the output.
+bool is_reserved_dcp_name(const std::string& name);
+
 // Plans `specs` (row-major, no aliases) chunked like `like` (nullptr: one chunk each).
 // `checkpoint_id` goes into StorageMeta as a path. mismatch_error naming the tensor and `like`'s
 // file when a tensor's shape is not the one its chunks cover there; usage_error past kMaxShards
 // rank files (worker_files.h), the most a plan may list.
-dcp_plan plan_dcp(std::vector<tensor_spec> specs, const dcp_chunk_source* like, const std::string& checkpoint_id);
+// `swavg`: swavg's own metadata (the resume record), kept in `.metadata` as the Metadata object's
+// `swavg_metadata` attribute (dcp_metadata.h), which torch loads and ignores.
+dcp_plan plan_dcp(std::vector<tensor_spec> specs, const dcp_chunk_source* like, const std::string& checkpoint_id,
+                  const std::map<std::string, std::string>& swavg = {});
 
 // The archive DCP writes for one chunk: torch.save of a tensor of `type` and `sizes`.
 std::string dcp_chunk_pickle(dtype type, const std::vector<int64_t>& sizes);

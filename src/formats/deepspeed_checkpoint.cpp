@@ -154,6 +154,29 @@ void read_shapes(const pickle_node* d, const std::string& file, const std::strin
   }
 }
 
+// The world size a partition_count names: an int, or one per param group (DeepSpeed's list), the
+// largest; 0 when it is neither.
+uint64_t partition_world(const pickle_node* count) {
+  if (count && count->kind == pickle_kind::integer) return count->int_value > 0 ? count->int_value : 0;
+  if (!is_sequence(count) || count->items.empty()) return 0;
+  uint64_t world = 0;
+  for (const pickle_node* c : count->items) {
+    if (!c || c->kind != pickle_kind::integer || c->int_value <= 0) return 0;
+    world = std::max(world, static_cast<uint64_t>(c->int_value));
+  }
+  return world;
+}
+
+std::string partition_text(const pickle_node* count) {
+  if (count && count->kind == pickle_kind::integer) return std::to_string(count->int_value);
+  if (is_sequence(count) && partition_world(count) > 0) {
+    std::string s;
+    for (const pickle_node* c : count->items) s += (s.empty() ? "" : ", ") + std::to_string(c->int_value);
+    return "[" + s + "]";
+  }
+  return type_of(count);
+}
+
 // The archive lives on the heap: the storage reader refers to it, and `opened` moves.
 struct opened {
   std::unique_ptr<torch_archive> archive;
@@ -230,22 +253,10 @@ state_dict read_zero3(const std::string& path, const std::string& tag) {
   // The world size, from rank 0's partition_count, against the rank files present.
   const pickle_node* osd0 = required(ranks[0].optim.root, "optimizer_state_dict", pickle_kind::dict, "a dict", optim0);
   const pickle_node* count = entry(osd0, "partition_count");
-  uint64_t world = 0;
-  if (count && count->kind == pickle_kind::integer && count->int_value > 0) {
-    world = static_cast<uint64_t>(count->int_value);
-  } else if (is_sequence(count) && !count->items.empty()) {
-    for (const pickle_node* c : count->items) {
-      if (!c || c->kind != pickle_kind::integer || c->int_value <= 0) {
-        world = 0;
-        break;
-      }
-      world = std::max(world, static_cast<uint64_t>(c->int_value));
-    }
-  }
+  const uint64_t world = partition_world(count);
   if (world == 0 || world > kMaxRanks)
-    throw input_error(fmt::format(
-        "{}: partition_count is {}, expected a world size from 1 to {}", optim0,
-        count && count->kind == pickle_kind::integer ? std::to_string(count->int_value) : type_of(count), kMaxRanks));
+    throw input_error(fmt::format("{}: partition_count is {}, expected a world size from 1 to {}", optim0,
+                                  partition_text(count), kMaxRanks));
   for (const auto* files : {&models, &optims}) {
     if (files->size() != world || files->rbegin()->first != world - 1) {
       uint64_t missing = 0;
@@ -276,11 +287,9 @@ state_dict read_zero3(const std::string& path, const std::string& tag) {
                                     int_value(stage) ? std::to_string(*int_value(stage)) : type_of(stage),
                                     zero3_states(0)));
     const pickle_node* c = entry(osd, "partition_count");
-    if (r > 0 && !(c && c->kind == pickle_kind::integer && static_cast<uint64_t>(c->int_value) == world) &&
-        !is_sequence(c))
-      throw input_error(fmt::format("{}: partition_count is {}, but rank 0's is {}", optim,
-                                    c && c->kind == pickle_kind::integer ? std::to_string(c->int_value) : type_of(c),
-                                    world));
+    if (r > 0 && partition_world(c) != world)
+      throw input_error(fmt::format("{}: partition_count is {}, but rank 0's is {} (files of two runs?)", optim,
+                                    partition_text(c), world));
     const pickle_node* groups = entry(osd, "fp32_flat_groups");
     if (!is_sequence(groups) || groups->items.empty())
       throw input_error(
@@ -391,9 +400,10 @@ state_dict read_zero3(const std::string& path, const std::string& tag) {
     numels.push_back(zero3_numel(shape, fmt::format("{}: parameter '{}'", states0, name)));
   }
   const std::vector<zero3_param> plan = plan_zero3(numels, names, group_numels, world, optim0);
+  const std::vector<uint64_t> group_starts = zero3_group_starts(group_numels);
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& [name, shape] = params[i];
-    const std::vector<zero3_slice> slices = zero3_slices(plan[i], group_numels, world);
+    const std::vector<zero3_slice> slices = zero3_slices(plan[i], group_starts, world);
     if (slices.size() == 1) {
       tensor_view v = ranks[slices[0].rank].groups[slices[0].group];
       v.offset += static_cast<int64_t>(slices[0].offset);
@@ -478,23 +488,32 @@ std::vector<zero3_param> plan_zero3(const std::vector<uint64_t>& numels, const s
   return plan;
 }
 
-std::vector<zero3_slice> zero3_slices(const zero3_param& p, const std::vector<uint64_t>& group_numels,
+std::vector<uint64_t> zero3_group_starts(const std::vector<uint64_t>& group_numels) {
+  std::vector<uint64_t> starts{0};
+  for (uint64_t g : group_numels) starts.push_back(starts.back() + g);  // plan_zero3 checked the sum
+  return starts;
+}
+
+std::vector<zero3_slice> zero3_slices(const zero3_param& p, const std::vector<uint64_t>& group_starts,
                                       uint64_t world_size) {
   std::vector<zero3_slice> out;
+  if (group_starts.size() < 2) return out;
+  // The group holding the parameter's first element: the last that starts at or before it.
+  const auto groups_end = group_starts.end() - 1;
+  const size_t first = static_cast<size_t>(std::upper_bound(group_starts.begin(), groups_end, p.partition_offset) -
+                                           group_starts.begin());
   uint64_t left = p.numel;
   for (uint64_t r = 0; r < world_size && left > 0; ++r) {
     uint64_t begin = p.partition_offset, count = std::min(p.partition_numel, left);
-    uint64_t group_start = 0;
-    for (size_t g = 0; g < group_numels.size() && count > 0; ++g) {
-      const uint64_t group_end = group_start + group_numels[g];  // plan_zero3 checked the sum
+    for (size_t g = first > 0 ? first - 1 : 0; g + 1 < group_starts.size() && count > 0; ++g) {
+      const uint64_t group_end = group_starts[g + 1];
       if (begin < group_end) {
         const uint64_t take = std::min(count, group_end - begin);
-        out.push_back(zero3_slice{static_cast<size_t>(r), g, begin - group_start, take});
+        out.push_back(zero3_slice{static_cast<size_t>(r), g, begin - group_starts[g], take});
         begin += take;
         count -= take;
         left -= take;
       }
-      group_start = group_end;
     }
   }
   return out;

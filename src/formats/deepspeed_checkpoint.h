@@ -62,8 +62,12 @@ uint64_t zero3_numel(const std::vector<int64_t>& shape, const std::string& what)
 std::vector<zero3_param> plan_zero3(const std::vector<uint64_t>& numels, const std::vector<std::string>& names,
                                     const std::vector<uint64_t>& group_numels, uint64_t world_size,
                                     const std::string& file);
-// The pieces of one planned parameter, rank by rank, `numel` elements in all.
-std::vector<zero3_slice> zero3_slices(const zero3_param& p, const std::vector<uint64_t>& group_numels,
+// Where each group starts in a rank's concatenated groups, and (last) where the groups end; for
+// groups plan_zero3 accepted (their sum fits 64 bits).
+std::vector<uint64_t> zero3_group_starts(const std::vector<uint64_t>& group_numels);
+// The pieces of one planned parameter, rank by rank, `numel` elements in all: its first group
+// found by binary search, so that planning every parameter is O(P log G), not O(P x G).
+std::vector<zero3_slice> zero3_slices(const zero3_param& p, const std::vector<uint64_t>& group_starts,
                                       uint64_t world_size);
 
 }  // namespace swavg

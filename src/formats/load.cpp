@@ -78,12 +78,12 @@ file_format detect_format(const std::string& path) { return detect(mapped_file::
 
 state_dict load_state_dict(const std::string& path, const load_options& options) {
   state_dict sd;
-  if (is_dcp_folder(path)) {  // before Megatron's check: its torch_dist folders are DCP folders
+  refuse_megatron_checkpoint(path);  // before DCP's check: its torch_dist folders are DCP folders too
+  if (is_dcp_folder(path)) {
     sd = read_dcp_folder(path, options.key);
   } else if (!deepspeed_tag_folder(path).empty()) {
     sd = read_deepspeed_checkpoint(path, options.key);
   } else {
-    refuse_megatron_checkpoint(path);
     const checkpoint_location at = locate_checkpoint(path);
     if (at.index.empty()) {
       sd = load_single_file(at.file, options);
@@ -103,9 +103,9 @@ state_dict load_state_dict(const std::string& path, const load_options& options)
 }
 
 std::vector<std::string> checkpoint_files(const std::string& path) {
+  refuse_megatron_checkpoint(path);
   if (is_dcp_folder(path)) return dcp_files(path);
   if (!deepspeed_tag_folder(path).empty()) return deepspeed_files(path);
-  refuse_megatron_checkpoint(path);
   const checkpoint_location at = locate_checkpoint(path);
   if (at.index.empty()) return {at.file};
   std::vector<std::string> files{at.index};

@@ -37,8 +37,9 @@ void refuse_megatron_checkpoint(const std::string& path) {
   if (backend.empty()) return;
   throw input_error(fmt::format(
       "{}: a Megatron-core distributed checkpoint (metadata.json: sharded_backend '{}', common.pt); swavg does not "
-      "read this layout: convert it to a torch.save or Hugging Face checkpoint first (Megatron's checkpoint "
-      "converter), or average its PyTorch DCP files where swavg reads DCP folders",
+      "read this layout (read as plain DCP, its common.pt, the state Megatron keeps outside the sharded tensors, "
+      "would be left out): convert it with Megatron-LM first (run the training script with --ckpt-convert-format "
+      "torch --ckpt-convert-save DIR) and average each DIR/iter_*/mp_rank_*/model_optim_rng.pt with --key model",
       path, backend.size() > 100 ? backend.substr(0, 100) + "..." : backend));
 }
 

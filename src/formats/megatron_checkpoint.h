@@ -1,8 +1,10 @@
 /*
  * Megatron-core distributed checkpoints (megatron.core.dist_checkpointing): a folder with
  * `metadata.json` naming the sharded backend ("torch_dist": PyTorch DCP files; "zarr") and
- * `common.pt` (the non-sharded state). swavg does not read them itself; it recognises the layout
- * so that such a folder gets an error that names it instead of "no checkpoint here".
+ * `common.pt` (the non-sharded state), as dist_checkpointing.save writes them (common.pt first,
+ * metadata.json last). swavg does not read them; it recognises the layout, both files present,
+ * before any other (a torch_dist folder is a DCP folder too) so that such a folder is refused,
+ * named, with what to do, instead of being averaged without its common.pt.
  */
 #pragma once
 

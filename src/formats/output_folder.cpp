@@ -196,7 +196,7 @@ output_sink& output_folder::open(output_format format, std::vector<tensor_spec> 
                                  const std::map<std::string, std::string>& metadata) {
   if (format == output_format::dcp) {
     copied_.erase(std::remove(copied_.begin(), copied_.end(), std::string(kDcpMetadataName)), copied_.end());
-    dcp_ = std::make_unique<dcp_plan>(plan_dcp(std::move(specs), chunks_like_.get(), out_));
+    dcp_ = std::make_unique<dcp_plan>(plan_dcp(std::move(specs), chunks_like_.get(), out_, metadata));
     layout_ = dcp_->layout;
     layout_->max_shard_size = max_shard_size_;
     record_plan(plan_json(*layout_, metadata, copied_, worker_count_, options_, dcp_->metadata));

@@ -16,6 +16,10 @@ void pickle_document::note_opaque(const std::string& name) {
   if (opaque_seen_.insert(name).second) opaque_globals_.push_back(name);
 }
 
+void pickle_document::note_global(const std::string& name) {
+  if (named_seen_.insert(name).second) named_globals_.push_back(name);
+}
+
 std::string pickle_type_name(const pickle_node& n) {
   switch (n.kind) {
     case pickle_kind::none: return "None";

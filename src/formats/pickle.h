@@ -119,6 +119,11 @@ class pickle_document {
   pickle_node* root() const { return root_; }
   // Every name that became an opaque node, as "module.name", in order of first appearance.
   const std::vector<std::string>& opaque_globals() const { return opaque_globals_; }
+  // Every name a GLOBAL, STACK_GLOBAL or INST opcode named, as "module.name", in order of first
+  // appearance: whether or not the document's root reaches it (a call whose result was popped).
+  const std::vector<std::string>& named_globals() const { return named_globals_; }
+  // Every node the parser made, reachable from the root or not.
+  const std::vector<std::unique_ptr<pickle_node>>& nodes() const { return nodes_; }
   // Bytes the parser counted against unpickle_limits' memory budget.
   uint64_t charged_bytes() const { return charged_bytes_; }
   // Bytes read up to and including STOP: where the next pickle starts in a stream of several
@@ -131,6 +136,7 @@ class pickle_document {
   pickle_node* make(pickle_kind kind);
   void set_root(pickle_node* n) { root_ = n; }
   void note_opaque(const std::string& name);
+  void note_global(const std::string& name);
   void set_charged_bytes(uint64_t n) { charged_bytes_ = n; }
   void set_consumed(size_t n) { consumed_ = n; }
   void note_storage(const pickle_storage_ref* s) { storages_.push_back(s); }
@@ -140,6 +146,8 @@ class pickle_document {
   pickle_node* root_ = nullptr;
   std::vector<std::string> opaque_globals_;
   std::unordered_set<std::string> opaque_seen_;
+  std::vector<std::string> named_globals_;
+  std::unordered_set<std::string> named_seen_;
   uint64_t charged_bytes_ = 0;
   size_t consumed_ = 0;
   std::vector<const pickle_storage_ref*> storages_;

@@ -595,6 +595,7 @@ pickle_node* unpickler::global(std::string_view module, std::string_view name) {
   text.reserve(module.size() + 1 + name.size());
   text.append(module).append(".").append(name);
   set_text(n, std::move(text));
+  doc_->note_global(n->text);
   return n;
 }
 

@@ -199,6 +199,57 @@ class DcpTest(TempDirTest):
         self.assertIn("tensor 'model.norm.weight' chunk 0", p.stderr)
 
 
+class MegatronTest(TempDirTest):
+    """A Megatron-core torch_dist folder (scripts/fixtures/hostile_dcp.py lays it out as
+    dist_checkpointing.save does: common.pt, the DCP files, metadata.json) is refused by every
+    command that reads it, naming it and what to do; without common.pt it is a plain DCP folder."""
+
+    def setUp(self):
+        super().setUp()
+        sys.path.insert(0, SCRIPTS)
+        from fixtures.hostile_dcp import megatron_folder
+        self.folders = []
+        for i in range(2):
+            g = torch.Generator().manual_seed(i)
+            state = {"decoder.layers.0.weight": torch.randn(4, 3, generator=g), "embedding": torch.randn(5, generator=g)}
+            folder = self.path("run/iter_%07d" % (i + 1))
+            megatron_folder(folder, state, i + 1)
+            self.folders.append(folder)
+
+    def test_refused_by_every_command(self):
+        out = self.path("out.pt")
+        for args in (["average", *self.folders, "-o", out], ["ema", "--decay", "0.9", *self.folders, "-o", out],
+                     ["convert", self.folders[1], "-o", out], ["inspect", self.folders[0]],
+                     ["average", *self.folders, "--format", "dcp", "-o", self.path("out/")]):
+            with self.subTest(command=args[0]):
+                p = swavg(*args, check=False)
+                self.assertEqual(p.returncode, 3, p.stderr)
+                self.assertIn("swavg: error: %s: a Megatron-core distributed checkpoint (metadata.json: sharded_backend "
+                              "'torch_dist', common.pt)" % (self.folders[1] if args[0] == "convert" else self.folders[0]),
+                              p.stderr)
+                self.assertIn("--ckpt-convert-format torch", p.stderr)
+                self.assertEqual(p.stdout, "")
+                self.assertEqual(sorted(os.listdir(self.tmp)), ["run"])
+
+    def test_without_common_pt_it_is_plain_dcp(self):
+        # megatron-core always writes common.pt; a folder without it is read as the DCP folder it is
+        for f in self.folders:
+            os.remove(os.path.join(f, "common.pt"))
+        out = self.path("avg.pt")
+        swavg("average", *self.folders, "-o", out)
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+        refs = []
+        for i, f in enumerate(self.folders):
+            dcp_to_torch_save(f, self.path("ref%d.pt" % i))
+            refs.append(torch.load(self.path("ref%d.pt" % i), weights_only=True))
+        got = load_output(out)
+        self.assertEqual(sorted(got), sorted(refs[0]))
+        for k in refs[0]:
+            self.assert_bits(got[k], swa_fold([r[k] for r in refs]), k)
+
+    assert_bits = DcpTest.assert_bits
+
+
 class MemoryTest(unittest.TestCase):
     """Averaging two 4-rank DCP checkpoints of 16 and of 64 tensors of 4 MiB (chunked by rows and by
     columns, so every tensor is assembled from 4 chunks): the peak RSS of the larger average is

@@ -263,5 +263,203 @@ class DcpOutputTest(TempDirTest):
         self.assert_same(self.load_one_process(out, want, prefix=None), want)
 
 
+def nested_state(seed):
+    """A state dict whose DCP paths hold ints: lists of tensors and of dicts, int dict keys (which DCP's
+    flattening turns into str), nested under "model" beside a step count."""
+    g = torch.Generator().manual_seed(7000 + seed)
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    return {"model": {"blocks": [{"w": r(3, 4), "b": r(4)}, {"w": r(3, 4), "b": r(4)}],
+                      "experts": {0: r(2, 2), 1: r(2, 2)}, "heads": [r(5), r(5), r(5)], "norm": r(4)},
+            "step": 10 + seed}
+
+
+def structure(obj):
+    """The containers of a (consolidated) state dict: dicts by key, lists by index, leaves by type."""
+    if isinstance(obj, dict):
+        return {k: structure(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [structure(v) for v in obj]
+    return "tensor" if isinstance(obj, torch.Tensor) else type(obj).__name__
+
+
+def leaves(obj, path=()):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from leaves(v, path + (k,))
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from leaves(v, path + (i,))
+    else:
+        yield path, obj
+
+
+def metadata_bytes(md, base):
+    """md pickled with every chunk's offset moved by the pickle's own length (found by iterating):
+    the bytes of .metadata when the chunks follow it in the same file."""
+    import copy
+    size = 0
+    for _ in range(10):
+        shifted = copy.deepcopy(md)
+        for info in shifted.storage_data.values():
+            info.relative_path = ".metadata"
+            info.offset += size
+        data = pickle.dumps(shifted)
+        if len(data) == size:
+            return data
+        size = len(data)
+    raise AssertionError("no fixed point")
+
+
+class DcpFolderTest(TempDirTest):
+    """Small DCP folders saved by torch here, and the checks of an output against them."""
+
+    def save(self, name, state, **kw):
+        folder = self.path(name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dcp_api.save(state, checkpoint_id=folder, no_dist=True, **kw)
+        return folder
+
+    def consolidate(self, folder):
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+        out = folder.rstrip("/") + ".consolidated.pt"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dcp_to_torch_save(folder, out)
+        return torch.load(out, weights_only=False)
+
+    def check_like_input(self, out, inputs, key, fold=swa_fold):
+        """out/ consolidates to the first input's structure (under `key`), holding fold's result."""
+        refs = [self.consolidate(i) for i in inputs]
+        got = self.consolidate(out)
+        want_tree = refs[0][key] if key else {k: v for k, v in refs[0].items() if isinstance(v, (dict, list))}
+        self.assertEqual(structure(got[key] if key else got), structure(want_tree))
+        ref_leaves = [dict(leaves(r[key] if key else r)) for r in refs]
+        for path, t in leaves(got[key] if key else got):
+            with self.subTest(path=path):
+                self.assertTrue(same_bits(t, fold([r[path] for r in ref_leaves])), path)
+        # dcp.load into the input's own structure (lists and all) gives the same tensors
+        state = {key: want_tree} if key else dict(want_tree)
+        state = {k: v for k, v in state.items()}
+        empty = torch.utils._pytree.tree_map(lambda t: torch.zeros_like(t) if isinstance(t, torch.Tensor) else t,
+                                             state)
+        dcp_api.load(empty, checkpoint_id=out)
+        for path, t in leaves(empty[key] if key else empty):
+            self.assertTrue(same_bits(t, dict(leaves(got[key] if key else got))[path]), path)
+        return got
+
+
+class DcpStructureTest(DcpFolderTest):
+    """DCP outputs unflatten as their input does (lists stay lists) and never name a rank file after a
+    name the format reserves, checked by torch's dcp.load and dcp_to_torch_save."""
+
+    def test_lists_and_int_keys_come_back(self):
+        ins = [self.save("in%d" % i, nested_state(i)) for i in range(2)]
+        out = self.path("avg/")
+        swavg("average", *ins, "--format", "dcp", "-o", out)
+        got = self.check_like_input(out, ins, "model")
+        self.assertIsInstance(got["model"]["blocks"], list)
+        self.assertIsInstance(got["model"]["heads"], list)
+        self.assertEqual(sorted(got["model"]["experts"]), ["0", "1"])  # str, as DCP keeps them in the input too
+        md = metadata(out)
+        self.assertEqual(md.planner_data["model.blocks.1.w"], ("model", "blocks", 1, "w"))
+        self.assertEqual(md.planner_data["model.heads.2"], ("model", "heads", 2))
+        self.assertEqual(md.planner_data["model.experts.0"], ("model", "experts", "0"))
+
+    def test_top_level_lists(self):
+        ins = [self.save("flat%d" % i, {"layers": nested_state(i)["model"]["heads"],
+                                        "w": nested_state(i)["model"]["norm"]}) for i in range(2)]
+        for cmd in (["average", *ins], ["ema", "--decay", "0.5", *ins], ["convert", ins[0]]):
+            with self.subTest(command=cmd[0]):
+                out = self.path(cmd[0] + "/")
+                swavg(*cmd, "--format", "dcp", "-o", out)
+                got = self.consolidate(out)
+                self.assertIsInstance(got["layers"], list)
+                self.assertEqual(len(got["layers"]), 3)
+                self.assertEqual(metadata(out).planner_data["layers.1"], ("layers", 1))
+
+    def test_chunks_inside_the_metadata_file(self):
+        """A one-process folder whose chunks lie in the file named .metadata, after the pickle (torch
+        reads it): the output's rank file takes another name, and torch reads the output."""
+        ins = []
+        for i in range(2):
+            src = self.save("src%d" % i, {"model": nested_state(i)["model"]})
+            md = metadata(src)
+            (rank_file,) = {v.relative_path for v in md.storage_data.values()}
+            with open(os.path.join(src, rank_file), "rb") as f:
+                chunks = f.read()
+            folder = self.path("inside%d" % i)
+            os.mkdir(folder)
+            with open(os.path.join(folder, ".metadata"), "wb") as f:
+                f.write(metadata_bytes(md, 0) + chunks)
+            self.assertEqual(os.listdir(folder), [".metadata"])
+            ins.append(folder)
+        want = self.consolidate(ins[0])  # torch itself reads the input
+        self.assertIsInstance(want["model"]["blocks"], list)
+        out = self.path("avg/")
+        swavg("average", *ins, "--format", "dcp", "-o", out)
+        self.assertEqual(sorted(os.listdir(out)), [".metadata", "__0_0.distcp"])
+        self.assertEqual({v.relative_path for v in metadata(out).storage_data.values()}, {"__0_0.distcp"})
+        self.check_like_input(out, ins, "model")
+        # and a rank file named like swavg's job files is renamed too, shard-parallel included
+        md = metadata(ins[1])
+        folder = self.path("plan_named")
+        os.mkdir(folder)
+        shutil.copy(os.path.join(ins[1], ".metadata"), os.path.join(folder, "swavg-plan.json"))
+        for info in md.storage_data.values():
+            info.relative_path = "swavg-plan.json"
+        with open(os.path.join(folder, ".metadata"), "wb") as f:
+            pickle.dump(md, f)
+        out = self.path("plan_out/")
+        swavg("average", folder, ins[0], "--format", "dcp", "--shard", "0/1", "-o", out)
+        if not os.path.exists(out):
+            swavg("finalize", out)
+        self.assertEqual(sorted(os.listdir(out)), [".metadata", "__0_0.distcp"])
+        self.check_like_input(out, [folder, ins[0]], "model")
+
+
+class DcpResumeTest(DcpFolderTest):
+    """A DCP output resumes like any other: swavg's record rides in .metadata as an attribute of the
+    Metadata object (torch's pickle.load sets it, DCP ignores it)."""
+
+    def test_rolling_ema(self):
+        ins = [self.save("in%d" % i, nested_state(i)) for i in range(5)]
+        whole = self.path("whole/")
+        swavg("ema", "--decay", "0.9", *ins, "--format", "dcp", "-o", whole)
+        prev = None
+        for i, piece in enumerate((ins[:2], ins[2:3], ins[3:])):
+            out = self.path("roll%d/" % i)
+            swavg("ema", "--decay", "0.9", *(["--resume", prev] if prev else []), *piece, "--format", "dcp", "-o", out)
+            prev = out
+        got, want = self.consolidate(prev), self.consolidate(whole)
+        self.assertEqual(structure(got), structure(want))
+        refs = [dict(leaves(self.consolidate(i)["model"])) for i in ins]
+        decays = ema_decays(len(ins), 0.9)
+        for path, t in leaves(got["model"]):
+            with self.subTest(path=path):
+                self.assertTrue(same_bits(t, dict(leaves(want["model"]))[path]), path)
+                self.assertTrue(same_bits(t, ema_fold([r[path] for r in refs], decays)), path)
+        self.check_like_input(prev, ins, "model", lambda ts: ema_fold(ts, decays))
+        import json
+        record = json.loads(metadata(prev).swavg_metadata["swavg"])  # what torch's own pickle.load sees
+        self.assertEqual(record["mode"], "ema")
+        self.assertEqual(record["n"], 5)
+
+    def test_resume_from_average(self):
+        ins = [self.save("in%d" % i, nested_state(i)) for i in range(3)]
+        first = self.path("first/")
+        swavg("average", *ins[:2], "--format", "dcp", "-o", first)
+        out = self.path("out/")
+        swavg("average", "--resume", first, ins[2], "--format", "dcp", "-o", out)
+        got = self.consolidate(out)
+        refs = [dict(leaves(self.consolidate(i)["model"])) for i in ins]
+        for path, t in leaves(got["model"]):
+            self.assertTrue(same_bits(t, swa_fold([r[path] for r in refs])), path)
+        p = swavg("ema", "--decay", "0.9", "--resume", first, ins[2], "--format", "dcp", "-o", self.path("x/"),
+                  check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("was made in swa mode, cannot resume it in ema mode", p.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()

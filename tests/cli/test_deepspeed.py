@@ -192,6 +192,62 @@ class MemoryTest(unittest.TestCase):
             [round(peaks[n] / 2 ** 20, 1) for n in self.SIZES], list(self.SIZES)))
 
 
+class RankMismatchTest(TempDirTest):
+    """ZeRO-3 ranks that disagree with rank 0 (files of two runs in one folder): another number of flat
+    groups, another partition_count. Refused (exit 3), naming the rank's file; the folder as written
+    (scripts/fixtures/deepspeed.py make_zero3_memory, DeepSpeed's layout) averages."""
+
+    def setUp(self):
+        super().setUp()
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+        from fixtures import deepspeed as fixtures
+        self.fixtures = fixtures
+        self.tag = self.path("run/global_step1")
+        fixtures.make_zero3_memory(self.tag, 1, 0)
+        self.optim1 = os.path.join(self.tag, "zero_pp_rank_1_mp_rank_00_optim_states.pt")
+
+    def rewrite(self, change):
+        import torch
+        obj = torch.load(self.optim1, weights_only=False)
+        change(obj["optimizer_state_dict"])
+        torch.save(obj, self.optim1)
+
+    def average(self):
+        out = self.path("avg.pt")
+        p = swavg("average", self.tag, self.tag, "-o", out, check=False)
+        if p.returncode == 0:
+            os.remove(out)
+        return p
+
+    def test_as_written(self):
+        out = self.path("avg.pt")
+        swavg("average", self.tag, self.tag, "-o", out)
+        want = self.fixtures.zero3_memory_params(1, 0)
+        got = load_output(out)
+        self.assertEqual(sorted(got), sorted(want))
+        for k in want:
+            self.assertTrue(same_bits(got[k], want[k]), k)
+        os.remove(out)
+        self.rewrite(lambda o: o.update(partition_count=[4]))  # one per param group, as DeepSpeed may save it
+        self.assertEqual(self.average().returncode, 0)
+
+    def test_another_number_of_groups(self):
+        import torch
+        self.rewrite(lambda o: o["fp32_flat_groups"].append(torch.zeros(3)))
+        p = self.average()
+        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertIn(self.optim1 + ": 2 flat groups, but rank 0 has 1", p.stderr)
+
+    def test_another_partition_count(self):
+        for count, text in ((2, "2"), (8, "8"), ([2], "[2]")):
+            with self.subTest(count=count):
+                self.rewrite(lambda o: o.update(partition_count=count))
+                p = self.average()
+                self.assertEqual(p.returncode, 3, p.stderr)
+                self.assertIn(self.optim1 + ": partition_count is %s, but rank 0's is 4" % text, p.stderr)
+                self.assertEqual(sorted(os.listdir(self.tmp)), ["run"])
+
+
 class MegatronTest(TempDirTest):
     def folder(self, metadata):
         folder = self.path("iter_0000003")
