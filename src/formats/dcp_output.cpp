@@ -268,16 +268,22 @@ std::map<std::string, std::string> output_file_names(const dcp_chunk_source* lik
 bool is_reserved_dcp_name(const std::string& name) { return name == kDcpMetadataName || is_job_file_name(name); }
 
 std::string dcp_chunk_pickle(dtype type, const std::vector<int64_t>& sizes) {
+  // As torch.save: a typed storage and _rebuild_tensor_v2, or for the dtypes without a storage class
+  // (uint16, float8, ...) an UntypedStorage of bytes, _rebuild_tensor_v3 and the dtype last.
+  const bool v3 = needs_rebuild_v3(type);
   pickler p;
   p.proto();
-  p.global("torch._utils", "_rebuild_tensor_v2");
+  p.global("torch._utils", v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2");
   p.plain(kMark);
   p.plain(kMark);
   p.str("storage");
-  p.global("torch", storage_class_name(type));
+  if (v3)
+    p.global("torch.storage", "UntypedStorage");
+  else
+    p.global("torch", storage_class_name(type));
   p.str("0");
   p.str("cpu");
-  p.integer(static_cast<int64_t>(numel_of(sizes)));
+  p.integer(static_cast<int64_t>(v3 ? numel_of(sizes) * itemsize(type) : numel_of(sizes)));
   p.plain(kTuple);
   p.plain(kBinPersId);
   p.integer(0);
@@ -287,6 +293,7 @@ std::string dcp_chunk_pickle(dtype type, const std::vector<int64_t>& sizes) {
   p.global("collections", "OrderedDict");
   p.plain(kEmptyTuple);
   p.plain(kReduce);
+  if (v3) p.global("torch", dtype_name(type));
   p.plain(kTuple);
   p.plain(kReduce);
   p.plain(kStop);
