@@ -256,7 +256,7 @@ class DryRunTest(TempDirTest):
         before = listing(self.tmp)
         p = swavg("average", *self.inputs, "-o", self.path("swa/"), "--max-shard-size", "8KB", "--dry-run")
         self.assertEqual(listing(self.tmp), before)
-        for word in ("Inputs, in fold order (3)", "embed.weight", "bn.running_mean", "model.safetensors.index.json",
+        for word in ("Inputs, in fold order (3; --sort natural)", "embed.weight", "bn.running_mean", "model.safetensors.index.json",
                      "Expected peak memory"):
             self.assertIn(word, p.stdout)
         p = swavg("convert", self.inputs[0], "-o", self.path("c.pt"), "--dry-run")
