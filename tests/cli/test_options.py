@@ -103,6 +103,7 @@ class OptionOrderTest(TempDirTest):
             "--force": (["--force"], [], ins, ins),
             "--key": (["--key", "model"], [], ins, ins),
             "--strip-prefix": (["--strip-prefix", "module."], [], ins, ins),
+            "--exclude": (["--exclude", "fc.bias"], [], ins, ins),
             "--buffers": (["--buffers", "first"], [], ins, ins),
             "--buffer": (["--buffer", r"^fc\."], [], ins, ins),
             "--model": (["--model", fixture("runs/cnn/net.ts")], [], ins, ins),
@@ -213,7 +214,8 @@ class OptionOrderTest(TempDirTest):
         self.check_fold_command("ema")
 
     def inspect_cases(self):
-        return {"--key": ["--key", "model"], "--strip-prefix": ["--strip-prefix", "module."], "--json": ["--json"]}
+        return {"--key": ["--key", "model"], "--strip-prefix": ["--strip-prefix", "module."],
+                "--exclude": ["--exclude", "fc.bias"], "--json": ["--json"]}
 
     def test_inspect(self):
         ckpt = self.inputs[0]
@@ -228,6 +230,7 @@ class OptionOrderTest(TempDirTest):
     def convert_cases(self):
         return {"--output": ["-o", self.path("c.pt")], "--format": ["--format", "torch"], "--key": ["--key", "model"],
                 "--strip-prefix": ["--strip-prefix", "module."], "--force": ["--force"],
+                "--exclude": None,  # the output lacks the entry: test_average's NamesTest
                 "--drop-objects": ["--drop-objects"], "--max-shard-size": ["--max-shard-size", "1GB"],
                 "--dry-run": None, "--json": None}  # write nothing: test_dry_run.py
 
@@ -261,6 +264,7 @@ class OptionOrderTest(TempDirTest):
             "--model": ["--model", bn("cnn_scripted.ts")], "--data": ["--data", self.raw],
             "--checkpoint": ["--checkpoint", self.nested], "--key": ["--key", "model"],
             "--strip-prefix": ["--strip-prefix", "module."], "--data-key": None,
+            "--exclude": None,  # a BatchNorm entry left out is refused: test_average's NamesTest covers the option
             "--shape": ["--shape", self.raw_shape], "--dtype": ["--dtype", "float32"],
             "--batch-size": ["--batch-size", "16"], "--drop-last": ["--drop-last"],
             "--max-batches": ["--max-batches", "3"], "--device": ["--device", "cpu"],

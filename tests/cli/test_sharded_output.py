@@ -421,7 +421,9 @@ class WorkersTest(ShardedOutputTest):
         self.assertEqual(self.run_worker(paths, out, 0, 2).returncode, 0)
         p = self.run_worker(paths, out, 1, 3)
         self.assert_fails(p, 4, "another job's plan")
-        p = self.run_worker(list(reversed(paths)), out, 1, 2)
+        # The same inputs in another order: the same job in step order, another one as given.
+        self.assertEqual(self.run_worker(list(reversed(paths)), out, 1, 2, extra=["--dry-run"]).returncode, 0)
+        p = self.run_worker(list(reversed(paths)), out, 1, 2, extra=["--sort", "none"])
         self.assert_fails(p, 4, "another job's plan")
 
     def test_tampered_and_extra_files(self):
