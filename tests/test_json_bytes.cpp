@@ -30,7 +30,7 @@ TEST_CASE("json_dump is nlohmann's dump for UTF-8, any indent", "[json_bytes]") 
   CHECK(json_dump(unordered) == "{\"k\":\"v\\udce9\",\"n\":1}");
 }
 
-TEST_CASE("json_parse reads \\udcXX back as the byte; other escapes as nlohmann does", "[json_bytes]") {
+TEST_CASE("json_parse reads \\udcXX back as the byte, other escapes as nlohmann does", "[json_bytes]") {
   const json back = json_parse(json_dump(json{{"p\xe9", {"caf\xe9", "x\xff", "\x80\xfe", "nul\0\xe9"s, "é"}}}));
   CHECK(back.begin().key() == "p\xe9");
   CHECK(back["p\xe9"] == json({"caf\xe9", "x\xff", "\x80\xfe", "nul\0\xe9"s, "é"}));
