@@ -199,16 +199,17 @@ def run(args: Sequence[Any], *, timeout: Optional[float] = None) -> Optional[Rep
     argv = [_text(a) for a in args]
     command = _command(argv)
     report_file = _option_value(argv, "--report")
+    dry_run = "--dry-run" in argv  # the plan, on stdout with --json, is what it returns
     with tempfile.TemporaryDirectory(prefix="swavg-py-") as tmp:
-        if command in _REPORT_FILE_COMMANDS and report_file is None:
+        if command in _REPORT_FILE_COMMANDS and report_file is None and not dry_run:
             report_file = os.path.join(tmp, "report.json")
             argv += ["--report", report_file]
-        stdout_json = command in _REPORT_STDOUT_COMMANDS
+        stdout_json = command in _REPORT_STDOUT_COMMANDS or dry_run
         if stdout_json and "--json" not in argv:
             argv.append("--json")
         p = subprocess.run([binary(), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            timeout=timeout)
-        report = _read_report(report_file) if command in _REPORT_FILE_COMMANDS else None
+        report = _read_report(report_file) if command in _REPORT_FILE_COMMANDS and not dry_run else None
     if stdout_json and p.returncode == 0:
         report = json.loads(p.stdout)
     if p.returncode != 0:

@@ -6,6 +6,7 @@
 #include "cli/load_options.h"
 #include "cli/options.h"
 #include "cli/pipeline.h"
+#include "cli/read_set.h"
 
 #include <fmt/format.h>
 
@@ -71,7 +72,9 @@ void convert_to_folder(const convert_options& o) {
   if (!o.max_shard_size.empty() && o.format) refuse_shard_size(o.output, *o.format);
   output_folder out(o.output, limit, 0, 1, o.force);
   out.refuse_not_folder();
-  out.refuse_inputs_inside(checkpoint_files(o.input));
+  read_set read;
+  read.add_checkpoint(o.input);
+  read.check_folder_output(out, {});
   out.refuse_non_empty();
   const output_format format = o.format.value_or(output_format::safetensors);
   state_dict sd = load_state_dict(o.input, o.load);
@@ -124,7 +127,9 @@ void run_convert(const convert_options& o) {
     throw usage_error(fmt::format("--max-shard-size needs a folder output (-o DIR/), not '{}'", o.output));
   const output_format format = choose_output_format(o.output, o.format);
   refuse_folder_format(o.output, format);
-  check_output_path(o.output, checkpoint_files(o.input), o.force);
+  read_set read;
+  read.add_checkpoint(o.input);
+  read.check_file_outputs({{"-o", o.output, o.force}});
   state_dict sd = load_state_dict(o.input, o.load);
   const std::vector<object_entry> objects = o.drop_objects ? std::vector<object_entry>{} : sd.objects;
   std::map<std::string, std::string> metadata;

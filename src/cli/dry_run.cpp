@@ -4,6 +4,7 @@
 #include "cli/dry_run.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,6 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
+#include "util/printable.h"
+#include "util/standard_output.h"
+#include "util/json_bytes.h"
 
 namespace swavg {
 namespace {
@@ -34,6 +38,35 @@ std::string human_bytes(uint64_t n) {
     ++u;
   }
   return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+// The per-tensor table (-v): one line per tensor, names escaped and cut to the column.
+std::string tensor_table(const dry_run& d) {
+  size_t name_width = 6;
+  for (const auto& x : d.tensors)
+    name_width = std::max(name_width, std::min<size_t>(printable(x.outcome.name).size(), 60));
+  std::string t = fmt::format("\nTensors ({}):\n", d.tensors.size());
+  t += fmt::format("  {:<{}}  {:<7}  {:<7}  {:<9}  {:<10}  {:<9}  {}\n", "tensor", name_width, "action", "reason",
+                   "dtype", "accumulate", "output", "note");
+  for (const auto& x : d.tensors) {
+    const tensor_outcome& o = x.outcome;
+    std::string note;
+    if (o.action == tensor_action::latest) note = "copied from the latest input";
+    if (o.action == tensor_action::first) note = "copied from the first input";
+    if (o.action == tensor_action::drop) note = "left out";
+    if (o.action == tensor_action::average) note = fmt::format("averaged over {}", o.count);
+    if (!x.action.empty()) note = "copied";
+    if (o.buffer) note += ", buffer";
+    if (!o.rule.empty()) note += fmt::format(", rule '{}'", printable(o.rule));
+    if (!x.tied_to.empty()) note += fmt::format(", tied to '{}'", printable(x.tied_to));
+    if (d.folder && !x.file.empty()) note += fmt::format(", in {}", printable(x.file));
+    if (!x.written && o.action != tensor_action::drop) note += " (another worker's)";
+    const bool averaged = o.action == tensor_action::average;
+    t += fmt::format("  {:<{}}  {:<7}  {:<7}  {:<9}  {:<10}  {:<9}  {}\n", printable(o.name), name_width,
+                     x.action.empty() ? action_name(o.action) : x.action.c_str(), o.reason, dtype_name(o.input_type),
+                     averaged ? dtype_name(o.accumulate_type) : "-", dtype_name(o.output_type), note);
+  }
+  return t;
 }
 
 }  // namespace
@@ -105,11 +138,15 @@ dry_run describe_fold_job(const std::string& command, const fold_job& job, const
   if (p.layout) {
     const shard_layout& l = *p.layout;
     add_shard_files(d, d.output, l, o.metadata);
+    owned = specs_owned(l, job.worker.index, job.worker.count);
+    // The file shown for a tensor: the first of this worker's holding it, else the first holding it.
+    std::vector<bool> shown_own(o.specs.size());
     for (size_t s = 0; s < l.shards.size(); ++s)
-      for (size_t i : l.shards[s].specs) {
-        file_of[i] = l.shards[s].file;
-        owned[i] = d.files[s].written;
-      }
+      for (size_t i : l.shards[s].specs)
+        if (file_of[i].empty() || (d.files[s].written && !shown_own[i])) {
+          file_of[i] = l.shards[s].file;
+          shown_own[i] = d.files[s].written;
+        }
     if (job.worker.index == 0) d.copied = p.extra.copied;
   } else {
     dry_run_file f;
@@ -217,76 +254,57 @@ std::string dry_run_json(const dry_run& d) {
                        "whole copied tensor, the accumulator and conversion buffers) plus a 4 MiB write buffer per "
                        "output file open at once; the program's own code and libraries are not counted"}};
   j["details"] = details;
-  return j.dump(1);
+  return json_dump(j, 1);
 }
 
-std::string dry_run_table(const dry_run& d) {
+// Every name and path in the table goes through printable() (util/printable.h), as inspect's do:
+// a tensor or file name cannot move the cursor, forge a line or reorder what is shown.
+std::string dry_run_table(const dry_run& d, bool tensors) {
+  using P = std::string (*)(std::string_view);
+  const P p = printable;
   std::string t = fmt::format("swavg {} --dry-run: the plan; nothing was written\n\n", d.command);
   t += fmt::format("Inputs, in fold order ({}{}):\n", d.inputs.size(),
                    d.order.empty() ? "" : fmt::format("; --sort {}", d.order));
   for (size_t i = 0; i < d.inputs.size(); ++i) {
     const auto& in = d.inputs[i];
-    t += fmt::format("  {:>4}  {}  ({}, state dict at {})\n", i + 1, in.path, in.format,
-                     in.key.empty() ? std::string("the top level") : "'" + in.key + "'");
+    t += fmt::format("  {:>4}  {}  ({}, state dict at {})\n", i + 1, p(in.path), in.format,
+                     in.key.empty() ? std::string("the top level") : "'" + p(in.key) + "'");
   }
-  if (!d.resume.empty()) t += fmt::format("  resumed from {} (n = {} with the inputs)\n", d.resume, d.n);
+  if (!d.resume.empty()) t += fmt::format("  resumed from {} (n = {} with the inputs)\n", p(d.resume), d.n);
 
-  size_t name_width = 6;
-  for (const auto& x : d.tensors) name_width = std::max(name_width, std::min<size_t>(x.outcome.name.size(), 60));
-  t += fmt::format("\nTensors ({}):\n", d.tensors.size());
-  t += fmt::format("  {:<{}}  {:<7}  {:<7}  {:<9}  {:<10}  {:<9}  {}\n", "tensor", name_width, "action", "reason",
-                   "dtype", "accumulate", "output", "note");
-  for (const auto& x : d.tensors) {
-    const tensor_outcome& o = x.outcome;
-    std::string note;
-    if (o.action == tensor_action::latest) note = "copied from the latest input";
-    if (o.action == tensor_action::first) note = "copied from the first input";
-    if (o.action == tensor_action::drop) note = "left out";
-    if (o.action == tensor_action::average) note = fmt::format("averaged over {}", o.count);
-    if (!x.action.empty()) note = "copied";
-    if (o.buffer) note += ", buffer";
-    if (!o.rule.empty()) note += fmt::format(", rule '{}'", o.rule);
-    if (!x.tied_to.empty()) note += fmt::format(", tied to '{}'", x.tied_to);
-    if (d.folder && !x.file.empty()) note += fmt::format(", in {}", x.file);
-    if (!x.written && o.action != tensor_action::drop) note += " (another worker's)";
-    const bool averaged = o.action == tensor_action::average;
-    t += fmt::format("  {:<{}}  {:<7}  {:<7}  {:<9}  {:<10}  {:<9}  {}\n", o.name, name_width,
-                     x.action.empty() ? action_name(o.action) : x.action.c_str(), o.reason, dtype_name(o.input_type),
-                     averaged ? dtype_name(o.accumulate_type) : "-", dtype_name(o.output_type), note);
-  }
-  if (!d.carried.empty()) {
-    t += fmt::format("\nNon-tensor entries ({}{}):\n", d.carried.size(), d.objects_dropped ? ", left out" : "");
-    for (const auto& e : d.carried) t += fmt::format("  {} ({}), from {}\n", e.name, e.type, e.from);
-  }
-
-  t += fmt::format("\nOutput: {}{} ({}", d.output, d.folder ? "/" : "", d.format);
+  t += fmt::format("\nOutput: {}{} ({}", p(d.output), d.folder ? "/" : "", d.format);
   if (d.worker_count > 1) t += fmt::format("; worker {} of {}", d.worker_index, d.worker_count);
   t += "):\n";
   for (const auto& f : d.files)
-    t += fmt::format("  {}  {} tensor{}, {}{} bytes ({}){}\n", f.path, f.tensors, f.tensors == 1 ? "" : "s",
+    t += fmt::format("  {}  {} tensor{}, {}{} bytes ({}){}\n", p(f.path), f.tensors, f.tensors == 1 ? "" : "s",
                      f.size.exact ? "" : "about ", f.size.bytes, human_bytes(f.size.bytes),
                      d.worker_count > 1 ? fmt::format(", worker {}{}", f.worker, f.written ? " (this one)" : "") : "");
   if (!d.index.empty())
-    t += fmt::format("  {}  the index{}\n", d.index, d.worker_count > 1 ? " (written by swavg finalize)" : "");
-  for (const auto& c : d.copied) t += fmt::format("  {}  copied\n", c);
+    t += fmt::format("  {}  the index{}\n", p(d.index), d.worker_count > 1 ? " (written by swavg finalize)" : "");
+  for (const auto& c : d.copied) t += fmt::format("  {}  copied\n", p(c));
 
-  t += fmt::format("\nTo read: {} bytes ({}); to write: {}{} bytes ({})\n", d.bytes_read, human_bytes(d.bytes_read),
+  std::map<std::string, size_t> actions;
+  for (const auto& x : d.tensors) ++actions[x.action.empty() ? action_name(x.outcome.action) : x.action];
+  std::string counts;
+  for (const auto& [action, n] : actions) counts += fmt::format("{}{} {}", counts.empty() ? "" : ", ", n, action);
+  t += fmt::format("\nTensors: {}{}{}\n", d.tensors.size(), counts.empty() ? "" : " (" + counts + ")",
+                   tensors ? "" : "; -v lists each, --json too");
+  if (!d.carried.empty()) {
+    t += fmt::format("Non-tensor entries ({}{}):\n", d.carried.size(), d.objects_dropped ? ", left out" : "");
+    for (const auto& e : d.carried) t += fmt::format("  {} ({}), from {}\n", p(e.name), p(e.type), p(e.from));
+  }
+  t += fmt::format("To read: {} bytes ({}); to write: {}{} bytes ({})\n", d.bytes_read, human_bytes(d.bytes_read),
                    d.bytes_written_exact ? "" : "about ", d.bytes_written, human_bytes(d.bytes_written));
   t += fmt::format(
       "Expected peak memory: {} ({} bytes): the largest tensor's working set ('{}') plus the output's write buffer, "
       "besides the program itself\n",
-      human_bytes(d.peak_memory), d.peak_memory, d.peak_tensor);
+      human_bytes(d.peak_memory), d.peak_memory, p(d.peak_tensor));
+  if (tensors) t += tensor_table(d);
   return t;
 }
 
 void print_dry_run(const dry_run& d, bool json) {
-  errno = 0;
-  if (json)
-    std::cout << dry_run_json(d) << "\n";
-  else
-    std::cout << dry_run_table(d);
-  std::cout.flush();
-  if (!std::cout) throw io_error(fmt::format("stdout: cannot write the plan: {}", errno_text(errno)));
+  write_stdout(json ? dry_run_json(d) + "\n" : dry_run_table(d, spdlog::should_log(spdlog::level::debug)), "the plan");
 }
 
 }  // namespace swavg

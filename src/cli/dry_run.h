@@ -95,7 +95,9 @@ void total_written(dry_run& d);
 dry_run describe_fold_job(const std::string& command, const fold_job& job, const fold_job_plan& plan);
 
 std::string dry_run_json(const dry_run& d);
-std::string dry_run_table(const dry_run& d);
+// The summary (inputs, output files, counts, bytes, peak memory), then, with `tensors` (-v), every
+// tensor's line; names and paths escaped as inspect escapes them.
+std::string dry_run_table(const dry_run& d, bool tensors);
 // Prints the table or, with `json`, the JSON object on stdout (io_error when stdout fails).
 void print_dry_run(const dry_run& d, bool json);
 

@@ -18,6 +18,7 @@
 #include "util/log.h"
 #include "util/mapped_file.h"
 #include "util/printable.h"
+#include "util/standard_output.h"
 #include "util/version.h"
 
 namespace {
@@ -29,15 +30,6 @@ std::optional<int> input_changed(const char* what) {
   if (!path || std::strstr(what, "changed while being read") != nullptr) return std::nullopt;
   spdlog::error("{}: changed while being read (it shrank, or a page of it could not be read)", *path);
   spdlog::debug("the error it caused: {}", what);
-  return static_cast<int>(swavg::exit_code::io);
-}
-
-// What is still buffered for stdout is written now, so that a failure is exit 5, not lost at exit.
-int flush_stdout() {
-  errno = 0;
-  std::cout.flush();
-  if (std::cout && std::fflush(stdout) == 0 && !std::ferror(stdout)) return 0;
-  spdlog::error("stdout: write failed{}", errno != 0 ? ": " + swavg::errno_text(errno) : "");
   return static_cast<int>(swavg::exit_code::io);
 }
 
@@ -62,9 +54,10 @@ int main(int argc, char** argv) {
   // Past a file-size limit (ulimit -f) a write fails with EFBIG, reported as an I/O error (exit 5)
   // and the temp file removed, instead of the process being killed by SIGXFSZ.
   std::signal(SIGXFSZ, SIG_IGN);
-  // Writing to a closed pipe (swavg inspect x.pt | head) fails with EPIPE, an I/O error (exit 5),
-  // instead of killing the process.
+  // Writing to a closed pipe (swavg inspect x.pt | head) fails with EPIPE, and the run ends quietly
+  // with exit 0 (util/standard_output.h), instead of the process being killed before its cleanup.
   std::signal(SIGPIPE, SIG_IGN);
+  buffer_stdout();
   CLI::App app{"swavg: average PyTorch checkpoints (SWA, EMA) and recompute BatchNorm statistics"};
   const std::string cuda = *SWAVG_LIBTORCH_CUDA ? fmt::format("CUDA {} compiled in", SWAVG_LIBTORCH_CUDA) : "CPU only";
   app.set_version_flag("--version",
@@ -93,8 +86,10 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
-  } catch (const CLI::Success& e) {
-    return app.exit(e);
+  } catch (const CLI::Success& e) {  // --help, --version: what they print is checked too
+    setup_logging(0);
+    const int code = app.exit(e);
+    return code != 0 ? code : finish_stdout();
   } catch (const CLI::ParseError& e) {
     // CLI11's own texts ("The following argument was not expected") become ours: one line in the
     // style of every other error, naming what to do.
@@ -108,6 +103,8 @@ int main(int argc, char** argv) {
     for (const auto& c : commands)
       if (c.app->parsed()) c.run();
     if (auto changed = input_changed("")) return *changed;  // inspect: what it printed came from zeros
+  } catch (const stdout_closed&) {
+    return 0;  // the reader has gone (swavg ... | head -1): quietly, as Unix tools end
   } catch (const needs_libtorch& e) {
     return hand_over(argc, argv, e);
   } catch (const error& e) {
@@ -122,5 +119,5 @@ int main(int argc, char** argv) {
     log_error("internal error: " + printable_lines(e.what()));
     return static_cast<int>(exit_code::internal);
   }
-  return flush_stdout();
+  return finish_stdout();
 }

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "cli/read_set.h"
 #include "fold/aten.h"
 #include "fold/execute.h"
 #include "formats/output_folder.h"
@@ -17,6 +18,7 @@
 #include "util/atomic_dir.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_bytes.h"
 #include "util/paths.h"
 #include "util/sha256.h"
 #include "util/version.h"
@@ -25,41 +27,23 @@
 namespace swavg {
 namespace {
 
-// The files and folders --resume reads, unless it is `output` itself (the rolling average, which
-// replaces what it resumed): then none, and the output may be it.
-std::vector<std::string> resume_reads(const fold_job& job, bool folder_output) {
-  if (job.resume.empty()) return {};
-  std::vector<std::string> files = checkpoint_files(job.resume);
-  const bool rolling =
-      folder_output ? real_path(without_trailing_slash(job.resume)) == real_path(without_trailing_slash(job.output))
-                    : files.size() == 1 && same_file(files.front(), job.output);
-  if (rolling) return {};
-  files.push_back(job.resume);
-  return files;
+// Every file a fold job reads (read_set.h); `data`: --update-bn's samples.
+read_set reads_of(const fold_job& job, const std::string& data = "") {
+  read_set read;
+  for (const auto& in : job.inputs) read.add_checkpoint(in);
+  for (const auto& f : job.also_read) read.add_file(f);
+  read.add_file(job.model);
+  if (job.config.avg_fn) read.add_file(job.config.avg_fn->path);
+  read.add_file(data);
+  read.add_resumed(job.resume);
+  return read;
 }
 
-// Refuses, before anything is read, outputs that are inputs, exist (without --force), are not
-// regular files, or are one another. `inputs`: every file the job reads besides --resume.
-void check_paths(const fold_job& job, const std::vector<std::string>& inputs) {
-  check_distinct_paths({{"--report", job.report_file}, {"-o", job.output}});
-  check_distinct_paths({{"--report", job.report_file}, {"--resume", job.resume}});
-  std::vector<std::string> read = inputs;
-  for (auto& f : resume_reads(job, false)) read.push_back(std::move(f));
-  check_output_path(job.output, read, job.force);
-  if (job.report_file.empty()) return;
-  if (!job.resume.empty()) read.push_back(job.resume);
-  check_output_path(job.report_file, read, true);
-}
-
-// Every file the inputs read (a sharded checkpoint's index and shards) and the arguments themselves
-// (a folder holds them), so no output can be or lie in one.
-std::vector<std::string> input_files(const fold_job& job) {
-  std::vector<std::string> files;
-  for (const auto& in : job.inputs) {
-    for (auto& f : checkpoint_files(in)) files.push_back(std::move(f));
-    files.push_back(in);
-  }
-  return files;
+// Refuses, before anything is read, outputs that are read, exist (without --force), are not
+// regular files, or are one another.
+void check_paths(const fold_job& job, const read_set& read, bool dry_run) {
+  read.check_file_outputs({{"-o", job.output, job.force}, {"--report", job.report_file, true}});
+  if (!dry_run) reserve_report(job.report_file);
 }
 
 std::vector<state_dict> load_checkpoints(const fold_job& job) {
@@ -85,23 +69,12 @@ std::vector<state_dict> load_checkpoints(const fold_job& job) {
 
 // A folder output is replaced as a whole: it (and OUT.partial/) must hold none of the inputs, even
 // with --force, and neither may --report lie in it.
-void check_directory_paths(const fold_job& job, const output_folder& out, const std::vector<std::string>& inputs) {
-  check_distinct_paths({{"--report", job.report_file}, {"--resume", job.resume}});
+void check_directory_paths(const fold_job& job, const output_folder& out, const read_set& read, bool dry_run) {
   out.refuse_missing_parent();
   out.refuse_not_folder(" (-o DIR/ writes a Hugging Face folder)");
-  std::vector<std::string> read = inputs;
-  for (auto& f : resume_reads(job, true)) read.push_back(std::move(f));
-  out.refuse_inputs_inside(read);
-  if (!job.report_file.empty())
-    for (const auto& folder : out.folders())
-      if (is_under(real_path(job.report_file), real_path(folder)))
-        throw usage_error(fmt::format("--report {}: inside the output folder {}/, which is written as a whole",
-                                      job.report_file, folder));
+  read.check_folder_output(out, {{"--report", job.report_file, true}});
   out.refuse_non_empty();
-  if (!job.report_file.empty()) {
-    if (!job.resume.empty()) read.push_back(job.resume);
-    check_output_path(job.report_file, read, true);
-  }
+  if (!dry_run) reserve_report(job.report_file);
 }
 
 // Into `in`, where the plan's views of them stay (a resumed average is not moved).
@@ -120,15 +93,6 @@ fold_config config_for(const fold_job& job, const fold_inputs& in) {
     validate_config(c, job.inputs.size(), true);
   }
   return c;
-}
-
-// Every file a fold job reads besides --resume: no output may be one of them.
-std::vector<std::string> files_read(const fold_job& job) {
-  std::vector<std::string> files = input_files(job);
-  files.insert(files.end(), job.also_read.begin(), job.also_read.end());
-  if (!job.model.empty()) files.push_back(job.model);
-  if (job.config.avg_fn) files.push_back(job.config.avg_fn->path);
-  return files;
 }
 
 // What every fold report says, file or folder output.
@@ -227,8 +191,11 @@ std::unique_ptr<fold_job_plan> plan_directory_job(const fold_job& job, bool dry_
   require_lerp_kernels(c);
   p->folder = std::make_unique<output_folder>(job.output, job.max_shard_size, w.index, w.count, job.force);
   output_folder& out = *p->folder;
-  check_directory_paths(job, out, files_read(job));
-  if (!dry_run) out.hold_partial();
+  check_directory_paths(job, out, reads_of(job), dry_run);
+  if (!dry_run)
+    out.hold_partial();
+  else if (!out.plain())
+    refuse_interrupted_finalize(out.path());  // what hold_partial() refuses, but a finalize's lock
   const output_format format = job.format.value_or(output_format::safetensors);
 
   load_fold_inputs(job, p->inputs);
@@ -250,6 +217,9 @@ std::unique_ptr<fold_job_plan> plan_directory_job(const fold_job& job, bool dry_
   if (format == output_format::dcp) out.chunk_like(job.inputs.front(), in.checkpoints.front().key);
   out.carry_index_metadata(source);
   p->layout = out.plan_shards(format, p->outline.specs, source.names);
+  if (dry_run)
+    out.check_partial_plan(format, p->outline.specs, p->outline.metadata, p->extra.copied, source.names,
+                           job_identity(job, folded, format));
   return p;
 }
 
@@ -289,14 +259,14 @@ fold_report execute_directory_job(const fold_job& job, fold_job_plan& p) {
   return report;
 }
 
-std::unique_ptr<fold_job_plan> plan_file_job(const fold_job& job) {
+std::unique_ptr<fold_job_plan> plan_file_job(const fold_job& job, bool dry_run) {
   auto p = std::make_unique<fold_job_plan>();
   p->start = std::chrono::steady_clock::now();
   const fold_config& c = job.config;
   validate_config(c, job.inputs.size(), !job.resume.empty());
   check_device(c.device);
   require_lerp_kernels(c);
-  check_paths(job, files_read(job));
+  check_paths(job, reads_of(job), dry_run);
   const output_format format = choose_output_format(job.output, job.format);
   refuse_folder_format(job.output, format);
 
@@ -316,7 +286,7 @@ bool is_directory_output(const std::string& output) {
 }
 
 std::unique_ptr<fold_job_plan> plan_fold_job(const fold_job& job, bool dry_run) {
-  return job.directory ? plan_directory_job(job, dry_run) : plan_file_job(job);
+  return job.directory ? plan_directory_job(job, dry_run) : plan_file_job(job, dry_run);
 }
 
 fold_report execute_fold_job(const fold_job& job, fold_job_plan& p) {
@@ -334,7 +304,7 @@ fold_report run_fold_job(const fold_job& job) {
 
 uint64_t save_updated_state(const std::string& path, output_format format, const update_bn_result& updated,
                             std::map<std::string, std::string> metadata, const std::vector<object_entry>& objects) {
-  metadata["swavg_update_bn"] = bn_report_json(updated.report);
+  metadata["swavg_update_bn"] = json_dump(bn_report_object(updated.report));
   return save_state_dict(path, updated.tensors, format, metadata, objects);
 }
 
@@ -348,9 +318,7 @@ pipeline_report run_fold_pipeline(const fold_job& job, const std::optional<bn_st
   if (job.model.empty())
     throw usage_error("--update-bn needs --model NET.ts, the TorchScript model to replay data through");
   require_libtorch("--update-bn");
-  std::vector<std::string> inputs = files_read(job);
-  inputs.push_back(bn->data.path);
-  check_paths(job, inputs);
+  check_paths(job, reads_of(job, bn->data.path), false);
   const output_format format = choose_output_format(job.output, job.format);
   const dataset data = open_dataset(bn->data);
 

@@ -20,6 +20,7 @@
 #include "cli/dry_run.h"
 #include "cli/load_options.h"
 #include "cli/options.h"
+#include "cli/read_set.h"
 #include "cli/report.h"
 #include "fold/config.h"
 #include "fold/phema.h"
@@ -27,6 +28,7 @@
 #include "formats/load.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_bytes.h"
 
 namespace swavg {
 namespace {
@@ -195,11 +197,13 @@ void run_posthoc_ema(const posthoc_options& o) {
           "make it so: use fewer, further apart",
           text, condition, kMaxPhemaCondition);
   }
-  std::vector<std::pair<std::string, std::string>> named{{"--report", o.report_file}};
-  for (const auto& out : outs) named.emplace_back("-o", out.path);
-  check_distinct_paths(named);
-  for (const auto& out : outs) check_output_path(out.path, o.inputs, o.force);
-  if (!o.report_file.empty()) check_output_path(o.report_file, o.inputs, true);
+  read_set read;
+  for (const auto& in : o.inputs) read.add_checkpoint(in);
+  std::vector<output_path> written;
+  for (const auto& out : outs) written.push_back({"-o", out.path, o.force});
+  written.push_back({"--report", o.report_file, true});
+  read.check_file_outputs(written);
+  if (!o.dry_run) reserve_report(o.report_file);
   const output_format format = choose_output_format(outs.front().path, o.format);
 
   // The snapshots used, by increasing t (stable): the last holds the buffers.
@@ -226,7 +230,7 @@ void run_posthoc_ema(const posthoc_options& o) {
       t.coefficients.push_back(out.solution.coefficients[static_cast<size_t>(k)]);
     }
     nlohmann::ordered_json j = output_json(out, profiles, o.inputs);
-    t.metadata[kMetadataKey] = j.dump();
+    t.metadata[kMetadataKey] = json_dump(j);
     outputs_json.push_back(std::move(j));
     targets.push_back(std::move(t));
   }
@@ -246,7 +250,7 @@ void run_posthoc_ema(const posthoc_options& o) {
   for (const auto& out : outs)
     spdlog::info("{}: post-hoc EMA sigma_rel {} (gamma {:.6g}) at T = {} from {} snapshots", out.path, out.sigma_text,
                  out.solution.gamma, at, out.solution.used.size());
-  emit_report(report.dump(1), o.report_file, o.json);
+  emit_report(report_text(report, 1), o.report_file, o.json);
 }
 
 }  // namespace

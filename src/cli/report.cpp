@@ -4,10 +4,14 @@
 
 #include <cerrno>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_bytes.h"
+#include "util/standard_output.h"
 
 namespace swavg {
 
@@ -71,7 +75,7 @@ std::string fold_report_json(const fold_report& r) {
   j["bytes_written"] = r.bytes_written;
   j["wall_time_s"] = r.wall_time_s;
   j["details"] = tensors;
-  return j.dump(1);
+  return report_text(j, 1);
 }
 
 std::string finalize_report_json(const std::string& output, const finalize_result& r, bool verified) {
@@ -95,10 +99,10 @@ std::string finalize_report_json(const std::string& output, const finalize_resul
   j["total_size"] = r.plan.layout.total_size;
   j["copied"] = r.plan.copied;
   j["removed_temps"] = r.removed_temps;
-  return j.dump(1);
+  return report_text(j, 1);
 }
 
-std::string bn_report_json(const bn_report& r) {
+nlohmann::ordered_json bn_report_object(const bn_report& r) {
   nlohmann::ordered_json j;
   j["model"] = r.model;
   j["data"] = {{"file", r.data},
@@ -120,24 +124,38 @@ std::string bn_report_json(const bn_report& r) {
   }
   j["modules"] = modules;
   j["seconds"] = r.seconds;
-  return j.dump();
+  return j;
 }
 
-// The report file is written atomically, as outputs are; stdout is flushed here so that a failed
-// write (a closed pipe, a full device) is an I/O error, not a report silently lost at exit.
+std::string bn_report_json(const bn_report& r) { return report_text(bn_report_object(r)); }
+
+std::string report_text(const nlohmann::ordered_json& j, int indent) { return json_text_marked(json_dump(j, indent)); }
+
+// The report file is written atomically, as outputs are; stdout as util/standard_output.h says.
+namespace {
+
+std::map<std::string, std::unique_ptr<atomic_file>>& reserved_reports() {
+  static std::map<std::string, std::unique_ptr<atomic_file>> files;
+  return files;
+}
+
+}  // namespace
+
+void reserve_report(const std::string& report_file) {
+  if (!report_file.empty() && !reserved_reports().count(report_file))
+    reserved_reports()[report_file] = std::make_unique<atomic_file>(report_file);
+}
+
 void emit_report(const std::string& json, const std::string& report_file, bool to_stdout) {
+  const std::string text = json_text_unmarked(json);
   if (!report_file.empty()) {
-    atomic_file out(report_file);
-    out.write(json.data(), json.size());
+    reserve_report(report_file);
+    atomic_file& out = *reserved_reports().at(report_file);
+    out.write(text.data(), text.size());
     out.write("\n", 1);
     out.commit();
   }
-  if (to_stdout) {
-    errno = 0;
-    std::cout << json << "\n";
-    std::cout.flush();
-    if (!std::cout) throw io_error(fmt::format("stdout: cannot write the report: {}", errno_text(errno)));
-  }
+  if (to_stdout) write_stdout(text + "\n", "the report");
 }
 
 }  // namespace swavg

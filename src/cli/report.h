@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,16 +53,30 @@ struct fold_report {
   std::vector<std::string> copied, skipped;
 };
 
+// The reports below are JSON text in the marked form (util/json_bytes.h: nlohmann parses it and
+// dumps it back as it is, whatever bytes the paths in it hold), for emit_report, which writes the
+// final form (bytes that are not UTF-8 as \udcXX).
+
 // One JSON object: mode, n, inputs, tensors, buffers, rules, bytes, time, every tensor's outcome.
 std::string fold_report_json(const fold_report& report);
 
-// One JSON object: model, data, batches, the modules updated.
+// One JSON object: model, data, batches, the modules updated (its strings as they are; and as
+// marked text).
+nlohmann::ordered_json bn_report_object(const bn_report& report);
 std::string bn_report_json(const bn_report& report);
 
 // One JSON object: what `swavg finalize` published.
 std::string finalize_report_json(const std::string& output, const finalize_result& r, bool verified);
 
-// Writes `json` and a newline to `report_file` (unless empty) and to stdout when `to_stdout`.
+// `j` (its strings as they are: any bytes) as marked text, indented as nlohmann's dump(indent).
+std::string report_text(const nlohmann::ordered_json& j, int indent = -1);
+
+// Creates the report's temp file now, before the output is published, so that a report that cannot
+// be written fails the run before its output appears; emit_report writes and commits it.
+void reserve_report(const std::string& report_file);
+
+// Writes `json` (marked text) in the final form and a newline to `report_file` (unless empty) and
+// to stdout when `to_stdout`.
 void emit_report(const std::string& json, const std::string& report_file, bool to_stdout);
 
 }  // namespace swavg

@@ -9,6 +9,7 @@
 #include "cli/load_options.h"
 #include "cli/options.h"
 #include "cli/pipeline.h"
+#include "cli/read_set.h"
 #include "cli/report.h"
 #include "fold/config.h"
 #include "formats/load.h"
@@ -41,12 +42,13 @@ struct update_bn_options {
 void check_outputs(const update_bn_options& o) {
   if (o.output.empty() && o.module_output.empty())
     throw usage_error("update-bn: nothing to write: give -o OUT (the state dict) and/or --save-module OUT.ts");
-  std::vector<std::string> inputs = {o.model, o.data.path};
-  if (!o.checkpoint.empty()) inputs.push_back(o.checkpoint);
-  if (!o.output.empty()) check_output_path(o.output, inputs, o.force);
-  check_distinct_paths({{"-o", o.output}, {"--save-module", o.module_output}, {"--report", o.report_file}});
-  if (!o.module_output.empty()) check_output_path(o.module_output, inputs, o.force);
-  if (!o.report_file.empty()) check_output_path(o.report_file, inputs, true);
+  read_set read;
+  read.add_file(o.model);
+  read.add_file(o.data.path);
+  read.add_checkpoint(o.checkpoint);
+  read.check_file_outputs(
+      {{"-o", o.output, o.force}, {"--save-module", o.module_output, o.force}, {"--report", o.report_file, true}});
+  reserve_report(o.report_file);
 }
 
 void log_result(const update_bn_options& o, const bn_report& r) {
@@ -75,7 +77,7 @@ void run_update_bn(const update_bn_options& o) {
   const update_bn_result result = update_batchnorm(o.model, weights.tensors, o.checkpoint, data, o.bn);
   log_result(o, result.report);
 
-  nlohmann::ordered_json report = nlohmann::ordered_json::parse(bn_report_json(result.report));
+  nlohmann::ordered_json report = bn_report_object(result.report);
   report["checkpoint"] = o.checkpoint;
   report["layout"] = layout_name(result.averaged_layout ? output_layout::averaged_model : output_layout::state_dict);
   if (!o.output.empty()) {
@@ -93,7 +95,7 @@ void run_update_bn(const update_bn_options& o) {
     spdlog::info("wrote the updated TorchScript module ({} bytes) to {}", bytes, o.module_output);
     report["module_output"] = o.module_output;
   }
-  emit_report(report.dump(), o.report_file, o.json);
+  emit_report(report_text(report), o.report_file, o.json);
 }
 
 }  // namespace

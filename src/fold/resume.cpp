@@ -15,6 +15,7 @@
 #include "fold/phema.h"
 #include "util/decimal.h"
 #include "util/error.h"
+#include "util/json_bytes.h"
 
 namespace swavg {
 
@@ -57,7 +58,7 @@ std::string to_json(const resume_record& r) {
   j["inputs"] = r.inputs;
   if (r.avg_fn)
     j["avg_fn"] = {{"kind", avg_fn_kind_name(r.avg_fn->kind)}, {"path", r.avg_fn->path}, {"sha256", r.avg_fn->sha256}};
-  return j.dump();
+  return json_dump(j);
 }
 
 namespace {
@@ -73,8 +74,8 @@ class record_reader {
   bool has(const char* field) const { return j_.contains(field); }
 
   [[noreturn]] void fail(const std::string& field, const std::string& expected, const json& found) const {
-    throw input_error(
-        fmt::format("{}: swavg metadata: field '{}': expected {}, found {}", source_, field, expected, found.dump()));
+    throw input_error(fmt::format("{}: swavg metadata: field '{}': expected {}, found {}", source_, field, expected,
+                                  json_dump(found)));
   }
 
   const json& required(const char* field) const {
@@ -157,7 +158,7 @@ class record_reader {
 resume_record resume_record_from_json(const std::string& text, const std::string& source) {
   json j;
   try {
-    j = json::parse(text);
+    j = json_parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw input_error(fmt::format("{}: swavg metadata is not valid JSON: {}", source, e.what()));
   }

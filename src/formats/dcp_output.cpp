@@ -21,6 +21,7 @@
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/sha256.h"
+#include "util/surrogate_escape.h"
 
 namespace swavg {
 namespace {
@@ -39,7 +40,7 @@ constexpr const char* kFormatVersion = "3\n";
 // pickle_emitter with the shapes DCP's dataclasses take.
 class pickler : public pickle_emitter {
  public:
-  void str(const std::string& s) { string(s); }
+  void str(const std::string& s) { string(surrogate_escaped(s)); }  // as torch pickles os.fsdecode(name)
   void ints(const std::vector<int64_t>& values) { int_tuple(values); }
   // cls.__new__(cls) of a class of `module`, then its state as a dict: begin, the items, end.
   void object_begin(const std::string& module, const std::string& cls) {

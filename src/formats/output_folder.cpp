@@ -98,6 +98,7 @@ void output_folder::refuse_missing_parent() const {
 }
 
 void output_folder::refuse_not_folder(const std::string& hint) const {
+  if (!plain()) refuse_partial_link(partial_);
   struct stat st {};
   if (::stat(out_.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
     throw usage_error(fmt::format("{}/: exists and is not a folder{}", out_, hint));
@@ -192,19 +193,39 @@ void output_folder::record_plan(const std::string& plan) {
   }
 }
 
+std::string output_folder::plan_text(output_format format, std::vector<tensor_spec> specs,
+                                     const std::map<std::string, std::string>& metadata,
+                                     std::vector<std::string>& copied, const weights_naming& names, const job_options& options,
+                                     std::unique_ptr<dcp_plan>& dcp, shard_layout& layout) const {
+  if (format == output_format::dcp) {
+    copied.erase(std::remove(copied.begin(), copied.end(), std::string(kDcpMetadataName)), copied.end());
+    dcp = std::make_unique<dcp_plan>(plan_dcp(std::move(specs), chunks_like_.get(), out_, metadata));
+    layout = dcp->layout;
+    layout.max_shard_size = max_shard_size_;
+    return plan_json(layout, metadata, copied, worker_count_, options, dcp->metadata);
+  }
+  layout = plan_shards(format, std::move(specs), names);
+  return plan_json(layout, metadata, copied, worker_count_, options);
+}
+
+void output_folder::check_partial_plan(output_format format, std::vector<tensor_spec> specs,
+                                       const std::map<std::string, std::string>& metadata,
+                                       std::vector<std::string> copied, const weights_naming& names,
+                                       const job_options& options) const {
+  if (plain()) return;
+  std::unique_ptr<dcp_plan> dcp;
+  shard_layout layout;
+  check_plan_there(partial_, plan_text(format, std::move(specs), metadata, copied, names, options, dcp, layout));
+}
+
 output_sink& output_folder::open(output_format format, std::vector<tensor_spec> specs,
                                  const std::map<std::string, std::string>& metadata) {
+  layout_.emplace();
+  record_plan(plan_text(format, std::move(specs), metadata, copied_, names_, options_, dcp_, *layout_));
   if (format == output_format::dcp) {
-    copied_.erase(std::remove(copied_.begin(), copied_.end(), std::string(kDcpMetadataName)), copied_.end());
-    dcp_ = std::make_unique<dcp_plan>(plan_dcp(std::move(specs), chunks_like_.get(), out_, metadata));
-    layout_ = dcp_->layout;
-    layout_->max_shard_size = max_shard_size_;
-    record_plan(plan_json(*layout_, metadata, copied_, worker_count_, options_, dcp_->metadata));
     dcp_sink_ = std::make_unique<dcp_sink>(where(), *dcp_, worker_index_, worker_count_, !plain());
     return *dcp_sink_;
   }
-  layout_ = plan_shards(format, std::move(specs), names_);
-  record_plan(plan_json(*layout_, metadata, copied_, worker_count_, options_));
   sink_ = std::make_unique<sharded_sink>(where(), *layout_, metadata, worker_index_, worker_count_, !plain());
   return *sink_;
 }

@@ -99,6 +99,12 @@ class output_folder {
   // shards: write() every tensor the sink owns(), in order, then commit().
   output_sink& open(output_format format, std::vector<tensor_spec> specs,
                     const std::map<std::string, std::string>& metadata);
+  // --dry-run of a worker of several: what open() would refuse, nothing written: a plan of another
+  // job in OUT.partial/ (mismatch_error, exit 4).
+  // `copied`, `names`, `options`: as stage() takes them.
+  void check_partial_plan(output_format format, std::vector<tensor_spec> specs,
+                          const std::map<std::string, std::string>& metadata, std::vector<std::string> copied,
+                          const weights_naming& names, const job_options& options) const;
   // 4. After the sink's commit: the copies, then the index (dcp: .metadata) and OUT/ published, or
   // the manifest (finalize writes the index).
   void finish();
@@ -110,6 +116,12 @@ class output_folder {
  private:
   // A plain run keeps the plan's hash; a worker writes it into OUT.partial/ (once, or checks it).
   void record_plan(const std::string& plan);
+  // The plan's text as open() records it; `copied` loses a DCP output's .metadata, `dcp` and
+  // `layout` receive the plan.
+  std::string plan_text(output_format format, std::vector<tensor_spec> specs,
+                        const std::map<std::string, std::string>& metadata, std::vector<std::string>& copied,
+                        const weights_naming& names, const job_options& options, std::unique_ptr<dcp_plan>& dcp,
+                        shard_layout& layout) const;
   const std::string& where() const;  // the folder written now: the staging folder or OUT.partial
 
   std::string out_;

@@ -58,6 +58,16 @@ shard_layout plan_layout(output_format format, std::vector<tensor_spec> specs, u
 // 0-based shard s belongs to worker s mod count.
 inline bool worker_owns(size_t shard, size_t index, size_t count) { return shard % count == index; }
 
+// Which of layout.specs worker `index` of `count` writes: those in any of its shards (a DCP tensor
+// spans several rank files, so several workers write parts of it). The sinks and --dry-run ask here.
+inline std::vector<bool> specs_owned(const shard_layout& layout, size_t index, size_t count) {
+  std::vector<bool> owned(layout.specs.size());
+  for (size_t s = 0; s < layout.shards.size(); ++s)
+    if (worker_owns(s, index, count))
+      for (size_t i : layout.shards[s].specs) owned.at(i) = true;
+  return owned;
+}
+
 // A file written into an output folder: its name there, size and (when hashed) SHA-256.
 struct written_file {
   std::string name;  // inside the output folder

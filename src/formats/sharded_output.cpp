@@ -15,13 +15,10 @@ sharded_sink::sharded_sink(std::string folder, const shard_layout& layout,
     : folder_(std::move(folder)),
       layout_(layout),
       metadata_(metadata),
-      spec_owned_(layout.specs.size()),
+      spec_owned_(specs_owned(layout, worker_index, worker_count)),
       hashed_(hashed) {
   for (size_t s = 0; s < layout_.shards.size(); ++s)
-    if (worker_owns(s, worker_index, worker_count)) {
-      owned_.push_back(s);
-      for (size_t i : layout_.shards[s].specs) spec_owned_[i] = true;
-    }
+    if (worker_owns(s, worker_index, worker_count)) owned_.push_back(s);
   open_next();
   close_full();
 }

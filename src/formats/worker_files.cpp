@@ -30,6 +30,7 @@
 #include "util/atomic_file.h"
 #include "util/checked.h"
 #include "util/error.h"
+#include "util/json_bytes.h"
 #include "util/paths.h"
 #include "util/printable.h"
 #include "util/read_file.h"
@@ -90,7 +91,7 @@ const nlohmann::json& list_field(const nlohmann::json& j, const char* key, const
 
 nlohmann::json parse_json(const std::string& text, const std::string& path) {
   try {
-    return nlohmann::json::parse(text);
+    return json_parse<nlohmann::json>(text);
   } catch (const nlohmann::json::exception& e) {
     throw input_error(fmt::format("{}: not JSON: {}", path, e.what()));
   }
@@ -231,7 +232,7 @@ std::string plan_json(const shard_layout& layout, const std::map<std::string, st
   j["copied"] = copied;
   j["metadata"] = metadata;
   if (layout.format == output_format::dcp) j["dcp_metadata"] = hex_of(dcp_metadata);
-  return j.dump(1) + "\n";
+  return json_dump(j, 1) + "\n";
 }
 
 job_plan parse_plan(const std::string& text, const std::string& path) {
@@ -310,7 +311,7 @@ std::string manifest_json(const worker_manifest& m) {
   auto files = nlohmann::ordered_json::array();
   for (const auto& f : m.files) files.push_back({{"name", f.name}, {"size", f.size}, {"sha256", f.sha256}});
   j["files"] = files;
-  return j.dump(1) + "\n";
+  return json_dump(j, 1) + "\n";
 }
 
 worker_manifest parse_manifest(const std::string& text, const std::string& path) {
@@ -334,14 +335,27 @@ worker_manifest parse_manifest(const std::string& text, const std::string& path)
 
 std::string partial_dir_of(const std::string& out) { return without_trailing_slash(out) + kPartialSuffix; }
 
+void refuse_partial_link(const std::string& partial) {
+  struct stat st {};
+  if (::lstat(partial.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return;
+  std::string target(4096, '\0');
+  const ssize_t n = ::readlink(partial.c_str(), target.data(), target.size());
+  target.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  throw usage_error(fmt::format(
+      "{}/: a symbolic link (to '{}'), not a folder: the workers of a job make {}/ themselves and swavg never "
+      "writes through a link; remove the link (rm {}) and run the workers again, or give -o the folder where the "
+      "output should be",
+      partial, target, partial, partial));
+}
+
 namespace {
 
 // What differs between two plans, the first option first.
 std::string plan_difference(const std::string& ours_text, const std::string& theirs_text) {
   nlohmann::ordered_json ours, theirs;
   try {
-    ours = nlohmann::ordered_json::parse(ours_text);
-    theirs = nlohmann::ordered_json::parse(theirs_text);
+    ours = json_parse(ours_text);
+    theirs = json_parse(theirs_text);
   } catch (const nlohmann::json::exception&) {
     return "it is not a plan of this swavg";
   }
@@ -352,7 +366,7 @@ std::string plan_difference(const std::string& ours_text, const std::string& the
                                : nlohmann::ordered_json::object();
   auto shown = [](const nlohmann::ordered_json& o, const std::string& k) {
     if (!o.contains(k)) return std::string("(not set)");
-    return o[k].is_string() ? "'" + o[k].get<std::string>() + "'" : o[k].dump();
+    return o[k].is_string() ? "'" + o[k].get<std::string>() + "'" : json_dump(o[k]);
   };
   for (auto it = opts.begin(); it != opts.end(); ++it)
     if (!theirs_opts.contains(it.key()) || theirs_opts[it.key()] != it.value())
@@ -365,29 +379,42 @@ std::string plan_difference(const std::string& ours_text, const std::string& the
   for (const char* key : {"workers", "format", "max_shard_size"})
     if (ours.value(key, nlohmann::ordered_json()) != theirs.value(key, nlohmann::ordered_json()))
       return fmt::format("\"{}\" differs: {} here, {} in the plan there", key,
-                         ours.value(key, nlohmann::ordered_json()).dump(),
-                         theirs.value(key, nlohmann::ordered_json()).dump());
+                         json_dump(ours.value(key, nlohmann::ordered_json())),
+                         json_dump(theirs.value(key, nlohmann::ordered_json())));
   return "the inputs differ (their tensors, shapes, dtypes or metadata, or the files copied)";
 }
 
 }  // namespace
 
-std::string write_plan_once(const std::string& partial, const std::string& plan_text) {
+void check_plan_there(const std::string& partial, const std::string& plan_text) {
   const std::string path = partial + "/" + kPlanName;
-  if (!create_file_once(path, plan_text)) {
-    const auto there = read_job_file(path, kMaxJobFileBytes);
-    if (there && *there != plan_text)
-      throw mismatch_error(
-          fmt::format("{}: another job's plan: {}; every worker of a job takes the same inputs, options and worker "
-                      "count; remove {}/ or write elsewhere",
-                      path, plan_difference(plan_text, *there), partial));
-  }
+  const auto there = read_job_file(path, kMaxJobFileBytes);
+  if (there && *there != plan_text)
+    throw mismatch_error(
+        fmt::format("{}: another job's plan: {}; every worker of a job takes the same inputs, options and worker "
+                    "count; remove {}/ or write elsewhere",
+                    path, plan_difference(plan_text, *there), partial));
+}
+
+std::string write_plan_once(const std::string& partial, const std::string& plan_text) {
+  if (!create_file_once(partial + "/" + kPlanName, plan_text)) check_plan_there(partial, plan_text);
   return sha256_hex(plan_text.data(), plan_text.size());
+}
+
+void refuse_interrupted_finalize(const std::string& out) {
+  struct stat st {};
+  const std::string record = out + kFinalizeRecordSuffix;
+  if (::lstat(record.c_str(), &st) == 0)
+    throw incomplete_error(fmt::format(
+        "{}: a swavg finalize of {}/ was interrupted: run `swavg finalize {}/` again to finish it; this worker wrote "
+        "nothing",
+        record, out, out));
 }
 
 partial_lock::partial_lock(const std::string& out_arg) {
   const std::string out = without_trailing_slash(out_arg);
   const std::string partial = partial_dir_of(out);
+  refuse_partial_link(partial);
   const std::string busy = fmt::format(
       "{}/: a swavg finalize is publishing it; this worker wrote nothing (run it again only if the finalize fails)",
       partial);
@@ -397,13 +424,7 @@ partial_lock::partial_lock(const std::string& out_arg) {
     if (fd.get() >= 0 && same_file(fd.get(), partial)) fd_ = fd.release();
   }
   if (fd_ < 0) throw incomplete_error(fmt::format("{}/: replaced while this worker was locking it", partial));
-  struct stat st {};
-  const std::string record = out + kFinalizeRecordSuffix;
-  if (::lstat(record.c_str(), &st) == 0)
-    throw incomplete_error(fmt::format(
-        "{}: a swavg finalize of {}/ was interrupted: run `swavg finalize {}/` again to finish it; this worker wrote "
-        "nothing",
-        record, out, out));
+  refuse_interrupted_finalize(out);
 }
 
 partial_lock::~partial_lock() {
@@ -560,6 +581,7 @@ finalize_result finalize_partial(const std::string& out_arg, bool verify, bool f
   struct stat st {};
   fd_holder lock;
   if (::lstat(partial.c_str(), &st) == 0) {
+    refuse_partial_link(partial);
     if (!S_ISDIR(st.st_mode)) throw usage_error(fmt::format("{}: exists and is not a folder", partial));
     lock = lock_path(partial, LOCK_EX, true, busy);
     if (lock.get() >= 0 && !same_file(lock.get(), partial))

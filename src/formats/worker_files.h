@@ -75,11 +75,17 @@ worker_manifest parse_manifest(const std::string& text, const std::string& path)
 
 // OUT without its trailing slash + kPartialSuffix: where workers write.
 std::string partial_dir_of(const std::string& out);
+// usage_error, saying where it points and what to do, when `partial` (OUT.partial) is a symlink.
+void refuse_partial_link(const std::string& partial);
 
 // Writes the plan into `partial` unless a worker did already; mismatch_error (exit 4) when the plan
 // there is another job's, naming the first option that differs (or the worker count, or the
 // inputs). Returns the plan's SHA-256.
 std::string write_plan_once(const std::string& partial, const std::string& plan_text);
+// The same check without writing: mismatch_error when `partial` holds a plan other than `plan_text`.
+void check_plan_there(const std::string& partial, const std::string& plan_text);
+// incomplete_error (exit 6) when an interrupted finalize left its record beside `out`.
+void refuse_interrupted_finalize(const std::string& out);
 
 struct finalize_result {
   std::string plan_hash;

@@ -256,9 +256,14 @@ class DryRunTest(TempDirTest):
         before = listing(self.tmp)
         p = swavg("average", *self.inputs, "-o", self.path("swa/"), "--max-shard-size", "8KB", "--dry-run")
         self.assertEqual(listing(self.tmp), before)
-        for word in ("Inputs, in fold order (3; --sort natural)", "embed.weight", "bn.running_mean", "model.safetensors.index.json",
-                     "Expected peak memory"):
+        for word in ("Inputs, in fold order (3; --sort natural)", "model.safetensors.index.json", "Expected peak memory",
+                     "Tensors: "):
             self.assertIn(word, p.stdout)
+        self.assertNotIn("bn.running_mean", p.stdout)  # the summary first; each tensor only with -v (issue 31)
+        p = swavg("-v", "average", *self.inputs, "-o", self.path("swa/"), "--max-shard-size", "8KB", "--dry-run")
+        for word in ("Inputs, in fold order (3; --sort natural)", "embed.weight", "bn.running_mean", "Expected peak memory"):
+            self.assertIn(word, p.stdout)
+        self.assertLess(p.stdout.index("Expected peak memory"), p.stdout.index("bn.running_mean"))
         p = swavg("convert", self.inputs[0], "-o", self.path("c.pt"), "--dry-run")
         self.assertIn("about", p.stdout)  # a torch.save size is an estimate
         p = swavg("convert", self.inputs[0], "-o", self.path("c.pt"), "--json", check=False)
