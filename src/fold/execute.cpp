@@ -19,8 +19,10 @@
 #include "fold/prefetch.h"
 #include "formats/torch_file.h"
 #include "util/error.h"
-#include "util/version.h"
+#include "util/paths.h"
+#include "util/printable.h"
 #include "util/progress.h"
+#include "util/version.h"
 
 namespace swavg {
 namespace {
@@ -137,7 +139,7 @@ class running_average {
       release_pages(*s.view);
     }
     bytes_read_ += bytes;
-    bar_.advance(bytes);
+    bar_.advance(bytes, 1);
   }
 
   // --avg-fn computes each tensor here; --multi-avg-fn's results were computed before, in this order.
@@ -323,12 +325,14 @@ fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_out
   }
 
   // The fold.
-  progress bar(total_bytes, "folding");
+  progress bar("folding", total_bytes, order.size(), "tensor");
   prefetcher ahead(order);
   const chunk_writer write = [&sink](const void* data, uint64_t bytes) { sink.write(data, bytes); };
   running_average average(c, in, write, bar, &ahead, fn.get(), std::move(fn_results));
   for (const tensor_plan* p : order) average.run(*p);
   if (c.layout == output_layout::averaged_model && sink.owns(spec)) write(&plan.n, sizeof plan.n);
+  const std::string name = base_name(target.path).empty() ? target.path : base_name(target.path);
+  bar.next("writing " + printable(name), 0);
   sink.commit();
 
   result.bytes_written = sink.bytes_written();

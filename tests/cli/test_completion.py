@@ -100,7 +100,7 @@ class BashCompletion(TempDirTest):
                 offered = set(self.complete("swavg", sub, "-"))
                 listed = set(help_options(sub))
                 # Its own options, and the program's -v and -q (taken after a subcommand too)
-                self.assertEqual(offered, listed | {"-v", "--verbose", "-q", "--quiet"})
+                self.assertEqual(offered, listed | {"-v", "--verbose", "-q", "--quiet", "--progress", "--color"})
         self.assertEqual(self.complete("swavg", "average", "--bu"), ["--buffer", "--buffers"])
         self.assertEqual(self.complete("swavg", "average", "a.pt", "--max-s"), ["--max-shard-size"])
 
@@ -271,7 +271,8 @@ class ManPage(unittest.TestCase):
     def test_environment(self):
         text = self.section("ENVIRONMENT")
         for name in ("SWAVG_PREFETCH_BYTES", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID", "RANK", "WORLD_SIZE",
-                     "JOB_COMPLETION_INDEX", "GOMP_SPINCOUNT", "SWAVG_HANDED_OVER"):
+                     "JOB_COMPLETION_INDEX", "GOMP_SPINCOUNT", "SWAVG_HANDED_OVER", "SWAVG_PROGRESS", "NO_COLOR",
+                     "COLUMNS"):
             self.assertIn(name, text)
 
 
