@@ -103,7 +103,14 @@ TEST_CASE("config: the last valid values pass, the first invalid ones fail", "[c
       {"min_decay 0", min_decay(0.0), 2, false, nullptr},
       {"min_decay equal to the decay", min_decay(0.9), 2, false, nullptr},
       {"min_decay just above the decay", min_decay(std::nextafter(0.9, 1.0)), 2, false,
-       "--min-decay: expected a value in [0, --decay] = [0, 0.90000000000000002], got 0.90000000000000013"},
+       "--min-decay: expected a value in [0, --decay] = [0, 0.9], got 0.9000000000000001"},
+      {"min_decay 9999: did you mean", min_decay(9999), 2, false,
+       "--min-decay: expected a value in [0, --decay] = [0, 0.9], got 9999 (did you mean 0.9999?)"},
+      {"decay 999: did you mean", ema(999), 2, false,
+       "--decay: expected a value in [0, 1], got 999 (did you mean 0.999?)"},
+      {"decay 99.9: the same digits", ema(99.9), 2, false, "got 99.9 (did you mean 0.999?)"},
+      {"decay 5: 0.5, the lowest reading offered", ema(5), 2, false, "got 5 (did you mean 0.5?)"},
+      {"decay -0.99: the sign dropped", ema(-0.99), 2, false, "got -0.99 (did you mean 0.99?)"},
       {"min_decay 1.5 (extrapolated before)", min_decay(1.5), 2, false,
        "--min-decay: expected a value in [0, --decay]"},
       {"min_decay just below 0", min_decay(below_zero), 2, false, "--min-decay"},
@@ -130,4 +137,24 @@ TEST_CASE("config: names as the command line and metadata spell them", "[config]
   CHECK(std::string(mode_name(fold_mode::weighted)) == "weighted");
   CHECK(std::string(warmup_name(warmup_kind::torch_ema)) == "torch_ema");
   CHECK(std::string(layout_name(output_layout::averaged_model)) == "averaged-model");
+}
+
+TEST_CASE("validate_config: 'did you mean' only for a decay whose reading is in [0.5, 1)", "[config]") {
+  const auto message = [](double decay) {
+    fold_config c;
+    c.mode = fold_mode::ema;
+    c.decay = decay;
+    try {
+      validate_config(c, 2, false);
+    } catch (const usage_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK(message(4.9) == "--decay: expected a value in [0, 1], got 4.9");  // 0.49: below 0.5
+  CHECK(message(1.5) == "--decay: expected a value in [0, 1], got 1.5");  // 0.15
+  CHECK(message(1e300) == "--decay: expected a value in [0, 1], got 1e+300");
+  CHECK(message(-0.49) == "--decay: expected a value in [0, 1], got -0.49");
+  CHECK(message(-1.5) == "--decay: expected a value in [0, 1], got -1.5");
+  CHECK(message(9990) == "--decay: expected a value in [0, 1], got 9990 (did you mean 0.999?)");
 }

@@ -287,7 +287,7 @@ TEST_CASE("plan: every disagreement is listed, naming the files", "[plan][unit]"
          s[0].shape = {3};
        }),
        true,
-       {"b.pt: tensor 'bn.weight': expected shape [2] (as in a.pt) but found [3]", "(1 differences)"}},
+       {"b.pt: tensor 'bn.weight': expected shape [2] (as in a.pt) but found [3]", "(1 difference)"}},
   };
   for (const auto& k : cases) {
     INFO(k.what);
@@ -343,8 +343,8 @@ TEST_CASE("plan: a resumed average joins each tensor with its count", "[plan][re
                     Catch::Contains("avg.pt: tensor 'conv.weight': expected shape [4, 2] (as in a.pt) but found [8]"));
 }
 
-TEST_CASE("plan: up to 100 differences are listed, more are cut with '...'", "[plan][unit]") {
-  for (const size_t count : {size_t{100}, size_t{101}}) {
+TEST_CASE("plan: up to 20 differences are listed, more are cut with '... (N in all)'", "[plan][unit]") {
+  for (const size_t count : {size_t{20}, size_t{21}}) {
     INFO(count);
     std::vector<spec> a, b;
     for (size_t i = 0; i < count; ++i) {
@@ -357,9 +357,12 @@ TEST_CASE("plan: up to 100 differences are listed, more are cut with '...'", "[p
     } catch (const mismatch_error& e) {
       const std::string what = e.what();
       CHECK_THAT(what, Catch::Contains("(" + std::to_string(count) + " differences)"));
-      CHECK_THAT(what, Catch::Contains("tensor 't99'"));
-      CHECK_THAT(what, !Catch::Contains("tensor 't100'"));
-      CHECK((what.find("\n  ...") != std::string::npos) == (count > 100));
+      CHECK_THAT(what, Catch::Contains("tensor 't19'"));
+      CHECK_THAT(what, !Catch::Contains("tensor 't20'"));
+      CHECK((what.find("\n  ... (21 in all)") != std::string::npos) == (count > 20));
+      // Every shape differs: two different models, and no --allow-missing offered.
+      CHECK_THAT(what, Catch::Contains("a.pt and b.pt look like different models"));
+      CHECK_THAT(what, !Catch::Contains("--allow-missing"));
     }
   }
 }
@@ -444,17 +447,17 @@ TEST_CASE("plan: the resumed average is checked as one more input (extra, missin
   const std::vector<bad_case> cases = {
       {"an input's extra tensor",
        with([](auto& s) { s.erase(s.begin() + 1); }),
-       {"avg.pt: tensor 'bn.weight' is missing (present in a.pt)", "(1 differences)", "--allow-missing"}},
+       {"avg.pt: tensor 'bn.weight' is missing (present in a.pt)", "(1 difference)", "--allow-missing"}},
       {"a tensor of the average in no input",
        with([](auto& s) { s.push_back({"extra.bias"}); }),
        {"a.pt: tensor 'extra.bias' is missing (present in avg.pt)", "c.pt: tensor 'extra.bias' is missing",
         "(3 differences)", "--allow-missing"}},
       {"another dtype",
        with([](auto& s) { s[1].type = dtype::float16; }),
-       {"avg.pt: tensor 'bn.weight': expected dtype float32 (as in a.pt) but found float16", "(1 differences)"}},
+       {"avg.pt: tensor 'bn.weight': expected dtype float32 (as in a.pt) but found float16", "(1 difference)"}},
       {"another shape",
        with([](auto& s) { s[1].shape = {3}; }),
-       {"avg.pt: tensor 'bn.weight': expected shape [2] (as in a.pt) but found [3]", "(1 differences)"}},
+       {"avg.pt: tensor 'bn.weight': expected shape [2] (as in a.pt) but found [3]", "(1 difference)"}},
       {"an integer tensor's dtype",
        with([](auto& s) { s[4].type = dtype::int64; }),
        {"avg.pt: tensor 'step': expected dtype int32 (as in a.pt) but found int64"}},
@@ -502,7 +505,7 @@ TEST_CASE("plan: the resumed average is checked as one more input (extra, missin
     CHECK_THROWS_WITH(plan_fold(c, inputs, &other),
                       Catch::Contains("avg.pt: tensor 'bn.weight': expected dtype float32 (as in a.pt) but found "
                                       "float64") &&
-                          Catch::Contains("(1 differences)"));
+                          Catch::Contains("(1 difference)"));
   }
 
   SECTION("the dtype expected is the one this run writes: --output-dtype for floating tensors") {

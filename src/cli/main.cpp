@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/completion.h"
 #include "cli/hand_over.h"
+#include "cli/help_format.h"
 #include "cli/man_page.h"
 #include "cli/options.h"
 #include "util/error.h"
@@ -77,12 +78,15 @@ int main(int argc, char** argv) {
   bool quiet = false;
   app.add_flag("-v,--verbose", verbose, "More log output on stderr (-vv for trace)");
   app.add_flag("-q,--quiet", quiet, "Only errors on stderr");
+  output_settings output;
+  add_output_options(app, output);
 
   std::vector<command> commands = {setup_average(app),   setup_ema(app),      setup_inspect(app),    setup_convert(app),
                                    setup_update_bn(app), setup_finalize(app), setup_posthoc_ema(app)};
   commands.push_back(setup_completion(app));
   commands.push_back(setup_help_man(app));
   one_value_per_use(app);
+  use_help_format(app);
 
   try {
     app.parse(argc, argv);
@@ -93,12 +97,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // CLI11's own texts ("The following argument was not expected") become ours: one line in the
     // style of every other error, naming what to do.
-    setup_logging(0);
+    setup_logging(0, output.color);
     log_error(printable_lines(usage_message(app, e)));
     return static_cast<int>(exit_code::usage);
   }
 
-  setup_logging(quiet ? -1 : verbose);
+  setup_logging(quiet ? -1 : verbose, output.color);
+  configure_progress(output.progress, !quiet);
   try {
     for (const auto& c : commands)
       if (c.app->parsed()) c.run();

@@ -44,6 +44,11 @@ const std::vector<std::pair<const char*, const char*>> kEnvironment = {
     {"GOMP_SPINCOUNT, OMP_WAIT_POLICY",
      "Unless one of them is set, swavg sets GOMP_SPINCOUNT=1000 for its OpenMP kernels (and runs itself again "
      "before reading any input, as libgomp reads it at start-up)."},
+    {"SWAVG_PROGRESS",
+     "auto, bar, lines or off: the default of --progress. auto draws a bar when stderr is a terminal and writes "
+     "plain progress lines (one when each phase starts and ends, one every 15 s between) otherwise."},
+    {"NO_COLOR", "Set and not empty: no colour in swavg's lines, unless --color always (https://no-color.org)."},
+    {"COLUMNS", "The width of --help and of the progress bar when the terminal does not say it (default 80)."},
     {"SWAVG_HANDED_OVER",
      "Set by swavg when it hands a job that needs LibTorch to swavg-torch; not to be set by hand."},
 };

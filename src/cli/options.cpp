@@ -205,7 +205,23 @@ CLI::Validator integer_in(int64_t lo, int64_t hi) {
       range);
 }
 
-CLI::Option* add_format_option(CLI::App* app, std::optional<output_format>& target) {
+void add_output_options(CLI::App& app, output_settings& s) {
+  add_enum_option(&app, "--progress", s.progress,
+                  names_of({progress_mode::automatic, progress_mode::bar, progress_mode::lines, progress_mode::off},
+                           progress_mode_name),
+                  "Progress on stderr: a bar redrawn in place, plain lines (for logs), or none (default: auto, a "
+                  "bar on a terminal and lines otherwise; -q: none)")
+      ->envname("SWAVG_PROGRESS");
+  add_enum_option(&app, "--color", s.color,
+                  names_of({color_mode::automatic, color_mode::always, color_mode::never}, color_mode_name),
+                  "Colour the level of log lines (default: auto, on a terminal unless NO_COLOR is set)");
+}
+
+CLI::Option* add_format_option(CLI::App* app, std::optional<output_format>& target, bool dcp) {
+  if (!dcp)
+    return add_enum_option(app, "--format", target,
+                           names_of({output_format::torch, output_format::safetensors}, output_format_name),
+                           "torch or safetensors (default: from the output's extension)");
   return add_enum_option(
       app, "--format", target,
       names_of({output_format::torch, output_format::safetensors, output_format::dcp}, output_format_name),

@@ -27,6 +27,8 @@
 #include "formats/save.h"
 #include "tensor/device.h"
 #include "tensor/dtype.h"
+#include "util/progress.h"
+#include "util/terminal.h"
 
 namespace swavg {
 
@@ -90,8 +92,18 @@ CLI::Validator integer_in(int64_t lo, int64_t hi);
 // --device cpu|cuda|cuda:N.
 CLI::Option* add_device_option(CLI::App* app, const std::string& flags, device_spec& target, const std::string& help);
 
-// --format torch|safetensors: the output's format, as every writing subcommand takes it.
-CLI::Option* add_format_option(CLI::App* app, std::optional<output_format>& target);
+// How swavg writes to stderr, as every subcommand takes it (the program's options, like -v and -q).
+struct output_settings {
+  progress_mode progress = progress_mode::automatic;
+  color_mode color = color_mode::automatic;
+};
+
+// --progress auto|bar|lines|off (or $SWAVG_PROGRESS) and --color auto|always|never.
+void add_output_options(CLI::App& app, output_settings& s);
+
+// --format torch|safetensors|dcp: the output's format, as every writing subcommand takes it (without
+// dcp where the subcommand writes one file).
+CLI::Option* add_format_option(CLI::App* app, std::optional<output_format>& target, bool dcp = true);
 
 // A dtype by PyTorch's name; `floating_only` accepts float32, float64, float16 and bfloat16 only.
 CLI::Option* add_dtype_option(CLI::App* app, const std::string& flags, std::optional<dtype>& target, bool floating_only,

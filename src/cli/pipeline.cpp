@@ -20,6 +20,7 @@
 #include "util/error.h"
 #include "util/json_bytes.h"
 #include "util/paths.h"
+#include "util/progress.h"
 #include "util/sha256.h"
 #include "util/version.h"
 #include "util/log.h"
@@ -49,7 +50,11 @@ void check_paths(const fold_job& job, const read_set& read, bool dry_run) {
 std::vector<state_dict> load_checkpoints(const fold_job& job) {
   std::vector<state_dict> inputs;
   inputs.reserve(job.inputs.size());
-  for (const auto& path : job.inputs) inputs.push_back(load_state_dict(path, job.load));
+  progress opening("opening " + counted(job.inputs.size(), "input"), 0, job.inputs.size(), "checkpoint");
+  for (const auto& path : job.inputs) {
+    inputs.push_back(load_state_dict(path, job.load));
+    opening.advance(0, 1);
+  }
   // Without --key each input's state dict is found on its own: they must agree, or the average
   // would mix, say, one input's EMA weights with another's raw ones.
   auto where = [](const state_dict& sd) { return sd.key.empty() ? std::string("the top level") : "'" + sd.key + "'"; };

@@ -126,7 +126,7 @@ command setup_update_bn(CLI::App& parent) {
   add_dtype_option(app, "--input-dtype", o->bn.input_type, /*floating_only=*/false,
                    "Feed the model this dtype (default: the model's floating dtype for floating data, else as stored)");
   app->add_option("-o,--output", o->output, "State dict to write (torch.save or safetensors), atomically");
-  add_format_option(app, o->format);
+  add_format_option(app, o->format, false);
   app->add_option("--save-module", o->module_output, "Also write the updated TorchScript module here");
   app->add_flag("--force", o->force, "Replace existing outputs");
   app->add_flag(

@@ -4,6 +4,8 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "util/decimal.h"
 #include "util/error.h"
@@ -45,16 +47,34 @@ const char* avg_fn_option(avg_fn_kind k) { return k == avg_fn_kind::multi_avg_fn
 
 namespace {
 
-void check_real(const char* option, double v, bool ok, const char* range) {
-  if (!std::isfinite(v) || !ok) throw usage_error(fmt::format("{}: expected {}, got {}", option, range, decimal(v)));
+void check_real(const char* option, double v, bool ok, const char* range, const std::string& hint = "") {
+  if (!std::isfinite(v) || !ok)
+    throw usage_error(fmt::format("{}: expected {}, got {}{}", option, range, decimal(v), hint));
+}
+
+// A decay out of [0, 1] whose intent is plain: 999 or 99.9 for 0.999 (the digits after "0."), -0.99
+// for 0.99. Only a reading in [0.5, 1) is offered: a decay near 1, as EMA decays are.
+std::string decay_hint(double v) {
+  if (!std::isfinite(v) || (v >= 0.0 && v <= 1.0)) return "";
+  if (v < 0.0) return v <= -0.5 && v >= -1.0 ? fmt::format(" (did you mean {}?)", decimal(-v)) : "";
+  std::string digits;
+  for (char ch : decimal(v)) {
+    if (ch == 'e' || ch == 'E') return "";
+    if (ch != '.') digits += ch;
+  }
+  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  const std::string meant = "0." + digits;
+  const double m = std::strtod(meant.c_str(), nullptr);
+  return m >= 0.5 && m < 1.0 ? fmt::format(" (did you mean {}?)", meant) : "";
 }
 
 void validate_ema(const fold_config& c) {
-  check_real("--decay", c.decay, c.decay >= 0.0 && c.decay <= 1.0, "a value in [0, 1]");
+  check_real("--decay", c.decay, c.decay >= 0.0 && c.decay <= 1.0, "a value in [0, 1]", decay_hint(c.decay));
   check_real("--inv-gamma", c.inv_gamma, c.inv_gamma > 0.0, "a finite value > 0");
   check_real("--power", c.power, c.power > 0.0, "a finite value > 0");
   check_real("--min-decay", c.min_decay, c.min_decay >= 0.0 && c.min_decay <= c.decay,
-             fmt::format("a value in [0, --decay] = [0, {}]", decimal(c.decay)).c_str());
+             fmt::format("a value in [0, --decay] = [0, {}]", decimal(c.decay)).c_str(),
+             c.min_decay > 1.0 || c.min_decay < 0.0 ? decay_hint(c.min_decay) : "");
 }
 
 void validate_power_ema(const fold_config& c, size_t inputs) {

@@ -19,8 +19,10 @@
 #include "fold/prefetch.h"
 #include "formats/torch_file.h"
 #include "util/error.h"
-#include "util/version.h"
+#include "util/paths.h"
+#include "util/printable.h"
 #include "util/progress.h"
+#include "util/version.h"
 
 namespace swavg {
 namespace {
@@ -56,6 +58,7 @@ class running_average {
         const chunk_writer write = [this, &p](const void* data, uint64_t bytes) {
           check_finite(p, data, bytes);
           sink_(data, bytes);
+          step(p, bytes);
         };
         if (fn_)
           custom_average(p, write);
@@ -137,7 +140,22 @@ class running_average {
       release_pages(*s.view);
     }
     bytes_read_ += bytes;
-    bar_.advance(bytes);
+    bar_.advance(bytes - std::min(bytes, shown_), 1);
+    shown_ = written_ = 0;
+  }
+
+  // The progress within a large tensor: its inputs' bytes in proportion to its output written.
+  void step(const tensor_plan& p, uint64_t bytes) {
+    if (p.sources.empty()) return;
+    const uint64_t out = static_cast<uint64_t>(p.sources.front().view->numel()) * itemsize(p.outcome.output_type);
+    written_ += bytes;
+    if (out == 0 || written_ >= out) return;
+    uint64_t in = 0;
+    for (const auto& s : p.sources) in += s.view->nbytes();
+    const auto due =
+        static_cast<uint64_t>(static_cast<double>(in) * static_cast<double>(written_) / static_cast<double>(out));
+    if (due > shown_) bar_.advance(due - shown_);
+    shown_ = std::max(shown_, due);
   }
 
   // --avg-fn computes each tensor here; --multi-avg-fn's results were computed before, in this order.
@@ -155,6 +173,7 @@ class running_average {
   avg_function* fn_;
   std::unordered_map<const tensor_plan*, tensor_view> fn_results_;  // --multi-avg-fn's, by tensor
   uint64_t bytes_read_ = 0;
+  uint64_t written_ = 0, shown_ = 0;  // of the tensor being folded: output bytes written, input bytes shown
 };
 
 // Hands the job to swavg-torch (in the binary without LibTorch) before anything is written when a
@@ -326,12 +345,14 @@ fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_out
   }
 
   // The fold.
-  progress bar(total_bytes, "folding");
+  progress bar("folding", total_bytes, order.size(), "tensor");
   prefetcher ahead(order);
   const chunk_writer write = [&sink](const void* data, uint64_t bytes) { sink.write(data, bytes); };
   running_average average(c, in, write, bar, &ahead, fn.get(), std::move(fn_results));
   for (const tensor_plan* p : order) average.run(*p);
   if (c.layout == output_layout::averaged_model && sink.owns(spec)) write(&plan.n, sizeof plan.n);
+  const std::string name = base_name(target.path).empty() ? target.path : base_name(target.path);
+  bar.next("writing " + printable(name), 0);
   sink.commit();
 
   result.bytes_written = sink.bytes_written();

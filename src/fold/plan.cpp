@@ -1,16 +1,20 @@
 #include "fold/plan.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 
+#include "fold/name_mismatch.h"
 #include "fold/native_fold.h"
 #include "util/error.h"
+#include "util/listing.h"
+#include "util/log.h"
 
 namespace swavg {
 namespace {
 
-constexpr size_t kMaxListedDifferences = 100;
+constexpr size_t kMaxListedDifferences = 20;
 
 // Where tensors' kinds come from: --model, else the inputs' own (TorchScript), else names.
 class kind_oracle {
@@ -155,11 +159,35 @@ void add_resumed_only(const resumed_average& resume, std::vector<tensor_plan>& p
   plans = std::move(merged);
 }
 
-void throw_mismatches(const std::vector<std::string>& differences, bool allow_missing) {
-  std::string msg = fmt::format("the inputs disagree ({} differences):", differences.size());
-  for (size_t i = 0; i < differences.size() && i < kMaxListedDifferences; ++i) msg += "\n  " + differences[i];
-  if (differences.size() > kMaxListedDifferences) msg += "\n  ...";
-  if (!allow_missing) msg += "\n(pass --allow-missing to average each tensor over the checkpoints that have it)";
+std::vector<named_shape> names_of(const state_dict& sd) {
+  std::vector<named_shape> names;
+  names.reserve(sd.tensors.size());
+  for (const auto& t : sd.tensors) names.push_back({t.name, t.view.shape});
+  return names;
+}
+
+// What to do about the first pair of checkpoints whose names or shapes differ: the first input
+// against each other one, then against the resumed average.
+std::string mismatch_advice(const std::vector<state_dict>& inputs, const resumed_average* resume, bool allow_missing) {
+  if (inputs.empty()) return "";
+  const std::vector<named_shape> first = names_of(inputs.front());
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    const name_set_diagnosis d = diagnose_name_sets(first, names_of(inputs[i]));
+    if (d.verdict != name_set_verdict::same)
+      return name_set_advice(d, inputs.front().path, inputs[i].path, allow_missing);
+  }
+  if (!resume) return "";
+  std::vector<named_shape> resumed;
+  for (const auto& [name, view] : resume->tensors) resumed.push_back({name, view->shape});
+  return name_set_advice(diagnose_name_sets(first, resumed), inputs.front().path, resume->sd.path, allow_missing);
+}
+
+void throw_mismatches(const std::vector<std::string>& differences, const std::string& advice) {
+  std::string msg = fmt::format("the inputs disagree ({}):", counted(differences.size(), "difference"));
+  msg += listed_lines(differences, kMaxListedDifferences);
+  if (differences.size() > kMaxListedDifferences)
+    spdlog::debug("the inputs disagree: every difference:{}", listed_lines(differences, differences.size()));
+  if (!advice.empty()) msg += "\n" + advice;
   throw mismatch_error(msg);
 }
 
@@ -289,7 +317,7 @@ fold_plan plan_fold(const fold_config& c, const std::vector<state_dict>& inputs,
   std::unordered_map<std::string, size_t> index;
   plan.tensors = gather_sources(inputs, index);
   const auto differences = find_mismatches(c, inputs, resume, plan.tensors, index);
-  if (!differences.empty()) throw_mismatches(differences, c.allow_missing);
+  if (!differences.empty()) throw_mismatches(differences, mismatch_advice(inputs, resume, c.allow_missing));
   if (resume && c.allow_missing) add_resumed_only(*resume, plan.tensors, index);
   const kind_oracle kinds(c, inputs, model_kinds);
   for (auto& p : plan.tensors) {

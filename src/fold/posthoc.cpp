@@ -250,9 +250,10 @@ posthoc_result run_posthoc(const std::vector<state_dict>& snapshots, const std::
   uint64_t total = 0;
   for (const auto& p : plan.tensors)
     for (const auto& s : p.sources) total += s.view->nbytes();
-  progress bar(total, "post-hoc EMA");
+  progress bar("post-hoc EMA", total, plan.tensors.size(), "tensor");
   posthoc_writer writer(snapshots, outputs, sink, allow_nonfinite);
-  for (const auto& p : plan.tensors) bar.advance(writer.run(p));
+  for (const auto& p : plan.tensors) bar.advance(writer.run(p), 1);
+  bar.next("writing", 0);
   sink.commit();
   for (const auto& p : plan.tensors) result.tensors.push_back(p.outcome);
   result.bytes_read = writer.bytes_read();

@@ -17,6 +17,8 @@
 #include "util/error.h"
 #include "util/mapped_file.h"
 #include "util/paths.h"
+#include "util/printable.h"
+#include "util/progress.h"
 #include "util/sha256.h"
 
 namespace swavg {
@@ -159,6 +161,7 @@ void atomic_file::pwrite(const void* data, uint64_t size, uint64_t offset) {
 // The temp file stays open, and so locked, until after the rename: a cleaner never sees it unlocked.
 void atomic_file::commit() {
   flush();
+  progress syncing("syncing " + printable(base_name(target_)), 0);
   if (::fsync(fd_) != 0) throw io_error(fmt::format("{}: fsync failed: {}", target_, errno_text(errno)));
   mapped_file::check_all_unchanged();
   if (hash_) digest_ = patched_ ? sha256_file(temp_) : hash_->hex_digest();

@@ -1,16 +1,12 @@
 /*
- * decimal(): a double as text that reads back as the same double, for messages.
+ * decimal(): a double as the shortest text that reads back as the same double, for messages.
  */
 #include "util/decimal.h"
 
-#include <cstdio>
+#include <fmt/format.h>
 
 namespace swavg {
 
-std::string decimal(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
+std::string decimal(double v) { return fmt::format("{}", v); }
 
 }  // namespace swavg

@@ -1,6 +1,7 @@
 /*
- * Doubles in messages, exactly: 17 significant digits (%.17g), which read back as the same double,
- * so that a message shows the value swavg compared, not a rounding of it.
+ * Doubles in messages as the user typed them: the shortest text that reads back as the same double
+ * (fmt's `{}`), so that a message shows the value swavg compared, exactly, and `--min-decay 0.9999`
+ * is echoed as 0.9999, not as 0.99990000000000001.
  */
 #pragma once
 
@@ -8,7 +9,7 @@
 
 namespace swavg {
 
-// "0.99900000000000011": doubles in messages, exactly.
+// "0.999", "0.30000000000000004", "1e+300": the shortest text that reads back as `v`.
 std::string decimal(double v);
 
 }  // namespace swavg

@@ -27,6 +27,12 @@ namespace {
   if (err == ENOENT && ::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
     throw io_error(path + ": dangling symbolic link");
   if (err == ELOOP) throw io_error(path + ": too many levels of symbolic links");
+  // `swavg average nothere/ckpt_*.pt`: the shell passes a pattern that matched nothing as it is.
+  if (err == ENOENT && path.find_first_of("*?[") != std::string::npos)
+    throw io_error(
+        fmt::format("{}: no such file: this looks like a file pattern, and the shell found no file "
+                    "matching it (check the folder and the pattern)",
+                    path));
   throw io_error(fmt::format("{}: cannot open: {}", path, errno_text(err)));
 }
 

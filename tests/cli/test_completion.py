@@ -100,7 +100,7 @@ class BashCompletion(TempDirTest):
                 offered = set(self.complete("swavg", sub, "-"))
                 listed = set(help_options(sub))
                 # Its own options, and the program's -v and -q (taken after a subcommand too)
-                self.assertEqual(offered, listed | {"-v", "--verbose", "-q", "--quiet"})
+                self.assertEqual(offered, listed | {"-v", "--verbose", "-q", "--quiet", "--progress", "--color"})
         self.assertEqual(self.complete("swavg", "average", "--bu"), ["--buffer", "--buffers"])
         self.assertEqual(self.complete("swavg", "average", "a.pt", "--max-s"), ["--max-shard-size"])
 
@@ -137,6 +137,127 @@ class BashCompletion(TempDirTest):
         # A number is not a path.
         self.assertEqual(self.complete("swavg", "average", "--last", ""), [])
         self.assertEqual(self.complete("swavg", "average", "--last", "c"), [])
+
+# File names a shell can complete and a naive script splits or mangles: a newline, spaces, quotes,
+# a backslash, shell characters and a leading dash (issue 29, item 7).
+ODD_NAMES = ["new\nline.pt", "with space.pt", "quote'd.pt", 'dq"uote.pt', "back\\slash.pt", "$dollar.pt",
+             "*star.pt", "-dash.pt", "tab\tbed.pt"]
+
+# Drives an interactive zsh in a pseudo-terminal (zsh/zpty), types the line and a Tab, and writes
+# every match compadd adds, NUL-separated, to $2: zsh's own completion system, run for real.
+ZSH_CAPTURE = r"""
+zmodload zsh/zpty || exit 3
+zpty z zsh -f -i
+zpty -w z "cd ${(q)3} && autoload -Uz compinit && compinit -u -D && source ${(q)1}"
+zpty -w z "compadd() { if [[ \${@[1,(i)(-|--)]} == *-(O|A|D)\\ * ]]; then builtin compadd \"\$@\"; return; fi; \
+local -a hits; builtin compadd -A hits \"\$@\"; (( \$#hits )) && print -rn -- \"\${(pj:\\0:)\${(Q)hits}}\"\$'\\0' >> ${(q)2}; \
+builtin compadd \"\$@\"; }"
+zpty -w z "print -rn -- '' >> ${(q)2}.ready"
+for i in {1..100}; do [[ -e $2.ready ]] && break; sleep 0.1; done
+zpty -n -w z "$4"$'\t'
+for i in {1..100}; do [[ -s $2 ]] && break; sleep 0.1; done
+sleep 0.5
+zpty -d z
+"""
+
+
+class AnyFileName(TempDirTest):
+    """Each shell's real completion on files with odd names: one candidate per file, byte for byte."""
+
+    def setUp(self):
+        super().setUp()
+        for name in ODD_NAMES:
+            open(self.path(name), "wb").close()
+        self.scripts = {}
+        for shell, name in (("bash", "swavg.bash"), ("zsh", "_swavg"), ("fish", "swavg.fish")):
+            self.scripts[shell] = self.tmp + "-" + name  # outside the folder completed
+            with open(self.scripts[shell], "w") as f:
+                f.write(swavg("completion", shell).stdout)
+        self.scripts["capture"] = self.tmp + "-capture.zsh"
+        with open(self.scripts["capture"], "w") as f:
+            f.write(ZSH_CAPTURE)
+
+    def tearDown(self):
+        for path in list(self.scripts.values()) + [self.tmp + "-zsh-matches", self.tmp + "-zsh-matches.ready"]:
+            if os.path.exists(path):
+                os.unlink(path)
+        super().tearDown()
+
+    def bash(self, *words):
+        program = ('source "$SWAVG_COMPLETION"; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMPREPLY=(); _swavg; '
+                   '(( ${#COMPREPLY[@]} )) && printf "%s\\0" "${COMPREPLY[@]}"; shopt -p nullglob || true')
+        p = subprocess.run(["bash", "--norc", "--noprofile", "-c", program, "bash", *words], capture_output=True,
+                           cwd=self.tmp, timeout=60, env=dict(os.environ, SWAVG_COMPLETION=self.scripts["bash"]))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        out, _, shopt = p.stdout.decode().rpartition("\0")
+        self.assertEqual(shopt.strip(), "shopt -u nullglob")  # the user's setting, restored
+        return sorted(w for w in out.split("\0") if w)
+
+    def test_bash(self):
+        self.assertEqual(self.bash("swavg", "average", "new"), ["new\nline.pt"])
+        self.assertEqual(self.bash("swavg", "average", "with"), ["with space.pt"])
+        self.assertEqual(self.bash("swavg", "average", "with\\ s"), ["with space.pt"])
+        self.assertEqual(self.bash("swavg", "average", "'with s"), ["with space.pt"])
+        self.assertEqual(self.bash("swavg", "average", '"with s'), ["with space.pt"])
+        self.assertEqual(self.bash("swavg", "average", "quote\\'"), ["quote'd.pt"])
+        self.assertEqual(self.bash("swavg", "average", 'dq\\"'), ['dq"uote.pt'])
+        self.assertEqual(self.bash("swavg", "average", '"dq\\"'), ['dq"uote.pt'])
+        self.assertEqual(self.bash("swavg", "average", "back\\\\"), ["back\\slash.pt"])
+        self.assertEqual(self.bash("swavg", "average", "\\$"), ["$dollar.pt"])
+        self.assertEqual(self.bash("swavg", "average", "'$"), ["$dollar.pt"])
+        self.assertEqual(self.bash("swavg", "average", "\\*"), ["*star.pt"])
+        self.assertEqual(self.bash("swavg", "average", "tab"), ["tab\tbed.pt"])
+        self.assertEqual(self.bash("swavg", "average", "-o", "new"), ["new\nline.pt"])
+        # A leading dash: an option where options go; the file after --, or as ./-dash.pt.
+        self.assertNotIn("-dash.pt", self.bash("swavg", "average", "-"))
+        self.assertEqual(self.bash("swavg", "average", "./-"), ["./-dash.pt"])
+        self.assertEqual(self.bash("swavg", "average", "a.pt", "--", "-"), ["-dash.pt"])
+        self.assertEqual(len(self.bash("swavg", "average", "")), len(ODD_NAMES))
+        # A pattern's characters typed are literal: '*' completes the file named *star.pt only.
+        self.assertEqual(self.bash("swavg", "average", "'*"), ["*star.pt"])
+
+    def zsh(self, line):
+        if shutil.which("zsh") is None:
+            self.skipTest("zsh is not installed")
+        out = self.tmp + "-zsh-matches"  # outside the folder completed
+        for stale in (out, out + ".ready"):
+            if os.path.exists(stale):
+                os.unlink(stale)
+        p = subprocess.run(["zsh", "-f", self.scripts["capture"], self.scripts["zsh"], out, self.tmp, line],
+                           capture_output=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        if not os.path.exists(out):
+            return []
+        with open(out, "rb") as f:
+            return sorted(set(w for w in f.read().decode().split("\0") if w))
+
+    def test_zsh(self):
+        self.assertEqual(self.zsh("swavg average new"), ["new\nline.pt"])
+        self.assertEqual(self.zsh("swavg average with"), ["with space.pt"])
+        self.assertEqual(self.zsh("swavg average quote"), ["quote'd.pt"])
+        self.assertEqual(self.zsh("swavg average 'dq\""), ['dq"uote.pt'])
+        self.assertEqual(self.zsh("swavg average back"), ["back\\slash.pt"])
+        self.assertEqual(self.zsh("swavg average \\$"), ["$dollar.pt"])
+        self.assertEqual(self.zsh("swavg average tab"), ["tab\tbed.pt"])
+        self.assertEqual(self.zsh("swavg inspect ./-"), ["-dash.pt"])
+
+    def fish(self, line):
+        if shutil.which("fish") is None:
+            self.skipTest("fish is not installed")
+        program = 'source $argv[1]; for c in (complete -C $argv[2] | string split0); printf "%s\\0" $c; end'
+        program = 'source $argv[1]; complete -C $argv[2] | string collect'
+        p = subprocess.run(["fish", "--no-config", "-c", program, self.scripts["fish"], line], capture_output=True,
+                           cwd=self.tmp, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return sorted(c.split("\t")[0] for c in p.stdout.decode().split("\n") if c)
+
+    def test_fish(self):
+        self.assertEqual(self.fish("swavg average with"), ["with space.pt"])
+        self.assertEqual(self.fish("swavg average quote"), ["quote'd.pt"])
+        self.assertEqual(self.fish("swavg average back"), ["back\\slash.pt"])
+        self.assertEqual(self.fish("swavg average \\$"), ["$dollar.pt"])
+        self.assertEqual(self.fish("swavg average ./-"), ["./-dash.pt"])
+        self.assertEqual(self.fish("swavg average -- -"), ["-dash.pt"])
 
 
 class OtherShells(unittest.TestCase):
@@ -271,7 +392,8 @@ class ManPage(unittest.TestCase):
     def test_environment(self):
         text = self.section("ENVIRONMENT")
         for name in ("SWAVG_PREFETCH_BYTES", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID", "RANK", "WORLD_SIZE",
-                     "JOB_COMPLETION_INDEX", "GOMP_SPINCOUNT", "SWAVG_HANDED_OVER"):
+                     "JOB_COMPLETION_INDEX", "GOMP_SPINCOUNT", "SWAVG_HANDED_OVER", "SWAVG_PROGRESS", "NO_COLOR",
+                     "COLUMNS"):
             self.assertIn(name, text)
 
 

@@ -8,7 +8,10 @@ References: the exit codes of the README and util/error.h; the inputs are writte
 safetensors' save_file.
 """
 import os
+import pty
+import re
 import shutil
+import subprocess
 import tempfile
 import unittest
 
@@ -22,7 +25,7 @@ SUBCOMMANDS = ["average", "ema", "inspect", "convert", "update-bn", "finalize", 
 
 def error_lines_only(test, p, where):
     """Every non-empty stderr line is an error line (or CLI11's follow-up hint); nothing on stdout."""
-    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    lines = [line for line in p.stderr.splitlines() if line.strip() and not line.startswith("swavg: progress: ")]
     test.assertTrue(lines, "%s: nothing on stderr" % where)
     for line in lines:
         test.assertTrue(line.startswith("swavg: error: ") or line.startswith("Run with --help"),
@@ -158,6 +161,203 @@ class MessagesTest(unittest.TestCase):
                 self.assertTrue(p.stdout.strip())
         self.assertTrue(swavg("--version").stdout.startswith("swavg "))
         self.assertIn("--null", swavg("average", "--help").stdout)
+
+
+def run_in_terminal(argv, env=None, columns=100):
+    """Runs swavg with stderr (and stdin) on a pseudo-terminal `columns` wide; returns (exit code, stderr)."""
+    import fcntl
+    import struct
+    import termios
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    p = subprocess.Popen([SWAVG, *argv], stdin=slave, stdout=subprocess.PIPE, stderr=slave,
+                         env=dict(os.environ, **(env or {})))
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the last writer closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    code = p.wait(timeout=600)
+    p.stdout.close()
+    os.close(master)
+    return code, b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+
+
+class FixMessagesTest(TempDirTest):
+    """Messages that say the fix: a prefix difference names the --strip-prefix, different models are
+    said to be, --allow-missing is offered for a partial overlap only; an unexpanded glob, a decay
+    typed without its "0."; numbers echoed as typed; --help that fits and offers what it accepts."""
+
+    def setUp(self):
+        super().setUp()
+        g = torch.Generator().manual_seed(31)
+        self.a = self.path("a.pt")
+        names = ["layer%d.weight" % i for i in range(17)]
+        torch.save({n: torch.randn(3, generator=g) for n in names}, self.a)
+        self.prefixed = self.path("b.safetensors")
+        save_file({"model." + n: torch.randn(3, generator=g) for n in names}, self.prefixed)
+        self.other = self.path("other.pt")
+        torch.save({"encoder.%d" % i: torch.randn(2, generator=g) for i in range(17)}, self.other)
+        self.partial = self.path("partial.pt")
+        torch.save({n: torch.randn(3, generator=g) for n in names[:15]}, self.partial)
+        self.out = self.path("out.pt")
+
+    def check(self, argv, code, texts, absent=()):
+        p = swavg(*argv, check=False)
+        self.assertEqual(p.returncode, code, p.stderr)
+        error_lines_only(self, p, argv)
+        for text in texts:
+            self.assertIn(text, p.stderr)
+        for text in absent:
+            self.assertNotIn(text, p.stderr)
+        return p.stderr
+
+    def test_a_prefix_difference_names_the_strip_prefix(self):
+        err = self.check(["average", self.a, self.prefixed, "-o", self.out], 4,
+                         ["the tensor names of %s are those of %s with the prefix 'model.': pass --strip-prefix model."
+                          % (self.prefixed, self.a)], ["--allow-missing"])
+        self.assertIn("... (34 in all)", err)  # 2 x 17 names, 20 listed
+        self.assertEqual(err.count("is missing"), 20)
+        swavg("average", self.a, self.prefixed, "--strip-prefix", "model.", "-o", self.out)  # the fix works
+
+    def test_different_models_are_said_to_be(self):
+        self.check(["average", self.a, self.other, "-o", self.out], 4,
+                   ["%s and %s look like different models (0 of their tensor names in common)" % (self.a, self.other)],
+                   ["--allow-missing", "--strip-prefix"])
+
+    def test_allow_missing_for_a_partial_overlap_only(self):
+        self.check(["average", self.a, self.partial, "-o", self.out], 4,
+                   ["%s lacks 2 of the tensors of %s: pass --allow-missing" % (self.partial, self.a)])
+        self.check(["average", self.a, self.path("wide.pt"), "-o", self.out], 5, [])  # (missing file)
+        wide = self.path("wide.pt")
+        torch.save({"layer%d.weight" % i: torch.zeros(4 if i == 0 else 3) for i in range(17)}, wide)
+        self.check(["average", self.a, wide, "-o", self.out], 4, ["expected shape [3]"], ["--allow-missing"])
+
+    def test_an_unexpanded_glob_is_named(self):
+        pattern = self.path("nothere/ckpt_*.pt")
+        self.check(["average", pattern, "-o", self.out], 5,
+                   ["%s: no such file: this looks like a file pattern, and the shell found no file matching it"
+                    % pattern])
+        self.check(["average", self.path("nothere/ckpt_1.pt"), "-o", self.out], 5, ["No such file"],
+                   ["pattern"])
+
+    def test_did_you_mean_a_decay(self):
+        self.check(["ema", self.a, self.a, "--decay", "999", "-o", self.out], 2,
+                   ["--decay: expected a value in [0, 1], got 999 (did you mean 0.999?)"])
+        self.check(["ema", self.a, self.a, "--decay", "1.5", "-o", self.out], 2, ["got 1.5"], ["did you mean"])
+
+    def test_numbers_echoed_as_typed(self):
+        self.check(["ema", self.a, self.a, "--decay", "0.999", "--warmup", "power", "--min-decay", "0.9999",
+                    "-o", self.out], 2,
+                   ["--min-decay: expected a value in [0, --decay] = [0, 0.999], got 0.9999"], ["0.9999000"])
+
+    def test_help_fits_the_width_and_names_the_program(self):
+        for columns in (80, 120):
+            with self.subTest(columns=columns):
+                p = subprocess.run([SWAVG, "average", "--help"], capture_output=True, text=True, timeout=60,
+                                   env=dict(os.environ, COLUMNS=str(columns)))
+                self.assertEqual(p.returncode, 0)
+                self.assertTrue(p.stdout.startswith("swavg: average") or "Usage: swavg average" in p.stdout)
+                self.assertIn("Usage: swavg average [OPTIONS]", p.stdout)
+                # The examples are commands, kept whole to be copied.
+                long = [line for line in p.stdout.splitlines() if len(line) >= columns and
+                        not line.startswith("  swavg ")]
+                self.assertEqual(long, [])
+                null = [line for line in p.stdout.splitlines() if line.startswith("  --null")]
+                self.assertEqual(len(null), 1)
+                self.assertNotIn("Needs:", p.stdout)
+        self.assertIn("(needs --inputs-from)", p.stdout)
+        self.assertIn("Usage: swavg [OPTIONS] SUBCOMMAND", swavg("--help").stdout)
+
+    def test_every_format_offered_is_accepted(self):
+        text = swavg("update-bn", "--help").stdout
+        self.assertNotIn("dcp", text)
+        self.check(["update-bn", "--model", self.a, "--data", self.a, "--format", "dcp", "-o", self.out], 2,
+                   ["--format: expected one of {torch,safetensors}, got 'dcp'"])
+
+
+class OutputStyleTest(TempDirTest):
+    """--progress, $SWAVG_PROGRESS, --color and NO_COLOR on the lines swavg prints."""
+
+    def setUp(self):
+        super().setUp()
+        g = torch.Generator().manual_seed(29)
+        self.inputs = []
+        for i in range(3):
+            path = self.path("ckpt_%d.pt" % i)
+            torch.save({"w": torch.randn(1000, generator=g), "b": torch.randn(10, generator=g)}, path)
+            self.inputs.append(path)
+        self.out = self.path("avg.pt")
+
+    def average(self, *extra, env=None):
+        return subprocess.run([SWAVG, "average", *self.inputs, "-o", self.out, "--force", *extra],
+                              capture_output=True, text=True, timeout=600, env=dict(os.environ, **(env or {})))
+
+    def test_lines_off_a_terminal(self):
+        p = self.average()
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for line in ("swavg: progress: opening 3 inputs started: 3 checkpoints\n",
+                     "swavg: progress: folding started: ", "swavg: progress: folding done in 0:00: ",
+                     "swavg: progress: writing avg.pt started\n"):
+            self.assertIn(line, p.stderr)
+        self.assertRegex(p.stderr, r"swavg: progress: folding started: [0-9.]+ kB, 2 tensors\n")
+        self.assertNotIn("\r", p.stderr)
+        for line in p.stderr.splitlines():
+            self.assertRegex(line, r"^swavg: (progress|info): ")
+
+    def test_off_quiet_and_the_environment(self):
+        for extra, env in ((["--progress", "off"], {}), (["-q"], {}), ([], {"SWAVG_PROGRESS": "off"}),
+                           (["--progress", "off"], {"SWAVG_PROGRESS": "lines"})):
+            with self.subTest(extra=extra, env=env):
+                p = self.average(*extra, env=env)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertNotIn("progress", p.stderr)
+        p = self.average(env={"SWAVG_PROGRESS": "fancy"})
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--progress: expected one of {auto,bar,lines,off}, got 'fancy'", p.stderr)
+
+    def test_a_bar_on_a_terminal_never_runs_into_a_log_line(self):
+        code, err = run_in_terminal(["average", *self.inputs, "-o", self.out, "--force"], columns=70)
+        self.assertEqual(code, 0, err)
+        self.assertIn("\r", err)
+        self.assertIn("folding", err)
+        self.assertNotIn("swavg: progress:", err)
+        # Every log line starts a line: the bar was erased before it.
+        for m in re.finditer("swavg: ", err):
+            self.assertIn(err[m.start() - 1] if m.start() else "\n", "\n\r", err)
+        for segment in re.split("[\r\n]", err):  # the bars: within the terminal's 70 columns
+            if not segment.startswith("swavg: "):
+                self.assertLess(len(segment.rstrip()), 70, segment)
+        # Forced with --progress bar off a terminal too.
+        p = subprocess.run([SWAVG, "average", *self.inputs, "-o", self.out, "--force", "--progress", "bar"],
+                           capture_output=True, timeout=600)
+        self.assertIn(b"\rfolding", p.stderr)
+
+    def test_no_color_and_color_options(self):
+        bad = ["average", self.inputs[0], "--bogus", "-o", self.out]
+        code, err = run_in_terminal(bad)
+        self.assertEqual(code, 2)
+        self.assertIn("\x1b[", err)  # a terminal: coloured
+        for env, extra in (({"NO_COLOR": "1"}, []), ({}, ["--color", "never"]), ({"TERM": "dumb"}, [])):
+            with self.subTest(env=env, extra=extra):
+                code, err = run_in_terminal(extra + bad, env=env)
+                self.assertEqual(code, 2)
+                self.assertIn("swavg: error: unknown option '--bogus'", err)
+                self.assertNotIn("\x1b", err)
+        code, err = run_in_terminal(["average", *self.inputs, "-o", self.out, "--force"], env={"NO_COLOR": "1"})
+        self.assertEqual(code, 0, err)
+        self.assertNotIn("\x1b", err)
+        # An empty NO_COLOR is unset; --color always colours a pipe.
+        code, err = run_in_terminal(bad, env={"NO_COLOR": ""})
+        self.assertIn("\x1b[", err)
+        p = swavg("--color", "always", *bad, check=False)
+        self.assertIn("swavg: \x1b[1m\x1b[31merror\x1b[0m: unknown option", p.stderr)
+        self.assertNotIn("\x1b", swavg(*bad, check=False).stderr)
 
 
 class InfoLinesTest(TempDirTest):

@@ -311,10 +311,11 @@ class GlobalOptionTest(TempDirTest):
         for command in COMMANDS:
             self.assertRegex(p.stdout, r"\n\s+%s\s" % command)
         flags = options_of_app()
-        self.assertEqual(sorted(flags), ["--quiet", "--verbose", "--version"])
+        self.assertEqual(sorted(flags), ["--color", "--progress", "--quiet", "--verbose", "--version"])
         paths = run_paths("cnn")[:3]
         for argv in (["-q", "average", *paths], ["average", *paths, "-q"], ["average", paths[0], "-v", *paths[1:]],
-                     ["--verbose", "average", *paths, "--quiet"]):
+                     ["--verbose", "average", *paths, "--quiet"], ["--progress", "off", "average", *paths],
+                     ["average", *paths, "--color", "never", "--progress", "lines"]):
             with self.subTest(argv=argv):
                 p = swavg(*argv, "-o", self.path("o.pt"), "--force", "--json")
                 self.assertEqual(json.loads(p.stdout)["inputs"], paths)
