@@ -22,6 +22,8 @@ if(NOT SKBUILD)
   install(FILES "${SWAVG_COMPLETIONS_DIR}/swavg.fish"
           DESTINATION "${CMAKE_INSTALL_DATAROOTDIR}/fish/vendor_completions.d" COMPONENT swavg)
   install(FILES README.md DESTINATION "${CMAKE_INSTALL_DOCDIR}" COMPONENT swavg)
+  # The README's links point into docs/: the pages go beside it.
+  install(DIRECTORY docs/ DESTINATION "${CMAKE_INSTALL_DOCDIR}/docs" COMPONENT swavg FILES_MATCHING PATTERN "*.md")
 
   # cpack (and `make install`) package what is built instead of building everything first: the
   # package test runs cpack in a build folder whose test binaries need not be built.
