@@ -139,7 +139,7 @@ TEST_CASE("config: names as the command line and metadata spell them", "[config]
   CHECK(std::string(layout_name(output_layout::averaged_model)) == "averaged-model");
 }
 
-TEST_CASE("validate_config: 'did you mean' only for a decay whose reading is in [0.5, 1)", "[config]") {
+TEST_CASE("validate_config: 'did you mean' only for a decay whose reading is from 0.5 up to 1", "[config]") {
   const auto message = [](double decay) {
     fold_config c;
     c.mode = fold_mode::ema;

@@ -28,7 +28,9 @@ struct keys {
 };
 
 object_entry entry(const std::string& name, const pickle_node* key, const pickle_node* value) {
-  return object_entry{name, "int", key, value, ""};
+  object_entry e{name, "int", key, value, ""};
+  e.string_key = key != nullptr && key->kind == pickle_kind::string;  // as torch_file sets it
+  return e;
 }
 
 state_dict with_objects(const std::string& path, std::vector<object_entry> objects) {

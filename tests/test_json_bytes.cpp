@@ -11,7 +11,8 @@ using namespace swavg;
 using namespace std::string_literals;
 using json = nlohmann::ordered_json;
 
-TEST_CASE("json_quote writes bytes that are not UTF-8 as \\udcXX and the rest as nlohmann does", "[json_bytes]") {
+TEST_CASE("json_quote writes bytes that are not UTF-8 as escaped low surrogates and the rest as nlohmann does",
+          "[json_bytes]") {
   CHECK(json_quote("caf\xe9.pt") == "\"caf\\udce9.pt\"");
   CHECK(json_quote("x\xff") == "\"x\\udcff\"");
   CHECK(json_quote("\x80") == "\"\\udc80\"");
@@ -30,7 +31,8 @@ TEST_CASE("json_dump is nlohmann's dump for UTF-8, any indent", "[json_bytes]") 
   CHECK(json_dump(unordered) == "{\"k\":\"v\\udce9\",\"n\":1}");
 }
 
-TEST_CASE("json_parse reads \\udcXX back as the byte, other escapes as nlohmann does", "[json_bytes]") {
+TEST_CASE("json_parse reads an escaped low surrogate back as the byte, other escapes as nlohmann does",
+          "[json_bytes]") {
   const json back = json_parse(json_dump(json{{"p\xe9", {"caf\xe9", "x\xff", "\x80\xfe", "nul\0\xe9"s, "é"}}}));
   CHECK(back.begin().key() == "p\xe9");
   CHECK(back["p\xe9"] == json({"caf\xe9", "x\xff", "\x80\xfe", "nul\0\xe9"s, "é"}));

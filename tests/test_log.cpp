@@ -27,7 +27,7 @@ TEST_CASE("log_line: 'swavg: LEVEL: text', the level coloured only when asked", 
   CHECK(log_line("trace", "x", true) == "swavg: trace: x\n");  // no colour for it: nothing to reset
 }
 
-TEST_CASE("use_color: --color always and never win; auto needs a terminal, no NO_COLOR, a TERM not dumb", "[log]") {
+TEST_CASE("use_color: --color always and never win, auto needs a terminal, no NO_COLOR, a TERM not dumb", "[log]") {
   int fds[2];
   REQUIRE(::pipe(fds) == 0);
   ::setenv("NO_COLOR", "1", 1);

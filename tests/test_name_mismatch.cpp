@@ -85,7 +85,7 @@ TEST_CASE("name sets: different models when under half the names are shared", "[
   CHECK(diagnose_name_sets(model("", 3), {{"x", {1}}, {"y", {2}}}).verdict == name_set_verdict::different_models);
 }
 
-TEST_CASE("name sets: the same names, most of other shapes, are different models; a few are not", "[name_mismatch]") {
+TEST_CASE("name sets: the same names, most of other shapes, are different models, a few are not", "[name_mismatch]") {
   // 4 names: 2 of other shapes is half (shapes_differ), 3 is most (different models).
   auto a = model("", 4), b = model("", 4);
   b[0].shape = {8, 4};

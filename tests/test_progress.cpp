@@ -175,7 +175,7 @@ TEST_CASE("lines: the unit is counted, singular for one", "[progress]") {
         "swavg: progress: opening 2 inputs 50%, 1/2 checkpoints, 0:20 elapsed, ETA 0:20\n");
 }
 
-TEST_CASE("lines: a nested phase is announced once it has lasted a second; an abandoned one ends silently",
+TEST_CASE("lines: a nested phase is announced once it has lasted a second, an abandoned one ends silently",
           "[progress]") {
   progress_meter m(progress_style::lines, 15.0);
   m.begin("writing", 0, 0, "", 0.0, 80);

@@ -40,7 +40,7 @@ TEST_CASE("a prefix is stripped once, from tensors and entries alike", "[state_d
   CHECK(tensor_names(twice) == std::vector<std::string>{"w", "_orig_mod.v"});
 }
 
-TEST_CASE("a name equal to the prefix keeps it; a collision is refused", "[state_dict]") {
+TEST_CASE("a name equal to the prefix keeps it, a collision is refused", "[state_dict]") {
   state_dict sd = entries({"module.", "module.w"}, {});
   strip_prefixes(sd, {"module."});
   CHECK(tensor_names(sd) == std::vector<std::string>{"module.", "w"});

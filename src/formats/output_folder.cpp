@@ -195,8 +195,9 @@ void output_folder::record_plan(const std::string& plan) {
 
 std::string output_folder::plan_text(output_format format, std::vector<tensor_spec> specs,
                                      const std::map<std::string, std::string>& metadata,
-                                     std::vector<std::string>& copied, const weights_naming& names, const job_options& options,
-                                     std::unique_ptr<dcp_plan>& dcp, shard_layout& layout) const {
+                                     std::vector<std::string>& copied, const weights_naming& names,
+                                     const job_options& options, std::unique_ptr<dcp_plan>& dcp,
+                                     shard_layout& layout) const {
   if (format == output_format::dcp) {
     copied.erase(std::remove(copied.begin(), copied.end(), std::string(kDcpMetadataName)), copied.end());
     dcp = std::make_unique<dcp_plan>(plan_dcp(std::move(specs), chunks_like_.get(), out_, metadata));

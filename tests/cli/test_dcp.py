@@ -80,7 +80,8 @@ class DcpTest(TempDirTest):
 
     def check_average(self, names, *extra, key="model", out_name="avg.pt"):
         out = self.path(out_name)
-        swavg("average", *[dcp(n) for n in names], *extra, "-o", out, "--force")
+        # --sort none: the references fold `names` in the order each test gives them.
+        swavg("average", *[dcp(n) for n in names], "--sort", "none", *extra, "-o", out, "--force")
         got = load_safetensors(os.path.join(out, "model.safetensors"))[0] if out.endswith("/") else load_output(out)
         refs = [flat(consolidated(n)[1][key]) for n in names]
         tensors = [k for k, v in refs[0].items() if isinstance(v, torch.Tensor)]

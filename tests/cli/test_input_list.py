@@ -36,8 +36,9 @@ class InputListTest(TempDirTest):
         listed = self.path("list")
         with open(listed, "wb") as f:
             f.write(data)
-        argv = [SWAVG, "average", "--inputs-from", "-" if stdin else listed, *args, "-o", self.path("out.pt"),
-                "--force", "--json"]
+        # --sort none: the list's own order is what these tests read back.
+        argv = [SWAVG, "average", "--inputs-from", "-" if stdin else listed, "--sort", "none", *args, "-o",
+                self.path("out.pt"), "--force", "--json"]
         with open(listed if stdin else os.devnull, "rb") as f:
             return subprocess.run(argv, stdin=f, cwd=self.d, capture_output=True, timeout=TIMEOUT_S)
 
