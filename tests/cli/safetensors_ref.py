@@ -25,17 +25,28 @@ MAX_HEADER = 100_000_000
 # safetensors dtype -> (itemsize, torch dtype or None)
 DTYPES = {
     "BOOL": (1, torch.bool), "U8": (1, torch.uint8), "I8": (1, torch.int8),
-    "I16": (2, torch.int16), "U16": (2, None), "F16": (2, torch.float16),
-    "BF16": (2, torch.bfloat16), "I32": (4, torch.int32), "U32": (4, None),
+    "I16": (2, torch.int16), "U16": (2, getattr(torch, "uint16", None)), "F16": (2, torch.float16),
+    "BF16": (2, torch.bfloat16), "I32": (4, torch.int32), "U32": (4, getattr(torch, "uint32", None)),
     "F32": (4, torch.float32), "F64": (8, torch.float64), "I64": (8, torch.int64),
-    "U64": (8, None), "F8_E4M3": (1, None), "F8_E5M2": (1, None),
+    "U64": (8, getattr(torch, "uint64", None)), "F8_E4M3": (1, getattr(torch, "float8_e4m3fn", None)),
+    "F8_E5M2": (1, getattr(torch, "float8_e5m2", None)),
+    "F8_E4M3FNUZ": (1, getattr(torch, "float8_e4m3fnuz", None)),
+    "F8_E5M2FNUZ": (1, getattr(torch, "float8_e5m2fnuz", None)),
+    "F8_E8M0": (1, getattr(torch, "float8_e8m0fnu", None)), "C64": (8, torch.complex64),
 }
 TORCH_TO_ST = {t: name for name, (_, t) in DTYPES.items() if t is not None}
-TORCH_NAMES = {
+# The dtypes numpy holds as themselves (tensor_bytes views the others as raw bytes).
+_NUMPY_NAMES = {
     torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
     torch.bfloat16: "bfloat16", torch.int64: "int64", torch.int32: "int32", torch.int16: "int16",
     torch.int8: "int8", torch.uint8: "uint8", torch.bool: "bool",
 }
+# torch dtype -> its name, as swavg names it (torch 2.14's names; the lean build's torch 1.13 lacks some).
+TORCH_NAMES = dict(_NUMPY_NAMES)
+for _t in ("uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+           "float8_e8m0fnu", "complex64"):
+    if hasattr(torch, _t):
+        TORCH_NAMES[getattr(torch, _t)] = _t
 
 
 class SafetensorsError(Exception):
@@ -48,7 +59,7 @@ def tensor_bytes(t):
         c = c.to(torch.uint8)
     if c.dtype in (torch.bfloat16, torch.float16):
         c = c.view(torch.int16)
-    if c.dtype not in TORCH_NAMES and not c.is_complex():
+    if c.dtype not in _NUMPY_NAMES and not c.is_complex():
         # float8, uint16/32/64 (torch 2.x): dtypes numpy lacks, as their raw bytes
         c = c.view(torch.uint8)
     return c.numpy().tobytes()
