@@ -60,7 +60,7 @@ TEST_CASE("a non-string key is not renamed", "[state_dict]") {
   CHECK(sd.objects[0].name == "7");
 }
 
-TEST_CASE("--exclude leaves out an entry and everything under it, and names a miss", "[state_dict]") {
+TEST_CASE("exclude_entries leaves out an entry and everything under it, and names a miss", "[state_dict]") {
   state_dict sd = entries({"tok.weight", "optimizer.state.0.exp_avg", "optimizer_x.w", "train_state"},
                           {"optimizer.param_groups", "lr"});
   exclude_entries(sd, {"optimizer", "train_state"});
