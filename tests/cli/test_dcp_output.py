@@ -412,7 +412,7 @@ class DcpStructureTest(DcpFolderTest):
         with open(os.path.join(folder, ".metadata"), "wb") as f:
             pickle.dump(md, f)
         out = self.path("plan_out/")
-        swavg("average", folder, ins[0], "--format", "dcp", "--shard", "0/1", "-o", out)
+        swavg("average", folder, ins[0], "--sort", "none", "--format", "dcp", "--shard", "0/1", "-o", out)
         if not os.path.exists(out):
             swavg("finalize", out)
         self.assertEqual(sorted(os.listdir(out)), [".metadata", "__0_0.distcp"])

@@ -334,7 +334,7 @@ class HfStackTest(TempDirTest):
         out = self.path("plain/")
         p = swavg("-v", "average", *plain, "-o", out)
         self.assertEqual(sorted(os.listdir(out)), ["config.json", "diffusion_pytorch_model.safetensors"])
-        self.assertIn("holds the variant fp16 too", p.stderr)
+        self.assertIn("holds the variant 'fp16' too", p.stderr)
 
     def test_diffusers_torch_folders(self):
         self.check_unet("bin")
