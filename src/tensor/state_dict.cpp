@@ -39,6 +39,13 @@ bool strips(const std::string& name, const std::string& prefix) {
   return !prefix.empty() && name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0;
 }
 
+// `name` less each of `prefixes`, once each, in order.
+std::string stripped(std::string name, const std::vector<std::string>& prefixes) {
+  for (const auto& p : prefixes)
+    if (strips(name, p)) name.erase(0, p.size());
+  return name;
+}
+
 }  // namespace
 
 namespace {
@@ -80,9 +87,7 @@ void strip_prefixes(state_dict& sd, const std::vector<std::string>& prefixes) {
   if (prefixes.empty()) return;
   std::unordered_map<std::string, std::string> original;  // stripped name -> name in the file
   auto strip = [&](const std::string& name) {
-    std::string out = name;
-    for (const auto& p : prefixes)
-      if (strips(out, p)) out.erase(0, p.size());
+    std::string out = stripped(name, prefixes);
     auto [it, fresh] = original.emplace(out, name);
     if (!fresh)
       throw input_error(
@@ -92,12 +97,7 @@ void strip_prefixes(state_dict& sd, const std::vector<std::string>& prefixes) {
   for (auto& t : sd.tensors) t.name = strip(t.name);
   for (auto& e : sd.objects)
     if (e.string_key) rename_entry(e, strip(e.name));
-  for (auto& o : sd.others) {
-    std::string path = o.path;
-    for (const auto& p : prefixes)
-      if (strips(path, p)) path.erase(0, p.size());
-    o.path = std::move(path);
-  }
+  for (auto& o : sd.others) o.path = stripped(o.path, prefixes);
 }
 
 }  // namespace swavg
