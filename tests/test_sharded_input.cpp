@@ -398,8 +398,11 @@ TEST_CASE("variants: file names as _add_variant makes them, and read back", "[sh
   const auto plain = naming_of_weight_file("model-00001-of-00002.safetensors");
   REQUIRE(plain);
   CHECK(plain->first.variant.empty());
-  CHECK_FALSE(naming_of_weight_file("model.fp-16.safetensors"));   // '-' is no variant's
-  CHECK_FALSE(naming_of_weight_file("model-1-of-2.safetensors"));  // fewer than 5 digits
+  CHECK_FALSE(naming_of_weight_file("model.fp-16.safetensors"));          // '-' is no variant's
+  CHECK_FALSE(naming_of_weight_file("model-1-of-2.safetensors"));         // fewer than 5 digits
+  CHECK(naming_of_weight_file("model-00001-of-00002.safetensors"));       // 5 digits: the last valid
+  CHECK_FALSE(naming_of_weight_file("model-0001-of-00002.safetensors"));  // 4: the first invalid
+  CHECK_FALSE(naming_of_weight_file("model-00001-of-0002.safetensors"));
   CHECK_FALSE(naming_of_weight_file("optimizer.pt"));
   CHECK(is_index_file_name("model.safetensors.index.json"));
   CHECK(is_index_file_name("model.safetensors.index.fp16.json"));
