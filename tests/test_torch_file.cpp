@@ -140,7 +140,12 @@ TEST_CASE("written archives read back with shared storages and exact bytes", "[t
 
 namespace {
 
-std::string scratch_path(const std::string& name) { return std::string(SWAVG_FIXTURES_DIR) + "/" + name; }
+// Written files go to one temporary folder per process, never into the fixtures (the unit cases run
+// on a build folder that has none).
+std::string scratch_path(const std::string& name) {
+  static const test::temp_dir scratch;
+  return scratch / name;
+}
 
 std::string data_pkl(const std::string& path) {
   auto file = mapped_file::open(path);
