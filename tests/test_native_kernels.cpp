@@ -81,7 +81,8 @@ TEST_CASE("lerp step equals at::lerp in the form the probe finds", "[native_kern
       for (int64_t n : kSizes) {
         const at::Tensor start = awkward(n, to_scalar_type(acc), 3);
         const at::Tensor x = awkward(n, to_scalar_type(in), 4);
-        for (double w : {1e-4, 0.001, 0.25, 0.5, 0.75, 0.9999, 1.0}) {
+        for (double w : {1e-4, 0.001, 0.25, 0.5, 0.75, 0.9999, 1.0 - 0x1p-24, 1.0 - 0x1p-53, 1.0}) {
+          if (!native_lerp_reproduces(acc, *form, w)) continue;
           at::Tensor expected = start.clone().lerp_(x.to(start.scalar_type()), w);
           at::Tensor got = start.clone();
           REQUIRE(native_lerp_step(acc, got.data_ptr(), in, x.data_ptr(), n, w, *form));
@@ -94,6 +95,32 @@ TEST_CASE("lerp step equals at::lerp in the form the probe finds", "[native_kern
       }
     }
   }
+}
+
+TEST_CASE("the weights the lerp kernel leaves to ATen: 2.x's at exactly 1, where its lanes and tails differ",
+          "[native_kernels]") {
+  // The last weight below 1 in each accumulator's dtype is reproduced (the lerp test above); 1 is not.
+  CHECK(native_lerp_reproduces(dtype::float32, lerp_form::w_minus_one, 1.0 - 0x1p-24));
+  CHECK_FALSE(native_lerp_reproduces(dtype::float32, lerp_form::w_minus_one, 1.0 - 0x1p-26));  // 1 as a float
+  CHECK_FALSE(native_lerp_reproduces(dtype::float32, lerp_form::w_minus_one, 1.0));
+  CHECK(native_lerp_reproduces(dtype::float64, lerp_form::w_minus_one, 1.0 - 0x1p-53));
+  CHECK_FALSE(native_lerp_reproduces(dtype::float64, lerp_form::w_minus_one, 1.0));
+  CHECK(native_lerp_reproduces(dtype::float32, lerp_form::one_minus_w, 1.0));
+  CHECK(native_lerp_reproduces(dtype::float64, lerp_form::one_minus_w, 1.0));
+#if defined(__x86_64__)
+  if (!cpu_has_avx2_fma() || lerp_form_for(dtype::float32, dtype::float32) != lerp_form::w_minus_one) return;
+  // Why: ATen 2.x lerps x = -0 at weight 1 to +0 in its vector lanes and to -0 in its scalar tail
+  // (avg > 0), so the sign of a zero depends on where the element falls, which no elementwise kernel
+  // can know. Were this to stop holding, the rule would be needlessly strict, and this test says so.
+  for (at::ScalarType type : {at::kFloat, at::kDouble}) {
+    const int64_t n = 1001;  // one vector body, a tail after it
+    at::Tensor avg = at::ones({n}, type), x = at::full({n}, -0.0, type);
+    avg.lerp_(x, 1.0);
+    const at::Tensor negative = at::signbit(avg);
+    CHECK(negative.any().item<bool>());
+    CHECK_FALSE(negative.all().item<bool>());
+  }
+#endif
 }
 
 TEST_CASE("dtype conversions equal Tensor.to", "[native_kernels]") {

@@ -67,3 +67,25 @@ TEST_CASE("power-function EMA times are validated", "[schedule]") {
   c.power_ema->start_time = std::nextafter(1.0, 0.0);
   CHECK_NOTHROW(validate_config(c, 3, true));
 }
+
+TEST_CASE("lerp_weights: each source's weight in fold order, after a resumed average", "[schedule]") {
+  tensor_view v;
+  tensor_plan p;
+  p.sources = {{0, &v}, {2, &v}, {3, &v}};  // input 1 lacks the tensor (--allow-missing)
+  fold_config c;
+  c.mode = fold_mode::weighted;
+  c.weights = {0.0, 5.0, 1.0, 3.0};
+  // The first source starts the average; a zero weight before it makes the next weight exactly 1,
+  // as torch's running normalisation does.
+  CHECK(lerp_weights(c, p) == std::vector<double>{0.0, 1.0, 3.0 / 4.0});
+  c.mode = fold_mode::ema;
+  c.decay = 0.9;
+  c.warmup = warmup_kind::torch_ema;
+  CHECK(lerp_weights(c, p) == std::vector<double>{0.0, 1.0 - 2.0 / 11.0, 1.0 - 3.0 / 12.0});
+  tensor_view resumed;
+  p.resumed = &resumed;
+  p.resumed_count = 4;  // every source folds, the first into an average of 4
+  CHECK(lerp_weights(c, p) == std::vector<double>{1.0 - 5.0 / 14.0, 1.0 - 6.0 / 15.0, 1.0 - 7.0 / 16.0});
+  p.rule_decay = 0.3;
+  CHECK(lerp_weights(c, p) == std::vector<double>{1.0 - 0.3, 1.0 - 0.3, 1.0 - 0.3});
+}

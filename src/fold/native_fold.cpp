@@ -37,6 +37,11 @@ bool native_average_covers(const fold_config& c, const tensor_plan& p) {
     if (c.mode == fold_mode::swa ? (acc == dtype::float32 && in == dtype::float64) : !lerp_form_for(acc, in))
       return false;
   }
+  if (c.mode == fold_mode::swa) return true;
+  const std::vector<double> weights = lerp_weights(c, p);
+  for (size_t j = 0; j < p.sources.size(); ++j)
+    if (weights[j] != 0.0 && !native_lerp_reproduces(acc, *lerp_form_for(acc, p.sources[j].view->type), weights[j]))
+      return false;
   return true;
 }
 
@@ -55,27 +60,25 @@ void native_average(const fold_config& c, const tensor_plan& p, const chunk_writ
   std::vector<std::optional<lerp_form>> forms;
   for (const auto& s : p.sources)
     forms.push_back(c.mode == fold_mode::swa ? std::nullopt : lerp_form_for(acc_type, s.view->type));
+  const std::vector<double> weights = c.mode == fold_mode::swa ? std::vector<double>() : lerp_weights(c, p);
 
   for (int64_t begin = 0; begin < numel; begin += chunk) {
     const int64_t length = std::min(chunk, numel - begin);
     int64_t k = 0;
-    double weight_total = 0.0;
     if (resumed) {
       check(native_convert(p.resumed->type, resumed->at(begin), acc_type, acc.data(), length), p, "resuming");
       k = p.resumed_count;
     }
     for (size_t j = 0; j < flats.size(); ++j) {
-      const size_t input = p.sources[j].input;
       const dtype in_type = p.sources[j].view->type;
       const void* x = flats[j].at(begin);
       if (k == 0) {
         check(native_convert(in_type, x, acc_type, acc.data(), length), p, "copying");
-        weight_total = c.mode == fold_mode::weighted ? c.weights[input] : 0.0;
       } else if (c.mode == fold_mode::swa) {
         check(native_swa_step(acc_type, acc.data(), in_type, x, length, k + 1), p, "the SWA step");
       } else {
-        check(forms[j] && native_lerp_step(acc_type, acc.data(), in_type, x, length,
-                                           fold_weight(c, p.rule_decay, input, k, weight_total), *forms[j]),
+        check(forms[j] && native_lerp_reproduces(acc_type, *forms[j], weights[j]) &&
+                  native_lerp_step(acc_type, acc.data(), in_type, x, length, weights[j], *forms[j]),
               p, "the lerp step");
       }
       ++k;

@@ -343,14 +343,21 @@ bool cpu_has_avx2_fma() {
 #endif
 }
 
-// Verified for LibTorch 1.13 (tests/test_native_kernels.cpp). Other versions are left to
-// swavg-torch, which probes the lerp of the LibTorch it loads.
+// Verified for LibTorch 1.13 and 2.14 (tests/test_native_kernels.cpp, on both builds). Other
+// major versions are left to swavg-torch, which probes the lerp of the LibTorch it loads.
 std::optional<lerp_form> built_lerp_form() {
 #if SWAVG_LIBTORCH_VERSION_MAJOR == 1
   return lerp_form::one_minus_w;
+#elif SWAVG_LIBTORCH_VERSION_MAJOR == 2
+  return lerp_form::w_minus_one;
 #else
   return std::nullopt;
 #endif
+}
+
+bool native_lerp_reproduces(dtype acc_type, lerp_form form, double weight) {
+  if (form != lerp_form::w_minus_one) return true;
+  return acc_type == dtype::float32 ? static_cast<float>(weight) != 1.0f : weight != 1.0;
 }
 
 bool native_swa_step(dtype acc_type, void* acc, dtype x_type, const void* x, int64_t n, int64_t divisor) {

@@ -6,8 +6,10 @@
  *    and add, in one pass instead of three with temporaries in between.
  *  - EMA and weighted folds, `avg = avg.lerp(x, w)`: ATen's CPU lerp rounds once per element,
  *    `fma(w, x - avg, avg)` for |w| < 0.5 and otherwise `x - (x - avg) * (1 - w)` as one FMA
- *    (LibTorch 1.x) or `fma(w - 1, x - avg, x)` (2.x, which differs only in the sign of a zero).
- *    Which form the LibTorch in use computes is a run-time question (see lerp_form_for).
+ *    (LibTorch 1.x) or `fma(w - 1, x - avg, x)` (2.x's vector lanes; they differ from 1.x's only
+ *    in the sign of a zero, at w = 1, where 2.x's own tails differ from its lanes: see
+ *    native_lerp_reproduces). Which form the LibTorch in use computes is a run-time question
+ *    (see lerp_form_for).
  *  - dtype conversions among float16, bfloat16, float32, float64 and the 8-bit floats (float8_e4m3fn,
  *    e5m2, e4m3fnuz, e5m2fnuz, e8m0fnu) as Tensor.to() does them (c10's own scalar conversions:
  *    round to nearest even; float64 to 16-bit and 8-bit goes through float32 as in c10). An 8-bit
@@ -38,6 +40,12 @@ inline bool is_native_accumulator(dtype t) { return t == dtype::float32 || t == 
 std::optional<lerp_form> lerp_form_for(dtype acc, dtype in);
 // The form of the LibTorch version swavg was built against, where verified (nullopt: not known).
 std::optional<lerp_form> built_lerp_form();
+// Whether the kernel's lerp in this form equals ATen's at this weight (as the accumulator's dtype
+// holds it). ATen 2.x's vector lanes, fma(w - 1, x - avg, x), and its scalar tails, x - (x - avg) *
+// (1 - w) as one FMA, agree everywhere but at w = 1 exactly, where an x of -0 gives zeros of
+// different signs; which elements fall in a tail depends on how ATen splits a tensor between
+// threads, so at that weight ATen computes the step.
+bool native_lerp_reproduces(dtype acc_type, lerp_form form, double weight);
 bool cpu_has_avx2_fma();
 
 // In each kernel the input (x, src) need not be aligned to its element size (a tensor read in

@@ -34,4 +34,21 @@ double fold_weight(const fold_config& c, std::optional<double> rule_decay, size_
   return weight_total > 0 ? c.weights[input] / weight_total : 1.0;
 }
 
+std::vector<double> lerp_weights(const fold_config& c, const tensor_plan& p) {
+  std::vector<double> weights;
+  weights.reserve(p.sources.size());
+  int64_t k = p.resumed ? p.resumed_count : 0;
+  double weight_total = 0.0;
+  for (const fold_source& s : p.sources) {
+    if (k == 0) {
+      weight_total = c.mode == fold_mode::weighted ? c.weights[s.input] : 0.0;
+      weights.push_back(0.0);
+    } else {
+      weights.push_back(fold_weight(c, p.rule_decay, s.input, k, weight_total));
+    }
+    ++k;
+  }
+  return weights;
+}
+
 }  // namespace swavg

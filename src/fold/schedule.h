@@ -14,7 +14,10 @@
 #include <cstdint>
 #include <optional>
 
+#include <vector>
+
 #include "fold/config.h"
+#include "fold/plan.h"
 
 namespace swavg {
 
@@ -31,5 +34,10 @@ double ema_decay_for(const fold_config& c, std::optional<double> rule_decay, siz
 // weight_total carries the running sum of the weights folded so far (weighted mode).
 double fold_weight(const fold_config& c, std::optional<double> rule_decay, size_t input, int64_t k,
                    double& weight_total);
+
+// The lerp weight of each of the tensor's sources in fold order (EMA and weighted folds), after a
+// resumed average's p.resumed_count checkpoints; 0 for a source that starts the average (it is
+// copied, not folded). Both fold paths take their weights from here.
+std::vector<double> lerp_weights(const fold_config& c, const tensor_plan& p);
 
 }  // namespace swavg

@@ -51,10 +51,9 @@ at::Tensor flat_tensor(const tensor_view& v) {
 
 // Values that separate the candidate lerp forms: mixed signs and magnitudes (some overflowing
 // 16-bit types), zeros of both signs, near-equal pairs, weights on both branches; and enough of them
-// for ATen to split the work between threads, so that every vector tail it leaves is probed too
-// (LibTorch 2.x rounds tails differently from vector lanes, which no elementwise kernel can match:
-// its vector lanes are fma(w - 1, x - avg, x), its scalar tail x - (x - avg) * (1 - w), which at
-// w = 1 give zeros of different signs; then no form is found and ATen's lerp folds).
+// for ATen to split the work between threads, so that every vector tail it leaves is probed too.
+// Weights a form does not reproduce (native_lerp_reproduces: 2.x at w = 1) are left out here and
+// computed by ATen in the fold.
 bool probe_lerp(dtype acc_type, dtype in_type, lerp_form form) {
   constexpr int64_t kProbe = 100003;
   std::vector<double> a(kProbe), b(kProbe);
@@ -83,7 +82,8 @@ bool probe_lerp(dtype acc_type, dtype in_type, lerp_form form) {
   for (int64_t n : {kProbe, int64_t{15}}) {
     const at::Tensor s = start.narrow(0, 0, n);
     const at::Tensor e = end.narrow(0, 0, n).contiguous();
-    for (double w : {1e-3, 0.1, 0.3, 0.4999, 0.5, 0.7, 0.9, 0.999, 1.0}) {
+    for (double w : {1e-3, 0.1, 0.3, 0.4999, 0.5, 0.7, 0.9, 0.999, 1.0 - 0x1p-24, 1.0}) {
+      if (!native_lerp_reproduces(acc_type, form, w)) continue;
       at::Tensor expected = s.clone().lerp_(e.to(s.scalar_type()), w);
       at::Tensor got = s.clone();
       if (!native_lerp_step(acc_type, got.data_ptr(), in_type, e.data_ptr(), n, w, form)) return false;
@@ -134,11 +134,11 @@ void aten_average(const fold_config& c, const tensor_plan& p, const chunk_writer
   // SWA rounds each element alone, so it streams in slices; lerp runs on whole tensors, exactly as
   // PyTorch splits them (its vector lanes and scalar tail may round differently).
   const int64_t chunk = c.mode == fold_mode::swa ? kFoldChunkElements : std::max<int64_t>(numel, 1);
+  const std::vector<double> weights = c.mode == fold_mode::swa ? std::vector<double>() : lerp_weights(c, p);
   at::Tensor diff;
   for (int64_t begin = 0; begin < numel || (numel == 0 && begin == 0); begin += chunk) {
     const int64_t length = std::min(chunk, numel - begin);
     int64_t k = 0;
-    double weight_total = 0.0;
     at::Tensor acc;
     if (p.resumed) {
       acc = chunk_of(resumed, begin, length, device).to(acc_type, /*non_blocking=*/false, /*copy=*/true);
@@ -146,11 +146,9 @@ void aten_average(const fold_config& c, const tensor_plan& p, const chunk_writer
     }
     for (size_t j = 0; j < flats.size(); ++j) {
       at::Tensor x = chunk_of(flats[j], begin, length, device);
-      const size_t input = p.sources[j].input;
       const tensor_view& view = *p.sources[j].view;
       if (k == 0) {
         acc = x.to(acc_type, /*non_blocking=*/false, /*copy=*/true);
-        weight_total = c.mode == fold_mode::weighted ? c.weights[input] : 0.0;
       } else if (c.mode == fold_mode::swa && foreach_swa(device, acc)) {
         // AveragedModel on a device with foreach kernels (CUDA): get_swa_multi_avg_fn's
         // _foreach_lerp_ with the float32 weight 1 / (n_averaged + 1).
@@ -165,8 +163,7 @@ void aten_average(const fold_config& c, const tensor_plan& p, const chunk_writer
         diff.div_(at::scalar_tensor(k + 1, at::TensorOptions().dtype(at::kLong).device(device)));
         acc.add_(diff);
       } else {
-        acc.lerp_(x.scalar_type() == acc_type ? x : x.to(acc_type),
-                  fold_weight(c, p.rule_decay, input, k, weight_total));
+        acc.lerp_(x.scalar_type() == acc_type ? x : x.to(acc_type), weights[j]);
       }
       ++k;
       // Done with these input bytes: drop their pages so memory does not grow with the inputs.

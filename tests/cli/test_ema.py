@@ -7,11 +7,12 @@ Every expected value is computed here by PyTorch from the fixture files."""
 import json
 import os
 import shutil
+import subprocess
 import unittest
 
 import torch
 
-from common import TempDirTest, same_bits, swavg
+from common import SWAVG, TempDirTest, same_bits, swavg
 from reference import (bf16_ulp, ema_decays, ema_fold, is_buffer_name, load_output, load_safetensors,
                        model_for, run_paths, save_state, state_dict_of, write_rules)
 
@@ -368,6 +369,54 @@ class EmaOutputTest(EmaTest):
         self.assertFalse(os.path.exists(out))
         got = self.ema("--decay", "0.9", paths[0], bad, "--allow-nonfinite", "--sort", "none")
         self.assertEqual(float(got["bn2.weight"][1]), float("-inf"))
+
+
+
+# Set, swavg must not hand the job to swavg-torch (LibTorch): a hand-over is an internal error, exit 1.
+NO_HAND_OVER = dict(os.environ, SWAVG_HANDED_OVER="1")
+TORCH_MAJOR = int(torch.__version__.split(".")[0])  # the tests run with the build's own torch
+
+
+class EmaInSwavgTest(EmaTest):
+    """EMA runs in swavg itself, with either LibTorch: its lerp is ATen's bit for bit, except at a
+    weight of exactly 1 under torch 2.x, which it leaves to ATen (swavg-torch)."""
+
+    def run_in_swavg(self, *args):
+        return subprocess.run([SWAVG, *map(str, args)], capture_output=True, text=True, timeout=600,
+                              env=NO_HAND_OVER)
+
+    def test_no_hand_over(self):
+        paths = run_paths("cnn")
+        sds = [state_dict_of(p) for p in paths]
+        decays = ema_decays(len(paths), 0.99, warmup="torch_ema")
+        out = self.path("ema.pt")
+        p = self.run_in_swavg("ema", "--decay", "0.99", "--warmup", "torch_ema", *paths, "-o", out)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        got = load_output(out)
+        for k in sds[0]:
+            if sds[0][k].is_floating_point() and not is_buffer_name(k):
+                self.assert_bits(got[k], ema_fold([sd[k] for sd in sds], decays), k)
+
+    def test_weight_one(self):
+        # --decay 0: each step lerps at weight 1. torch 2.x's vector lanes give +0 for x = -0 where its
+        # scalar tail gives -0 (avg > 0), so which zero an element gets depends on ATen's split.
+        a = torch.ones(1001)
+        b = torch.full((1001,), -0.0)
+        paths = [self.path("ckpt_0.pt"), self.path("ckpt_1.pt")]
+        torch.save({"w": a}, paths[0])
+        torch.save({"w": b}, paths[1])
+        want = a.clone().lerp_(b, 1.0)
+        got = self.ema("--decay", "0", *paths)["w"]
+        self.assert_bits(got, want, "w")
+        out = self.path("native.pt")
+        p = self.run_in_swavg("ema", "--decay", "0", *paths, "-o", out)
+        if TORCH_MAJOR >= 2:
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("needs LibTorch", p.stderr)
+            self.assertFalse(os.path.exists(out))
+        else:  # 1.x's lanes and tail agree at weight 1: swavg's kernel computes it
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assert_bits(load_output(out)["w"], want, "w")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,22 @@ def temp_files(folder):
     return sorted(n for n in os.listdir(folder) if ".swavg-tmp-" in n)
 
 
+def locked(path):
+    """Whether a run holds the temp file's lock (atomic_file creates it, then locks it: a run stopped
+    in between holds none, and another run's cleaner may rightly remove it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def read(path):
     with open(path, "rb") as f:
         return f.read()
@@ -370,9 +386,9 @@ class FaultTest(TempDirTest):
                                      stderr=subprocess.PIPE, text=True)
                 temps = []
                 while p.poll() is None and not temps:
-                    temps = temp_files(self.tmp)
+                    temps = [t for t in temp_files(self.tmp) if locked(os.path.join(self.tmp, t))]
                     time.sleep(0.0005)
-                self.assertEqual(len(temps), 1, "swavg finished before its temp file was seen")
+                self.assertEqual(len(temps), 1, "swavg finished before its locked temp file was seen")
                 p.send_signal(signal.SIGKILL if kill else signal.SIGSTOP)
                 if kill:
                     p.wait()
