@@ -732,7 +732,7 @@ class NamesTest(AverageTest):
             paths.append(save_state(self.path("titan%d.pt" % i), sd))
         got = self.average(*paths, "--exclude", "optimizer", "--exclude", "train_state", out_name="titan.pt")
         self.assertEqual(sorted(got.keys()), ["out.weight", "tok.weight"])
-        sds = [torch.load(p, weights_only=True) for p in paths]
+        sds = [torch.load(p) for p in paths]  # written here (torch 1.13's weights_only refuses a float)
         self.assert_bits(got["tok.weight"], swa_fold([sd["tok.weight"] for sd in sds]), "tok.weight")
         p = swavg("average", *paths, "--exclude", "optimiser", "-o", self.path("typo.pt"), check=False)
         self.assert_failed(p, 2, self.path("typo.pt"), "--exclude optimiser", paths[0], "swavg inspect")
