@@ -11,7 +11,10 @@
 # a virtual environment, which no package provides: cpack refuses it.
 include(GNUInstallDirs)
 
-install(TARGETS swavg swavg-torch RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}" COMPONENT swavg)
+install(TARGETS swavg RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}" COMPONENT swavg)
+if(TARGET swavg-torch)
+  install(TARGETS swavg-torch RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}" COMPONENT swavg)
+endif()
 
 if(NOT SKBUILD)
   install(FILES "${SWAVG_MAN_PAGE}.gz" DESTINATION "${CMAKE_INSTALL_MANDIR}/man1" COMPONENT swavg)
@@ -50,7 +53,7 @@ if(NOT SKBUILD)
   set(CPACK_DEBIAN_PACKAGE_SUGGESTS bash-completion)  # which loads the bash completion on demand
   set(CPACK_STRIP_FILES ON)
   set(CPACK_INSTALL_CMAKE_PROJECTS "${CMAKE_BINARY_DIR};${PROJECT_NAME};swavg;/")
-  if(NOT TORCH_INSTALL_PREFIX STREQUAL "/usr")
+  if(SWAVG_WITH_LIBTORCH AND NOT TORCH_INSTALL_PREFIX STREQUAL "/usr")
     set(_swavg_refuse "${CMAKE_BINARY_DIR}/swavg_cpack_refuse.cmake")
     file(WRITE "${_swavg_refuse}"
          "message(FATAL_ERROR \"swavg: error: this build links the LibTorch in ${TORCH_INSTALL_PREFIX}, which no "

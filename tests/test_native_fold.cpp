@@ -142,10 +142,40 @@ TEST_CASE("native_fold: which plans the kernels cover", "[native_fold][unit]") {
     fold_config c;
     c.mode = k.mode;
     if (k.cuda) c.device.kind = device_kind::cuda;
+    if (k.mode == fold_mode::weighted) c.weights.assign(k.inputs.size(), 1.0);
     tensor_plan p = plan_of(k.inputs, k.acc, k.out);
     p.resumed = k.resumed;
     CHECK(native_average_covers(c, p) == k.covered);
+    CHECK(native_average_gap(c, p).has_value() == !k.covered);
   }
+}
+
+TEST_CASE("native_fold: a lerp weight of exactly 1 is ATen's where its lanes and tails differ (2.x)",
+          "[native_fold][unit]") {
+  const std::vector<float> f32(2);
+  const tensor_view v32 = view_of(f32, dtype::float32);
+  const auto form = lerp_form_for(dtype::float32, dtype::float32);
+  if (!form) return;  // the whole lerp is ATen's here
+  const bool two = *form == lerp_form::w_minus_one;
+  fold_config c;
+  c.mode = fold_mode::ema;
+  const tensor_plan p = plan_of({&v32, &v32}, dtype::float32, dtype::float32);
+  // Weight 1 - decay as the float32 accumulator holds it: 1 - 2^-24 is the last float below 1.
+  c.decay = 0x1p-24;
+  CHECK(native_average_covers(c, p));
+  c.decay = 0x1p-26;  // 1 - 2^-26 rounds to 1 as a float
+  CHECK(native_average_covers(c, p) == !two);
+  c.decay = 0.0;
+  CHECK(native_average_covers(c, p) == !two);
+  if (two) CHECK(native_average_gap(c, p)->find("a lerp weight of exactly 1") != std::string::npos);
+  // The weight that starts the average is a copy, not a lerp: one input never needs ATen.
+  CHECK(native_average_covers(c, plan_of({&v32}, dtype::float32, dtype::float32)));
+  // Weighted: a zero weight before the first non-zero one makes that one's weight exactly 1.
+  c.mode = fold_mode::weighted;
+  c.weights = {0.0, 2.0};
+  CHECK(native_average_covers(c, p) == !two);
+  c.weights = {1.0, 2.0};
+  CHECK(native_average_covers(c, p));
 }
 
 TEST_CASE("native_fold: SWA is AveragedModel's expression, input after input", "[native_fold][unit]") {

@@ -6,6 +6,7 @@
 #include <torch/version.h>
 
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "fold/native_kernels.h"
@@ -187,6 +188,36 @@ at::Tensor float32_patterns() {
 at::Tensor every_byte(dtype t) { return at::arange(0, 256, at::kInt).to(at::kByte).view(to_scalar_type(t)); }
 
 }  // namespace
+
+TEST_CASE("16-bit float conversions equal Tensor.to: every 16-bit pattern, every float32 pattern class",
+          "[native_kernels]") {
+  const at::Tensor every16 = at::arange(0, 1 << 16, at::kInt).to(at::kShort);
+  for (dtype t : {dtype::float16, dtype::bfloat16}) {
+    INFO(dtype_name(t));
+    const at::Tensor src = every16.view(to_scalar_type(t));
+    for (dtype to : {dtype::float32, dtype::float64}) {
+      const at::Tensor expected = src.to(to_scalar_type(to));
+      at::Tensor got = at::empty_like(expected);
+      INFO("to " << dtype_name(to));
+      REQUIRE(native_convert(t, src.data_ptr(), to, got.data_ptr(), src.numel()));
+      CHECK(same_bits(got, expected));
+    }
+    // Narrowing: rounding ties, subnormals, overflow to Inf. A NaN keeps its payload in ATen's
+    // vector path (F16C) and not in c10's scalar one, which swavg follows: NaNs are checked apart.
+    const at::Tensor f32 = float32_patterns();
+    const at::Tensor numbers = f32.masked_select(at::logical_not(at::isnan(f32)));
+    const at::Tensor expected = numbers.to(to_scalar_type(t));
+    at::Tensor got = at::empty_like(expected);
+    REQUIRE(native_convert(dtype::float32, numbers.data_ptr(), t, got.data_ptr(), numbers.numel()));
+    CHECK(same_bits(got, expected));
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const float nans[2] = {nan, -nan};
+    uint16_t out[2];
+    REQUIRE(native_convert(dtype::float32, nans, t, out, 2));
+    CHECK(out[0] == (t == dtype::float16 ? 0x7E00 : 0x7FC0));  // c10's quiet NaN
+    CHECK(out[1] == (t == dtype::float16 ? 0xFE00 : 0x7FC0));  // float16 keeps the sign, bfloat16 does not
+  }
+}
 
 TEST_CASE("8-bit float conversions equal Tensor.to, from every float32 pattern class", "[native_kernels]") {
   const at::Tensor f32 = float32_patterns();

@@ -54,6 +54,13 @@ int hand_over(int argc, char** argv, const needs_libtorch& why) {
   std::fflush(stderr);
   setenv(kHandedOver, "1", 1);
   execv(full.c_str(), pointers.data());
+  if (errno == ENOENT) {  // swavg built or installed alone (cmake -DSWAVG_WITH_LIBTORCH=OFF)
+    spdlog::error(
+        "{}, and there is no swavg-torch beside it ({}): install swavg built with LibTorch "
+        "(docs/install.md) to run this",
+        why.what(), full);
+    return static_cast<int>(exit_code::usage);
+  }
   spdlog::error("{}, and {} could not be started: {}", why.what(), full, errno_text(errno));
   return static_cast<int>(exit_code::internal);
 }

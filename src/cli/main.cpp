@@ -62,7 +62,11 @@ int main(int argc, char** argv) {
   CLI::App app{"swavg: average PyTorch checkpoints (SWA, EMA) and recompute BatchNorm statistics"};
   const std::string cuda = *SWAVG_LIBTORCH_CUDA ? fmt::format("CUDA {} compiled in", SWAVG_LIBTORCH_CUDA) : "CPU only";
   app.set_version_flag("--version",
-                       fmt::format("swavg {} (LibTorch {}, {})", SWAVG_VERSION, SWAVG_LIBTORCH_VERSION, cuda));
+                       *SWAVG_LIBTORCH_VERSION
+                           ? fmt::format("swavg {} (LibTorch {}, {})", SWAVG_VERSION, SWAVG_LIBTORCH_VERSION, cuda)
+                           : fmt::format("swavg {} (built without LibTorch, CPU only: no "
+                                         "update-bn, --avg-fn or --device cuda)",
+                                         SWAVG_VERSION));
   app.footer(
       "Examples:\n"
       "  swavg average ckpt_*.pt -o swa.pt\n"

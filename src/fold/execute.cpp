@@ -179,11 +179,13 @@ class running_average {
 // Hands the job to swavg-torch (in the binary without LibTorch) before anything is written when a
 // tensor needs ATen.
 void require_kernels(const fold_config& c, const fold_plan& plan) {
-  for (const auto& p : plan.tensors)
-    if (p.outcome.action == tensor_action::average && !is_integer_average(p) && !native_average_covers(c, p))
-      require_libtorch(fmt::format("averaging tensor '{}' ({} accumulated in {} on {})", p.name,
+  for (const auto& p : plan.tensors) {
+    if (p.outcome.action != tensor_action::average || is_integer_average(p)) continue;
+    if (const auto gap = native_average_gap(c, p))
+      require_libtorch(fmt::format("averaging tensor '{}' ({} accumulated in {} on {}: {})", p.name,
                                    dtype_name(p.outcome.input_type), dtype_name(p.outcome.accumulate_type),
-                                   device_name(c.device)));
+                                   device_name(c.device), *gap));
+  }
 }
 
 }  // namespace

@@ -27,23 +27,27 @@ void check(bool ok, const tensor_plan& p, const char* step) {
 
 }  // namespace
 
-bool native_average_covers(const fold_config& c, const tensor_plan& p) {
+std::optional<std::string> native_average_gap(const fold_config& c, const tensor_plan& p) {
   const dtype acc = p.outcome.accumulate_type;
-  if (!c.device.is_cpu() || !is_native_accumulator(acc) || !is_floating(p.outcome.output_type)) return false;
-  if (p.resumed && !is_floating(p.resumed->type)) return false;
+  if (!c.device.is_cpu()) return "on " + device_name(c.device);
+  if (!is_native_accumulator(acc)) return fmt::format("accumulated in {}", dtype_name(acc));
+  if (!is_floating(p.outcome.output_type)) return fmt::format("written as {}", dtype_name(p.outcome.output_type));
+  if (p.resumed && !is_floating(p.resumed->type)) return fmt::format("resumed from {}", dtype_name(p.resumed->type));
   for (const auto& s : p.sources) {
     const dtype in = s.view->type;
-    if (!is_floating(in)) return false;
+    if (!is_floating(in)) return fmt::format("a {} input", dtype_name(in));
     if (c.mode == fold_mode::swa ? (acc == dtype::float32 && in == dtype::float64) : !lerp_form_for(acc, in))
-      return false;
+      return fmt::format("{} into a {} accumulator", dtype_name(in), dtype_name(acc));
   }
-  if (c.mode == fold_mode::swa) return true;
+  if (c.mode == fold_mode::swa) return std::nullopt;
   const std::vector<double> weights = lerp_weights(c, p);
   for (size_t j = 0; j < p.sources.size(); ++j)
     if (weights[j] != 0.0 && !native_lerp_reproduces(acc, *lerp_form_for(acc, p.sources[j].view->type), weights[j]))
-      return false;
-  return true;
+      return "a lerp weight of exactly 1, where ATen 2.x's vector lanes and tails differ";
+  return std::nullopt;
 }
+
+bool native_average_covers(const fold_config& c, const tensor_plan& p) { return !native_average_gap(c, p); }
 
 void native_average(const fold_config& c, const tensor_plan& p, const chunk_writer& write, prefetcher* ahead) {
   const dtype acc_type = p.outcome.accumulate_type;

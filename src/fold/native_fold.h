@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "fold/config.h"
@@ -58,7 +60,9 @@ class flat_input {
   const uint8_t* data_;
 };
 
-// Whether swavg's own kernels compute this plan's average, and doing it.
+// Whether swavg's own kernels compute this plan's average, and doing it. The gap says why not
+// (nullopt: they do), in words for a message: "on cuda", "a lerp weight of exactly 1, ...".
+std::optional<std::string> native_average_gap(const fold_config& c, const tensor_plan& p);
 bool native_average_covers(const fold_config& c, const tensor_plan& p);
 class prefetcher;
 // `ahead`, when given, is told after each slice how far the inputs have been read.

@@ -1,8 +1,5 @@
 #include "fold/native_kernels.h"
 
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
-
 #include <cmath>
 #include <cstring>
 
@@ -15,9 +12,6 @@
 namespace swavg {
 namespace {
 
-using c10::BFloat16;
-using c10::Half;
-
 uint32_t bits_of(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
@@ -28,6 +22,47 @@ float float_of(uint32_t u) {
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
+}
+
+// float16 and bfloat16 as c10's Half and BFloat16 convert on the CPU (c10/util/Half.h's
+// fp16_ieee_to_fp32_value and fp16_ieee_from_fp32_value, BFloat16.h's round_to_nearest_even, in
+// LibTorch 1.13 and 2.14 alike), written out here so that swavg builds without LibTorch's headers:
+// to float32 exactly; from float32 rounding to nearest even, a NaN becoming the quiet NaN with the
+// sign kept (float16) or the positive one (bfloat16).
+float half_to_float(uint16_t h) {
+  const uint32_t w = static_cast<uint32_t>(h) << 16;
+  const uint32_t sign = w & 0x80000000u;
+  const uint32_t two_w = w + w;
+  constexpr uint32_t kExpOffset = UINT32_C(0xE0) << 23;
+  const float exp_scale = float_of(UINT32_C(15) << 23);  // 2^-112
+  const float normalized = float_of((two_w >> 4) + kExpOffset) * exp_scale;
+  constexpr uint32_t kMagicMask = UINT32_C(126) << 23;
+  const float denormalized = float_of((two_w >> 17) | kMagicMask) - 0.5f;
+  constexpr uint32_t kDenormalizedCutoff = UINT32_C(1) << 27;
+  return float_of(sign | (two_w < kDenormalizedCutoff ? bits_of(denormalized) : bits_of(normalized)));
+}
+
+uint16_t half_from_float(float f) {
+  const float scale_to_inf = float_of(UINT32_C(239) << 23);  // 2^112
+  const float scale_to_zero = float_of(UINT32_C(17) << 23);  // 2^-110
+  float base = (std::fabs(f) * scale_to_inf) * scale_to_zero;
+  const uint32_t w = bits_of(f);
+  const uint32_t shl1_w = w + w;
+  const uint32_t sign = w & 0x80000000u;
+  uint32_t bias = shl1_w & 0xFF000000u;
+  if (bias < 0x71000000u) bias = 0x71000000u;
+  base = float_of((bias >> 1) + 0x07800000u) + base;
+  const uint32_t bits = bits_of(base);
+  const uint32_t nonsign = ((bits >> 13) & 0x00007C00u) + (bits & 0x00000FFFu);
+  return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
+float bfloat16_to_float(uint16_t b) { return float_of(static_cast<uint32_t>(b) << 16); }
+
+uint16_t bfloat16_from_float(float f) {
+  if (std::isnan(f)) return 0x7FC0;
+  const uint32_t u = bits_of(f);
+  return static_cast<uint16_t>((u + ((u >> 16) & 1) + 0x7FFFu) >> 16);
 }
 
 // The 8-bit floats' conversions, as c10 computes them (torch 2.14's
@@ -68,7 +103,7 @@ uint8_t e4m3fn_from_float(float f) {
   return static_cast<uint8_t>(r | (sign >> 24));
 }
 
-float e5m2_to_float(uint8_t x) { return static_cast<float>(Half(static_cast<uint16_t>(x << 8), Half::from_bits())); }
+float e5m2_to_float(uint8_t x) { return half_to_float(static_cast<uint16_t>(x << 8)); }
 
 uint8_t e5m2_from_float(float f) {
   constexpr uint32_t kInf = UINT32_C(255) << 23;
@@ -152,22 +187,25 @@ uint8_t e8m0fnu_from_float(float f) {
   return static_cast<uint8_t>(exponent);
 }
 
-// An 8-bit float element: converts as c10's Float8 types do (from anything through float32).
-template <uint8_t (*kFrom)(float), float (*kTo)(uint8_t)>
-struct float8 {
-  uint8_t x;
-  float8() = default;
-  explicit float8(float f) : x(kFrom(f)) {}
+// A 16-bit or 8-bit float element: converts as c10's Half, BFloat16 and Float8 types do (from
+// anything through float32, to float32 exactly).
+template <typename bits_t, bits_t (*kFrom)(float), float (*kTo)(bits_t)>
+struct small_float {
+  bits_t x;
+  small_float() = default;
+  explicit small_float(float f) : x(kFrom(f)) {}
   template <typename T>
-  explicit float8(T v) : float8(static_cast<float>(v)) {}
+  explicit small_float(T v) : small_float(static_cast<float>(v)) {}
   operator float() const { return kTo(x); }
 };
 
-using e4m3fn = float8<e4m3fn_from_float, e4m3fn_to_float>;
-using e5m2 = float8<e5m2_from_float, e5m2_to_float>;
-using e4m3fnuz = float8<e4m3fnuz_from_float, fnuz_to_float<4, 3>>;
-using e5m2fnuz = float8<e5m2fnuz_from_float, fnuz_to_float<5, 2>>;
-using e8m0fnu = float8<e8m0fnu_from_float, e8m0fnu_to_float>;
+using f16 = small_float<uint16_t, half_from_float, half_to_float>;
+using bf16 = small_float<uint16_t, bfloat16_from_float, bfloat16_to_float>;
+using e4m3fn = small_float<uint8_t, e4m3fn_from_float, e4m3fn_to_float>;
+using e5m2 = small_float<uint8_t, e5m2_from_float, e5m2_to_float>;
+using e4m3fnuz = small_float<uint8_t, e4m3fnuz_from_float, fnuz_to_float<4, 3>>;
+using e5m2fnuz = small_float<uint8_t, e5m2fnuz_from_float, fnuz_to_float<5, 2>>;
+using e8m0fnu = small_float<uint8_t, e8m0fnu_from_float, e8m0fnu_to_float>;
 
 // Inputs come as bytes: a tensor read in place from a file (a DCP chunk inside its .distcp) need
 // not be aligned to its element size, so element i is loaded with memcpy (an unaligned load).
@@ -316,8 +354,8 @@ bool with_float_input(dtype t, fn&& f) {
   switch (t) {
     case dtype::float32: f(type_tag<float>{}); return true;
     case dtype::float64: f(type_tag<double>{}); return true;
-    case dtype::float16: f(type_tag<Half>{}); return true;
-    case dtype::bfloat16: f(type_tag<BFloat16>{}); return true;
+    case dtype::float16: f(type_tag<f16>{}); return true;
+    case dtype::bfloat16: f(type_tag<bf16>{}); return true;
     case dtype::float8_e4m3fn: f(type_tag<e4m3fn>{}); return true;
     case dtype::float8_e5m2: f(type_tag<e5m2>{}); return true;
     case dtype::float8_e4m3fnuz: f(type_tag<e4m3fnuz>{}); return true;
@@ -343,12 +381,13 @@ bool cpu_has_avx2_fma() {
 #endif
 }
 
-// Verified for LibTorch 1.13 and 2.14 (tests/test_native_kernels.cpp, on both builds). Other
-// major versions are left to swavg-torch, which probes the lerp of the LibTorch it loads.
+// Verified for LibTorch 1.13 and 2.14 (tests/test_native_kernels.cpp, on both builds); a build
+// without LibTorch computes 2.14's, the reference. Other major versions are left to swavg-torch,
+// which probes the lerp of the LibTorch it loads.
 std::optional<lerp_form> built_lerp_form() {
 #if SWAVG_LIBTORCH_VERSION_MAJOR == 1
   return lerp_form::one_minus_w;
-#elif SWAVG_LIBTORCH_VERSION_MAJOR == 2
+#elif SWAVG_LIBTORCH_VERSION_MAJOR == 2 || SWAVG_LIBTORCH_VERSION_MAJOR == 0  // 0: built without LibTorch
   return lerp_form::w_minus_one;
 #else
   return std::nullopt;
@@ -396,8 +435,8 @@ bool native_convert(dtype from, const void* src, dtype to, void* dst, int64_t n)
   switch (to) {
     case dtype::float32: return convert_from<float>(from, src, dst, n);
     case dtype::float64: return convert_from<double>(from, src, dst, n);
-    case dtype::float16: return convert_from<Half>(from, src, dst, n);
-    case dtype::bfloat16: return convert_from<BFloat16>(from, src, dst, n);
+    case dtype::float16: return convert_from<f16>(from, src, dst, n);
+    case dtype::bfloat16: return convert_from<bf16>(from, src, dst, n);
     case dtype::float8_e4m3fn: return convert_from<e4m3fn>(from, src, dst, n);
     case dtype::float8_e5m2: return convert_from<e5m2>(from, src, dst, n);
     case dtype::float8_e4m3fnuz: return convert_from<e4m3fnuz>(from, src, dst, n);

@@ -15,8 +15,8 @@
  *    round to nearest even; float64 to 16-bit and 8-bit goes through float32 as in c10). An 8-bit
  *    float input widens exactly, as a 16-bit one does.
  * Loops are also compiled for AVX2 and picked at run time; std::fma is correctly rounded on either.
- * The 16-bit types are c10's header-only Half and BFloat16 (their conversions are the ones to
- * match): the one LibTorch include outside src/libtorch/, and no LibTorch library is linked for it.
+ * No LibTorch header or library is used: the 16-bit and 8-bit conversions are c10's scalar ones,
+ * written out again (native_kernels.cpp), so that swavg builds without LibTorch.
  */
 #pragma once
 
