@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/completion.h"
 #include "cli/hand_over.h"
+#include "cli/report.h"
 #include "cli/help_format.h"
 #include "cli/man_page.h"
 #include "cli/options.h"
@@ -122,6 +123,7 @@ int main(int argc, char** argv) {
     // lines are ours; a file's name with a line break in it breaks the line too.
     if (auto changed = input_changed(e.what())) return *changed;
     log_error(printable_lines(e.what()));
+    emit_failure_reports(e);
     return static_cast<int>(e.code());
   } catch (const std::exception& e) {
     if (auto changed = input_changed(e.what())) return *changed;

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -154,8 +155,28 @@ void emit_report(const std::string& json, const std::string& report_file, bool t
     out.write(text.data(), text.size());
     out.write("\n", 1);
     out.commit();
+    reserved_reports().erase(report_file);
   }
   if (to_stdout) write_stdout(text + "\n", "the report");
+}
+
+void emit_failure_reports(const error& e) {
+  nlohmann::ordered_json failure;
+  failure["exit_code"] = static_cast<int>(e.code());
+  failure["message"] = e.what();
+  failure["details"] = e.details();
+  nlohmann::ordered_json j;
+  j["error"] = std::move(failure);
+  const std::string json = report_text(j);
+  std::vector<std::string> files;
+  for (const auto& reserved : reserved_reports()) files.push_back(reserved.first);
+  for (const auto& file : files) {
+    try {
+      emit_report(json, file, false);
+    } catch (const error& unwritable) {
+      spdlog::warn("{}", unwritable.what());  // the run's own error stays the one reported
+    }
+  }
 }
 
 }  // namespace swavg

@@ -17,6 +17,7 @@
 #include "formats/save.h"
 #include "formats/worker_files.h"
 #include "libtorch/bn_replay.h"
+#include "util/error.h"
 
 namespace swavg {
 
@@ -78,5 +79,9 @@ void reserve_report(const std::string& report_file);
 // Writes `json` (marked text) in the final form and a newline to `report_file` (unless empty) and
 // to stdout when `to_stdout`.
 void emit_report(const std::string& json, const std::string& report_file, bool to_stdout);
+// A run that fails after its --report was reserved writes the failure there instead (main() calls
+// this for every subcommand): {"error": {"exit_code", "message", "details"}}, details being the
+// whole list the message cut short.
+void emit_failure_reports(const error& e);
 
 }  // namespace swavg

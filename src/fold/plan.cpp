@@ -188,7 +188,9 @@ void throw_mismatches(const std::vector<std::string>& differences, const std::st
   if (differences.size() > kMaxListedDifferences)
     spdlog::debug("the inputs disagree: every difference:{}", listed_lines(differences, differences.size()));
   if (!advice.empty()) msg += "\n" + advice;
-  throw mismatch_error(msg);
+  mismatch_error e(msg);
+  e.set_details(differences);
+  throw e;
 }
 
 // The action for one tensor, before dtypes: see the header's list.

@@ -7,6 +7,8 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace swavg {
 
@@ -24,9 +26,13 @@ class error : public std::runtime_error {
  public:
   error(exit_code code, const std::string& message) : std::runtime_error(message), code_(code) {}
   exit_code code() const { return code_; }
+  // The whole list a message cuts short ("... (N in all)"), for the failure's --report.
+  const std::vector<std::string>& details() const { return details_; }
+  void set_details(std::vector<std::string> details) { details_ = std::move(details); }
 
  private:
   exit_code code_;
+  std::vector<std::string> details_;
 };
 
 struct usage_error : error {

@@ -7,6 +7,7 @@ checked word for word, and the per-file `not copied` lines of a folder output ar
 References: the exit codes of the README and util/error.h; the inputs are written by torch.save and
 safetensors' save_file.
 """
+import json
 import os
 import pty
 import re
@@ -224,6 +225,28 @@ class FixMessagesTest(TempDirTest):
         self.assertIn("... (34 in all)", err)  # 2 x 17 names, 20 listed
         self.assertEqual(err.count("is missing"), 20)
         swavg("average", self.a, self.prefixed, "--strip-prefix", "model.", "-o", self.out)  # the fix works
+
+    def test_the_whole_list_goes_to_the_report(self):
+        report = self.path("report.json")
+        for command in (["average"], ["ema", "--decay", "0.9"]):
+            with self.subTest(command=command[0]):
+                err = self.check([*command, self.a, self.prefixed, "-o", self.out, "--report", report], 4,
+                                 ["... (34 in all)"])
+                with open(report) as f:
+                    got = json.load(f)
+                self.assertEqual(list(got), ["error"])
+                self.assertEqual(got["error"]["exit_code"], 4)
+                message = got["error"]["message"]
+                self.assertTrue(message.startswith("the inputs disagree (34 differences):"), message)
+                self.assertIn(message.splitlines()[0], err)
+                self.assertIn("... (34 in all)", message)
+                details = got["error"]["details"]
+                self.assertEqual(len(details), 34)
+                for n in range(17):
+                    self.assertEqual(sum(("'layer%d.weight'" % n) in d for d in details), 1, details)
+                    self.assertEqual(sum(("'model.layer%d.weight'" % n) in d for d in details), 1, details)
+                self.assertFalse(os.path.exists(self.out))
+                os.remove(report)
 
     def test_different_models_are_said_to_be(self):
         self.check(["average", self.a, self.other, "-o", self.out], 4,
