@@ -95,6 +95,17 @@ for ((i = 0; i < ${#opts[@]}; i += 2)); do
   if [ "${opts[i]}" = --runtime ]; then global=(--runtime "${opts[i + 1]}"); else build_opts+=("${opts[i]}" "${opts[i + 1]}"); fi
 done
 
+# podman build, then the image the tag named before removed (a rebuild would leave it dangling).
+build_image() {
+  local tag=$1 old
+  shift
+  old=$(podman image inspect --format '{{.Id}}' "$tag" 2> /dev/null || true)
+  podman "${global[@]}" build --pull=never --network host "${build_opts[@]}" -t "$tag" "$@"
+  if [ -n "$old" ] && [ "$old" != "$(podman image inspect --format '{{.Id}}' "$tag")" ]; then
+    podman rmi "$old" > /dev/null 2>&1 || true  # kept while a container or another tag uses it
+  fi
+}
+
 context=$(mktemp -d "${TMPDIR:-/tmp}/swavg-image-XXXXXX")
 trap 'rm -rf "$context"' EXIT
 
@@ -106,8 +117,7 @@ if [ "$what" != cuda ]; then
   fi
   mkdir "$context/lean"
   cp "$deb" "$context/lean/"
-  podman "${global[@]}" build --pull=never --network host "${build_opts[@]}" -f Dockerfile \
-    -t localhost/swavg:lean "$context/lean"
+  build_image localhost/swavg:lean -f Dockerfile "$context/lean"
 fi
 
 if [ "$what" != lean ]; then
@@ -120,17 +130,18 @@ if [ "$what" != lean ]; then
     exit 2
   fi
   stage="$context/cuda"
-  mkdir -p "$stage/bin" "$stage/site-packages/torch"
+  mkdir -p "$stage/bin" "$stage/site-packages"
   cp "$build/swavg" "$build/swavg-torch" "$stage/bin/"
   # swavg-torch finds the wheel's libraries relative to itself; they keep the wheel's layout, so
   # their own RUNPATHs ($ORIGIN/../../nvidia/...) resolve as in site-packages.
   patchelf --set-rpath '$ORIGIN/../site-packages/torch/lib' "$stage/bin/swavg-torch"
-  cp -a "$torch_lib" "$stage/site-packages/torch/lib"
-  [ -d "$site/nvidia" ] && cp -a "$site/nvidia" "$stage/site-packages/nvidia"
-  find "$stage/site-packages" -name '__pycache__' -prune -exec rm -rf {} + -o -name '*.py' -delete
+  # The shared libraries alone (no headers, no Python), libtorch_python.so left out (it needs libpython).
+  dirs=(torch/lib)
+  if [ -d "$site/nvidia" ]; then dirs+=(nvidia); fi
+  (cd "$site" && find "${dirs[@]}" \( -type f -o -type l \) -name '*.so*' ! -name libtorch_python.so \
+    -exec cp -a --parents -t "$stage/site-packages/" {} +)
   echo "cuda image: staged $(du -sh "$stage" | cut -f1) ($stage)"
-  podman "${global[@]}" build --pull=never --network host "${build_opts[@]}" -f Dockerfile.cuda \
-    -t localhost/swavg:cuda "$stage"
+  build_image localhost/swavg:cuda -f Dockerfile.cuda "$stage"
 fi
 
 podman images --filter reference='localhost/swavg' --filter reference="$BASE"

@@ -1,13 +1,17 @@
-"""The lean container image (Dockerfile, label image): scripts/build_image.sh builds it with podman
-from a debian:12 base it makes with debootstrap, installing the .deb of a build against Debian's
-LibTorch; inside a container (no network), swavg average, swavg ema and swavg update-bn (handed to
-the image's swavg-torch) run on small checkpoints made here, checked against torch.optim.swa_utils.
+"""The container images (label image): scripts/build_image.sh builds them with podman from a
+debian:12 base it makes with debootstrap; inside a container (no network), swavg average, swavg ema
+and swavg update-bn (handed to the image's swavg-torch) run on small checkpoints made here, checked
+against torch.optim.swa_utils.
 
 Opt-in (SWAVG_IMAGE_TEST=1; otherwise exit 77, skipped): it installs podman, buildah and debootstrap
-with apt when missing, debootstraps once (cached in /var/tmp/swavg-image) and installs libtorch1.13
-from the Debian mirror into the image, a few minutes and about 1 GB. The .deb comes from cpack in
-SWAVG_BUILD_DIR when that folder is a build against Debian's LibTorch (as package:test_package
-makes it), else scripts/build_deb.sh builds it in build-deb/.
+with apt when missing and debootstraps once (cached in /var/tmp/swavg-image).
+- lean (Dockerfile): the .deb of a build against Debian's LibTorch, with libtorch1.13 from the Debian
+  mirror (about 1 GB). The .deb comes from cpack in SWAVG_BUILD_DIR when that folder is a build
+  against Debian's LibTorch (as package:test_package makes it), else scripts/build_deb.sh builds
+  it in build-deb/.
+- cuda (Dockerfile.cuda), with SWAVG_IMAGE_TEST_CUDA=1 as well: the binaries of SWAVG_BUILD_DIR when
+  it is a build against a PyTorch wheel's LibTorch (else of build/), with the wheel's libraries
+  (about 4.6 GB), run on the CPU.
 """
 import os
 import re
@@ -28,7 +32,6 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn, update_bn
 from common import same_bits  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-IMAGE = "localhost/swavg:lean"
 BASE = "localhost/debian:12"
 DEBIAN_TORCH_DIR = "/usr/lib/%s/cmake/Torch"
 
@@ -57,17 +60,26 @@ def model():
 
 
 class LeanImage(unittest.TestCase):
+    KIND = "lean"
+    SWAVG_TORCH = "/usr/bin/swavg-torch"
+    LIBTORCH = r"LibTorch 1\.13"
+
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="swavg-image-")
-        env = dict(os.environ)
+    def image_env(cls, env):
         build = os.environ.get("SWAVG_BUILD_DIR")
         if build and debian_build(build):
             run("cpack", "-G", "DEB", "--config", os.path.join(build, "CPackConfig.cmake"), "-B", cls.tmp)
             debs = [f for f in os.listdir(cls.tmp) if f.endswith(".deb")]
             assert len(debs) == 1, debs
             env["DEB"] = os.path.join(cls.tmp, debs[0])
-        p = run(os.path.join(ROOT, "scripts", "build_image.sh"), "lean", env=env, cwd=ROOT)
+
+    @classmethod
+    def setUpClass(cls):
+        cls.image = "localhost/swavg:" + cls.KIND
+        cls.tmp = tempfile.mkdtemp(prefix="swavg-image-")
+        env = dict(os.environ)
+        cls.image_env(env)
+        p = run(os.path.join(ROOT, "scripts", "build_image.sh"), cls.KIND, env=env, cwd=ROOT)
         opts = re.search(r"^PODMAN_RUN_OPTS=(.*)$", p.stdout, re.M)
         assert opts is not None, p.stdout
         cls.run_opts = opts.group(1).split()
@@ -84,7 +96,7 @@ class LeanImage(unittest.TestCase):
     def swavg(self, *args):
         """swavg in a container of the image, with no network, this test's folder as /data."""
         return run("podman", "run", "--rm", "--network", "none", *self.run_opts, "-v", "%s:/data" % self.data,
-                   "-w", "/data", IMAGE, *args)
+                   "-w", "/data", self.image, *args)
 
     def checkpoints(self, count):
         """`count` training checkpoints of model(): distinct weights and BatchNorm statistics."""
@@ -117,12 +129,12 @@ class LeanImage(unittest.TestCase):
 
     def test_image_is_built_on_the_debootstrapped_base(self):
         layers = {}
-        for image in (BASE, IMAGE):
+        for image in (BASE, self.image):
             out = run("podman", "image", "inspect", "--format", "{{range .RootFS.Layers}}{{.}} {{end}}", image)
             layers[image] = out.stdout.split()
-        self.assertEqual(layers[IMAGE][:len(layers[BASE])], layers[BASE])
-        self.assertGreater(len(layers[IMAGE]), len(layers[BASE]))
-        self.assertRegex(self.swavg("--version").stdout, r"^swavg \S+ \(LibTorch 1\.13")
+        self.assertEqual(layers[self.image][:len(layers[BASE])], layers[BASE])
+        self.assertGreater(len(layers[self.image]), len(layers[BASE]))
+        self.assertRegex(self.swavg("--version").stdout, r"^swavg \S+ \(%s" % self.LIBTORCH)
 
     def test_average(self):
         paths, states = self.checkpoints(4)
@@ -158,7 +170,7 @@ class LeanImage(unittest.TestCase):
         np.save(self.path("data.npy"), data.numpy())
         p = self.swavg("-v", "update-bn", "--model", "net.ts", "--checkpoint", "swa.pt", "--data", "data.npy",
                        "--batch-size", "8", "-o", "bn.pt", "--force")
-        self.assertIn("running /usr/bin/swavg-torch", p.stderr)
+        self.assertIn("running %s" % self.SWAVG_TORCH, p.stderr)
         update_bn(torch.utils.data.DataLoader(data, batch_size=8), net)
         got = torch.load(self.path("bn.pt"), weights_only=True)
         want = net.state_dict()
@@ -169,6 +181,19 @@ class LeanImage(unittest.TestCase):
         self.assertEqual(int(got["1.num_batches_tracked"]), int(want["1.num_batches_tracked"]))
         for k in ("0.weight", "0.bias", "1.weight", "1.bias", "3.weight", "3.bias"):
             self.assertTrue(same_bits(got[k], want[k]), k)
+
+
+@unittest.skipUnless(os.environ.get("SWAVG_IMAGE_TEST_CUDA") == "1", "set SWAVG_IMAGE_TEST_CUDA=1 for the cuda image")
+class CudaImage(LeanImage):
+    KIND = "cuda"
+    SWAVG_TORCH = "/opt/swavg/bin/swavg-torch"
+    LIBTORCH = r"LibTorch 2\.\d+\.\d+, CUDA"
+
+    @classmethod
+    def image_env(cls, env):
+        build = os.environ.get("SWAVG_BUILD_DIR")
+        if build and not debian_build(build):
+            env["WHEEL_BUILD"] = build
 
 
 if __name__ == "__main__":
