@@ -3,7 +3,7 @@
 # the swavg_*.deb that scripts/build_deb.sh makes; scripts/build_image.sh builds it with podman
 # from a debootstrapped debian:12:
 #   scripts/build_image.sh lean                      # localhost/swavg:lean
-#   docker build -f Dockerfile build-deb-context/    # elsewhere: a folder with the .deb alone
+#   docker build -f Dockerfile DIR                   # elsewhere: DIR holds the swavg_*.deb alone
 FROM debian:12
 COPY swavg_*.deb /tmp/
 RUN apt-get update \

@@ -4,11 +4,11 @@
 #
 #   lean  (Dockerfile)       the .deb of a build against Debian's LibTorch (scripts/build_deb.sh),
 #                            installed with apt on debian:12, which brings Debian's libtorch1.13
-#                            runtime (CPU). Tag localhost/swavg:lean.
+#                            runtime (CPU) and its dependencies. 1.1 GB. Tag localhost/swavg:lean.
 #   cuda  (Dockerfile.cuda)  the binaries of the default build (the PyTorch wheel's LibTorch, CUDA
 #                            compiled in) with the wheel's libraries they link (torch/lib and
 #                            nvidia/*/lib, in their wheel layout under /opt/swavg/site-packages) and
-#                            swavg-torch's RUNPATH made $ORIGIN-relative with patchelf. Several GB.
+#                            swavg-torch's RUNPATH made $ORIGIN-relative with patchelf. 4.5 GB.
 #                            Tag localhost/swavg:cuda.
 #
 # Usage: scripts/build_image.sh [lean|cuda|all]   (default lean)
@@ -41,8 +41,8 @@ MIRROR=${MIRROR:-http://deb.debian.org/debian}
 BASE=localhost/debian:12
 
 need=()
-for tool in podman:podman buildah:buildah debootstrap:debootstrap runc:runc patchelf:patchelf; do
-  command -v "${tool%%:*}" > /dev/null || need+=("${tool#*:}")
+for tool in podman buildah debootstrap runc patchelf; do
+  command -v "$tool" > /dev/null || need+=("$tool")
 done
 if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
@@ -68,10 +68,11 @@ if ! podman image exists "$BASE"; then
   podman import --change 'CMD ["bash"]' "$STATE/debian-12.tar" "$BASE"
 fi
 
-# The options a container needs here. A plain `podman run` works on an ordinary Debian 12 host;
-# in a sandbox without CAP_SYS_RESOURCE crun cannot raise RLIMIT_NOFILE/NPROC to podman's
-# defaults (so the limits stay at what conmon has), and crun refuses a hybrid cgroup v1/v2
-# hierarchy whose v2 side has controllers (runc accepts it).
+# The options a container needs here. A plain `podman run` works on an ordinary Debian 12 host.
+# Without CAP_SYS_RESOURCE (a sandbox) the runtime cannot raise RLIMIT_NOFILE and RLIMIT_NPROC to
+# podman's defaults: the container asks for the hard limits the runtime already has (conmon starts
+# it with at most 32768 processes). crun also refuses a hybrid cgroup v1/v2 hierarchy whose v2 side
+# has controllers, which runc accepts.
 podman_options() {
   local nofile nproc
   opts=()
@@ -88,7 +89,7 @@ podman_options() {
   exit 1
 }
 podman_options
-# podman build takes --runtime only as a global option, run's --ulimit as its own.
+# The runtime as podman's global option, the ulimits as build's (and run's) own.
 global=()
 build_opts=()
 for ((i = 0; i < ${#opts[@]}; i += 2)); do
@@ -134,6 +135,7 @@ if [ "$what" != lean ]; then
   cp "$build/swavg" "$build/swavg-torch" "$stage/bin/"
   # swavg-torch finds the wheel's libraries relative to itself; they keep the wheel's layout, so
   # their own RUNPATHs ($ORIGIN/../../nvidia/...) resolve as in site-packages.
+  # shellcheck disable=SC2016  # $ORIGIN is the dynamic loader's, not the shell's
   patchelf --set-rpath '$ORIGIN/../site-packages/torch/lib' "$stage/bin/swavg-torch"
   # The shared libraries alone (no headers, no Python), libtorch_python.so left out (it needs libpython).
   dirs=(torch/lib)

@@ -11,7 +11,7 @@ with apt when missing and debootstraps once (cached in /var/tmp/swavg-image).
   it in build-deb/.
 - cuda (Dockerfile.cuda), with SWAVG_IMAGE_TEST_CUDA=1 as well: the binaries of SWAVG_BUILD_DIR when
   it is a build against a PyTorch wheel's LibTorch (else of build/), with the wheel's libraries
-  (about 4.6 GB), run on the CPU.
+  (about 4.5 GB), run on the CPU.
 """
 import os
 import re
