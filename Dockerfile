@@ -1,13 +1,14 @@
-# Build stage: the same packages and commands as the README's set-up; the tests run here.
-FROM debian:12 AS build
-WORKDIR /src
-COPY . .
-RUN bash scripts/setup.sh && ctest --test-dir build --output-on-failure
-
-# Final stage: the swavg binaries (swavg-torch beside swavg) and the LibTorch runtime only.
-FROM debian:12-slim
+# The lean image: swavg's Debian package (a build against Debian's LibTorch 1.13, CPU) on Debian 12,
+# its Depends (libtorch1.13 and the rest) installed by apt. The build context is a folder holding
+# the swavg_*.deb that scripts/build_deb.sh makes; scripts/build_image.sh builds it with podman
+# from a debootstrapped debian:12:
+#   scripts/build_image.sh lean                      # localhost/swavg:lean
+#   docker build -f Dockerfile DIR                   # elsewhere: DIR holds the swavg_*.deb alone
+FROM debian:12
+COPY swavg_*.deb /tmp/
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libtorch1.13 \
- && rm -rf /var/lib/apt/lists/*
-COPY --from=build /src/build/swavg /src/build/swavg-torch /usr/local/bin/
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends /tmp/swavg_*.deb \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /tmp/swavg_*.deb \
+ && swavg --version
+WORKDIR /work
 ENTRYPOINT ["swavg"]
