@@ -194,6 +194,17 @@ class InputListTest(TempDirTest):
                             "--json"], capture_output=True, text=True, timeout=TIMEOUT_S)
         self.assertEqual(self.inputs_of(p), self.ckpts)
 
+    def test_a_folder_is_no_list(self):
+        folder = self.path("lists")
+        os.mkdir(folder)
+        for argv in (["--inputs-from", folder], ["--inputs-from=" + folder]):
+            with self.subTest(argv=argv):
+                p = subprocess.run([SWAVG, "average", self.ckpts[0], *argv, "-o", self.out], capture_output=True,
+                                   text=True, timeout=TIMEOUT_S)
+                self.assertEqual(p.returncode, 3, p.stderr)
+                self.assertIn("swavg: error: %s: expected a regular file but it is a directory" % folder, p.stderr)
+                self.assertFalse(os.path.exists(self.out))
+
     def test_an_endless_list_stops_at_the_bound(self):
         for argv, stdin in ((["--inputs-from", "/dev/zero"], None), (["--inputs-from", "-"], "/dev/zero")):
             with self.subTest(argv=argv):
