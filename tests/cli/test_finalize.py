@@ -398,6 +398,18 @@ class HostileJobFileTest(FinalizeTest):
         self.edit(manifest, lambda j: j.update(files={}))
         self.assert_fails(run(["finalize", out + "/"]), 3, manifest, "not a list")
 
+    def test_a_file_listed_by_another_worker_than_the_plan_says(self):
+        # The file is there and intact; only the worker that lists it is not the plan's owner.
+        out = self.fresh("moved")
+        first, second = (os.path.join(out + ".partial", "swavg-worker-%d-of-2.json" % i) for i in range(2))
+        with open(second) as f:
+            moved = json.load(f)["files"][0]
+        self.edit(second, lambda j: j.update(files=j["files"][1:]))
+        self.edit(first, lambda j: j.update(files=j["files"] + [moved]))
+        self.assert_fails(run(["finalize", out + "/"]), 4,
+                          "'%s' is not in worker 1's manifest, as the plan says" % moved["name"])
+        self.assert_unpublished(out)
+
     def test_fifo_named_like_a_manifest_or_the_plan(self):
         for name in ("swavg-worker-1-of-2.json", "swavg-plan.json"):
             out = self.fresh("fifo_" + name)
