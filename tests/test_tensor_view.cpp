@@ -115,24 +115,28 @@ TEST_CASE("pieced views assemble Shard(0), Shard(1), uneven and 3-d chunks", "[t
       {{3, 4, 5}, {{{0, 0, 0}, {3, 4, 2}}, {{0, 0, 2}, {3, 4, 3}}}},                          // 3-d, dimension 2
       {{3, 4, 5}, {{{0, 0, 0}, {2, 4, 5}}, {{2, 0, 0}, {1, 2, 5}}, {{2, 2, 0}, {1, 2, 5}}}},  // 2-d mesh
   };
-  for (const auto& l : layouts) {
-    INFO(shape_string(l.shape) << " in " << l.chunks.size() << " pieces");
-    std::vector<tensor_piece> pieces;
-    for (const auto& [offsets, sizes] : l.chunks) pieces.push_back(box(l.shape, offsets, sizes));
-    const tensor_view v = make_pieced_view(dtype::float32, l.shape, pieces, "t");
-    CHECK_FALSE(v.is_contiguous());
-    CHECK(v.data() == nullptr);
-    CHECK(v.storage_bytes == v.nbytes());
-    CHECK(v.strides == contiguous_strides(l.shape));
-    CHECK(gathered(v) == iota(v.numel()));
-    check_slices(v, iota(v.numel()));
-    std::vector<uint8_t> copy;
-    const uint8_t* data = contiguous_data(v, copy);
-    CHECK(data == copy.data());
-    CHECK(copy.size() == v.nbytes());
-    const std::string bytes = test::row_major_bytes(v);
-    CHECK(bytes == std::string(reinterpret_cast<const char*>(copy.data()), copy.size()));
-  }
+  for (const auto& l : layouts)
+    for (bool reversed : {false, true}) {
+      // Listed out of order too: a piece that wrote one row past its own would then overwrite a row
+      // another piece had already written, instead of being overwritten by it.
+      INFO(shape_string(l.shape) << " in " << l.chunks.size() << " pieces" << (reversed ? ", listed backwards" : ""));
+      std::vector<tensor_piece> pieces;
+      for (const auto& [offsets, sizes] : l.chunks) pieces.push_back(box(l.shape, offsets, sizes));
+      if (reversed) std::reverse(pieces.begin(), pieces.end());
+      const tensor_view v = make_pieced_view(dtype::float32, l.shape, pieces, "t");
+      CHECK_FALSE(v.is_contiguous());
+      CHECK(v.data() == nullptr);
+      CHECK(v.storage_bytes == v.nbytes());
+      CHECK(v.strides == contiguous_strides(l.shape));
+      CHECK(gathered(v) == iota(v.numel()));
+      check_slices(v, iota(v.numel()));
+      std::vector<uint8_t> copy;
+      const uint8_t* data = contiguous_data(v, copy);
+      CHECK(data == copy.data());
+      CHECK(copy.size() == v.nbytes());
+      const std::string bytes = test::row_major_bytes(v);
+      CHECK(bytes == std::string(reinterpret_cast<const char*>(copy.data()), copy.size()));
+    }
 }
 
 TEST_CASE("a strided piece, an empty piece and a 0-d tensor", "[tensor_view]") {
