@@ -309,6 +309,20 @@ class PeakMemoryTest(TempDirTest):
         print("peak RSS: dry run %d, real %d, grown %d, estimate %d" % (planning, real, grown, estimate))
         self.assertLess(abs(grown - estimate), 0.25 * estimate, (grown, estimate))
 
+    def test_a_tie_names_the_first_tensor(self):
+        # Two tensors of the largest working set: the first in the plan's order is named, whichever
+        # way the tie is met (the mutant that names the last passes every plan without a tie).
+        inputs = []
+        for i in range(2):
+            g = torch.Generator().manual_seed(i)
+            sd = collections.OrderedDict((name, torch.randn(n, generator=g))
+                                         for name, n in (("small", 10), ("first", 1000), ("second", 1000)))
+            p = self.path("tie_%d.pt" % i)
+            torch.save(sd, p)
+            inputs.append(p)
+        p = swavg("average", *inputs, "-o", self.path("tie.pt"), "--dry-run", "--json")
+        self.assertEqual(json.loads(p.stdout)["peak_memory"]["largest_tensor"], "first")
+
 
 if __name__ == "__main__":
     unittest.main()
