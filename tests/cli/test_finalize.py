@@ -340,6 +340,11 @@ class TamperTest(FinalizeTest):
                         "OUT.partial/ not fsynced between its last change and its rename")
         after = calls[rename:]
         self.assertTrue(fsynced(after, fds(after, self.tmp)), "the parent is not fsynced after the rename")
+        # The finalize record, unlinked last, is a change of the parent too: fsynced after it.
+        record = [i for i, l in enumerate(after) if "unlink" in l and '"%s.swavg-finalize.json"' % out in l]
+        self.assertEqual(len(record), 1, "\n".join(after))
+        self.assertTrue(fsynced(after[record[0]:], fds(after[record[0]:], self.tmp)),
+                        "the parent is not fsynced after the finalize record is unlinked")
 
 
 class HostileJobFileTest(FinalizeTest):
