@@ -410,11 +410,11 @@ class EmaInSwavgTest(EmaTest):
         self.assert_bits(got, want, "w")
         out = self.path("native.pt")
         p = self.run_in_swavg("ema", "--decay", "0", *paths, "-o", out)
-        if TORCH_MAJOR >= 2:
+        if TORCH_MAJOR >= 2 and os.path.basename(SWAVG) != "swavg-torch":  # (swavg-torch has ATen in process)
             self.assertEqual(p.returncode, 1, p.stderr)
             self.assertIn("needs LibTorch", p.stderr)
             self.assertFalse(os.path.exists(out))
-        else:  # 1.x's lanes and tail agree at weight 1: swavg's kernel computes it
+        else:  # 1.x's lanes and tail agree at weight 1: swavg's kernel computes it (or ATen, in swavg-torch)
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assert_bits(load_output(out)["w"], want, "w")
 
