@@ -34,9 +34,11 @@ int32_t u_escape_at(std::string_view text, size_t i) {
   return v;
 }
 
-}  // namespace
-
-std::string json_text_marked(std::string_view text) {
+// Copies `text` (JSON as nlohmann dumps it), handing each backslash inside a string to
+// `escape(out, i)`, which appends what stands for the escape at text[i] and returns where the text
+// goes on.
+template <typename escape_fn>
+std::string rewrite_escapes(std::string_view text, escape_fn&& escape) {
   std::string out;
   out.reserve(text.size());
   bool in_string = false;
@@ -48,60 +50,57 @@ std::string json_text_marked(std::string_view text) {
       ++i;
       continue;
     }
+    i = escape(out, i);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string json_text_marked(std::string_view text) {
+  return rewrite_escapes(text, [text](std::string& out, size_t i) -> size_t {
     const int32_t v = u_escape_at(text, i);
     if (v >= 0xd800 && v <= 0xdbff && u_escape_at(text, i + 6) >= 0xdc00 && u_escape_at(text, i + 6) <= 0xdfff) {
       out.append(text.substr(i, 12));  // a surrogate pair: one character
-      i += 12;
-    } else if (v >= 0xdc80 && v <= 0xdcff) {
+      return i + 12;
+    }
+    if (v >= 0xdc80 && v <= 0xdcff) {
       append_u(out, 0);
       append_u(out, static_cast<uint32_t>(v & 0xff));
-      i += 6;
-    } else if (v == 0) {
-      append_u(out, 0);
-      append_u(out, 0);
-      i += 6;
-    } else {
-      out.append(text.substr(i, 2));  // any other escape; \uXXXX's digits follow as plain text
-      i += 2;
+      return i + 6;
     }
-  }
-  return out;
+    if (v == 0) {
+      append_u(out, 0);
+      append_u(out, 0);
+      return i + 6;
+    }
+    out.append(text.substr(i, 2));  // any other escape; \uXXXX's digits follow as plain text
+    return i + 2;
+  });
 }
 
 // The inverse of json_text_marked, on text as nlohmann dumps it: U+00XX raw (two UTF-8 bytes) or
 // escaped.
 std::string json_text_unmarked(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  bool in_string = false;
-  for (size_t i = 0; i < text.size();) {
-    const char c = text[i];
-    if (c == '"') in_string = !in_string;
-    if (!in_string || c != '\\' || i + 1 >= text.size()) {
-      out += c;
-      ++i;
-      continue;
-    }
+  return rewrite_escapes(text, [text](std::string& out, size_t i) -> size_t {
     if (u_escape_at(text, i) != 0) {
       out.append(text.substr(i, 2));
-      i += 2;
-      continue;
+      return i + 2;
     }
     const size_t next = i + 6;
     const int32_t escaped = u_escape_at(text, next);
     const auto b0 = next < text.size() ? static_cast<uint8_t>(text[next]) : 0;
     if (escaped == 0 || (escaped >= 0x80 && escaped <= 0xff)) {
       append_u(out, escaped == 0 ? 0 : 0xdc00 | static_cast<uint32_t>(escaped));
-      i = next + 6;
-    } else if ((b0 == 0xc2 || b0 == 0xc3) && next + 1 < text.size()) {
-      append_u(out, 0xdc00 | (((b0 & 0x1fu) << 6) | (static_cast<uint8_t>(text[next + 1]) & 0x3fu)));
-      i = next + 2;
-    } else {
-      append_u(out, 0);  // not a mark: a NUL as it was
-      i = next;
+      return next + 6;
     }
-  }
-  return out;
+    if ((b0 == 0xc2 || b0 == 0xc3) && next + 1 < text.size()) {
+      append_u(out, 0xdc00 | (((b0 & 0x1fu) << 6) | (static_cast<uint8_t>(text[next + 1]) & 0x3fu)));
+      return next + 2;
+    }
+    append_u(out, 0);  // not a mark: a NUL as it was
+    return next;
+  });
 }
 
 std::string json_unmarked_string(const std::string& s) {
