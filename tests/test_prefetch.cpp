@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -125,6 +126,27 @@ TEST_CASE("read-ahead default: read_ahead_kb of the device a file is on", "[pref
                       "/queue/read_ahead_kb");
   uint64_t kb = 0;
   if (queue >> kb) CHECK(read_ahead_kb_of(in.paths[0]) == kb);  // /tmp on a whole disk (else a partition, tmpfs)
+}
+
+TEST_CASE("read-ahead default: the smallest read_ahead_kb of the inputs' files, each asked once", "[prefetch]") {
+  inputs in(3, 2);
+  std::map<std::string, int> asked;
+  const auto lookup = [&](const std::vector<std::optional<uint64_t>>& kb) {
+    return [&asked, &in, kb](const std::string& path) -> std::optional<uint64_t> {
+      ++asked[path];
+      for (size_t i = 0; i < in.paths.size(); ++i)
+        if (in.paths[i] == path) return kb[i];
+      return std::nullopt;
+    };
+  };
+  CHECK(smallest_read_ahead_kb(in.order(), lookup({8192, 128, 4096})) == 128);  // not the largest, not the first
+  CHECK(asked.size() == 3);
+  for (const auto& [path, n] : asked) CHECK(n == 1);  // two tensors per file, one lookup
+  CHECK(smallest_read_ahead_kb(in.order(), lookup({std::nullopt, 8192, std::nullopt})) ==
+        8192);  // unknown ones skipped
+  CHECK(smallest_read_ahead_kb(in.order(), lookup({4096, 8192, 0})) == 0);
+  CHECK_FALSE(smallest_read_ahead_kb(in.order(), lookup({std::nullopt, std::nullopt, std::nullopt})).has_value());
+  CHECK_FALSE(smallest_read_ahead_kb({}, lookup({1, 2, 3})).has_value());
 }
 
 TEST_CASE("read-ahead: SWAVG_PREFETCH_BYTES over the default", "[prefetch]") {

@@ -17,22 +17,6 @@
 namespace swavg {
 namespace {
 
-// The smallest read_ahead_kb of the devices the mapped inputs of `order` are on; nullopt if none is known.
-std::optional<uint64_t> smallest_read_ahead_kb(const std::vector<const tensor_plan*>& order) {
-  std::unordered_set<const mapped_file*> seen;
-  std::optional<uint64_t> smallest;
-  const auto visit = [&](const tensor_view* v) {
-    if (v == nullptr || v->mapping == nullptr || !v->mapping->mapped() || !seen.insert(v->mapping).second) return;
-    const auto kb = read_ahead_kb_of(v->mapping->path());
-    if (kb && (!smallest || *kb < *smallest)) smallest = kb;
-  };
-  for (const tensor_plan* p : order) {
-    visit(p->resumed);
-    for (const auto& s : p->sources) visit(s.view);
-  }
-  return smallest;
-}
-
 uint64_t total_from_environment(const std::vector<const tensor_plan*>& order) {
   const char* text = std::getenv("SWAVG_PREFETCH_BYTES");
   if (text != nullptr && *text != '\0') {
@@ -41,7 +25,7 @@ uint64_t total_from_environment(const std::vector<const tensor_plan*>& order) {
     if (*end == '\0') return v;
     spdlog::warn("SWAVG_PREFETCH_BYTES='{}' is not a number of bytes; using the default", text);
   }
-  const auto kb = smallest_read_ahead_kb(order);
+  const auto kb = smallest_read_ahead_kb(order, read_ahead_kb_of);
   const uint64_t total = default_prefetch_total(kb);
   spdlog::debug("read-ahead default: {} bytes (inputs' read_ahead_kb {})", total, kb ? std::to_string(*kb) : "unknown");
   return total;
@@ -67,6 +51,22 @@ std::optional<uint64_t> read_ahead_kb_of(const std::string& path) {
     if (in >> kb) return kb;
   }
   return std::nullopt;
+}
+
+std::optional<uint64_t> smallest_read_ahead_kb(const std::vector<const tensor_plan*>& order,
+                                               const read_ahead_lookup& lookup) {
+  std::unordered_set<const mapped_file*> seen;
+  std::optional<uint64_t> smallest;
+  const auto visit = [&](const tensor_view* v) {
+    if (v == nullptr || v->mapping == nullptr || !v->mapping->mapped() || !seen.insert(v->mapping).second) return;
+    const auto kb = lookup(v->mapping->path());
+    if (kb && (!smallest || *kb < *smallest)) smallest = kb;
+  };
+  for (const tensor_plan* p : order) {
+    visit(p->resumed);
+    for (const auto& s : p->sources) visit(s.view);
+  }
+  return smallest;
 }
 
 prefetcher::prefetcher(const std::vector<const tensor_plan*>& order)

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -38,6 +39,11 @@ uint64_t default_prefetch_total(std::optional<uint64_t> read_ahead_kb);
 // read_ahead_kb of the block device holding `path` (a partition's disk; else the file system's
 // backing device in /sys/class/bdi), nullopt where there is none.
 std::optional<uint64_t> read_ahead_kb_of(const std::string& path);
+using read_ahead_lookup = std::function<std::optional<uint64_t>(const std::string& path)>;
+// The smallest read_ahead_kb, as `lookup` gives it, of the files the mapped inputs of `order` are
+// in (each file asked once); nullopt if none is known.
+std::optional<uint64_t> smallest_read_ahead_kb(const std::vector<const tensor_plan*>& order,
+                                               const read_ahead_lookup& lookup);
 // Read-ahead is asked for in pieces of at most this many bytes.
 constexpr uint64_t kPrefetchPiece = uint64_t{4} << 20;
 
