@@ -61,6 +61,33 @@ TEST_CASE("regular_file opens regular files and refuses the rest before reading"
   CHECK(read_text_file(d / "link") == "abc");  // a link to a regular file is that file
 }
 
+TEST_CASE("regular_file: a path swapped for a FIFO or a folder after the stat is refused on the descriptor",
+          "[regular_file]") {
+  temp_dir d;
+  static std::string swap_to;  // what the hook puts in the path's place: "fifo" or "dir"
+  const auto swap = [](const std::string& path) {
+    REQUIRE(::unlink(path.c_str()) == 0);
+    if (swap_to == "fifo") REQUIRE(::mkfifo(path.c_str(), 0644) == 0);  // no writer: a blocking open would hang
+    if (swap_to == "dir") REQUIRE(::mkdir(path.c_str(), 0755) == 0);
+  };
+  for (const char* kind : {"fifo", "dir"}) {
+    INFO(kind);
+    swap_to = kind;
+    write_file(d / kind, "abc");
+    regular_file::between_stat_and_open = swap;
+    exit_code code = exit_code::ok;
+    const std::string message = error_of([&] { regular_file::open(d / kind); }, &code);
+    regular_file::between_stat_and_open = nullptr;
+    CHECK_THAT(message, Catch::Contains(d / kind + ": expected a regular file but it is " +
+                                        (swap_to == "fifo" ? "a FIFO" : "a directory")));
+    CHECK(code == exit_code::bad_input);
+  }
+  write_file(d / "f", "abc");
+  regular_file::between_stat_and_open = [](const std::string&) {};
+  CHECK(regular_file::open(d / "f").status().st_size == 3);  // nothing swapped: opened
+  regular_file::between_stat_and_open = nullptr;
+}
+
 TEST_CASE("read_text_file's default limit is 64 MiB", "[regular_file]") {
   temp_dir d;
   write_file(d / "big", std::string(67108864, 'x'));

@@ -43,6 +43,8 @@ void require_regular(const std::string& path, const struct stat& st) {
 
 }  // namespace
 
+void (*regular_file::between_stat_and_open)(const std::string& path) = nullptr;
+
 regular_file regular_file::open(const std::string& path, open_mode mode) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw_open_error(path, errno);
@@ -56,6 +58,7 @@ regular_file regular_file::open(const std::string& path, open_mode mode) {
   // A device is refused before it is opened (opening some has effects); the descriptor's own fstat
   // then catches a path swapped in between.
   require_regular(path, st);
+  if (between_stat_and_open != nullptr) between_stat_and_open(path);
   // O_NONBLOCK: a FIFO swapped in after the stat opens at once instead of waiting for a writer.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) throw_open_error(path, errno);

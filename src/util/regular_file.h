@@ -36,6 +36,9 @@ class regular_file {
   const struct stat& status() const { return st_; }
   const std::string& path() const { return path_; }
 
+  // For tests: called between the path's stat and its open, where a path can be swapped.
+  static void (*between_stat_and_open)(const std::string& path);
+
  private:
   regular_file(int fd, const struct stat& st, std::string path) : fd_(fd), st_(st), path_(std::move(path)) {}
   int fd_;
