@@ -292,3 +292,41 @@ TEST_CASE("release_pages reaches the file of every piece, and only of the pieces
   CHECK(message.find(path1) == 0);
   CHECK(message.find("changed while being read") != std::string::npos);
 }
+
+TEST_CASE("release_pages releases a strided piece only when the range holds all of it", "[tensor_view][sigbus]") {
+  // A [2, n] tensor: row 0 contiguous from file rank0, row 1 every other element of file rank1.
+  test::temp_dir tmp;
+  const int64_t n = ::sysconf(_SC_PAGESIZE);
+  std::vector<std::shared_ptr<const mapped_file>> files;
+  std::vector<tensor_piece> pieces;
+  for (int r = 0; r < 2; ++r) {
+    const std::string path = tmp / ("rank" + std::to_string(r));
+    const int64_t count = r == 0 ? n : 2 * n;
+    {
+      std::vector<float> values(static_cast<size_t>(count), static_cast<float>(r + 1));
+      std::ofstream out(path, std::ios::binary);
+      out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(count * 4));
+    }
+    files.push_back(mapped_file::open(path));
+    tensor_view v;
+    v.type = dtype::float32;
+    v.shape = {1, n};
+    v.strides = r == 0 ? std::vector<int64_t>{n, 1} : std::vector<int64_t>{2 * n, 2};
+    v.storage = files.back()->data();
+    v.storage_bytes = files.back()->size();
+    v.owner = files.back();
+    v.mapping = files.back().get();
+    pieces.push_back(tensor_piece{v, {r, 0}, false});
+  }
+  const tensor_view v = make_pieced_view(dtype::float32, {2, n}, pieces, "t");
+  REQUIRE_FALSE(v.pieces->back().view.is_contiguous());
+  REQUIRE(::truncate((tmp / "rank1").c_str(), 0) == 0);
+  CHECK(gathered(v).back() == 0.0f);  // the guard reads zeros from the truncated file and flags its mapping
+  const uint64_t row = static_cast<uint64_t>(n) * 4;
+  const std::string path1 = tmp / "rank1";
+  CHECK_NOTHROW(release_pages(v, 0, row));            // row 0 alone: rank1 untouched
+  CHECK_NOTHROW(release_pages(v, row + 4, row - 4));  // part of row 1: a strided piece is not one run, kept
+  CHECK_NOTHROW(release_pages(v, row, row - 4));
+  CHECK(test::error_of([&] { release_pages(v, row, row); }).find(path1) == 0);  // all of row 1: released
+  CHECK(test::error_of([&] { release_pages(v, 0, 2 * row); }).find(path1) == 0);
+}
