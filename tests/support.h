@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -61,6 +63,21 @@ inline std::string error_of(const std::function<void()>& f, swavg::exit_code* co
     return e.what();
   }
   return "";
+}
+
+// The bytes of the mapping holding `p` that this process has resident (its Rss in /proc/self/smaps).
+inline uint64_t resident_bytes_of_mapping(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx ", &lo, &hi) == 2 && line.find('-') < line.find(' '))
+      inside = lo <= at && at < hi;
+    unsigned long long kb = 0;
+    if (inside && std::sscanf(line.c_str(), "Rss: %llu kB", &kb) == 1) return kb * 1024;
+  }
+  throw std::runtime_error("no mapping holds the address");
 }
 
 // A folder under $TMPDIR (or /tmp), removed with what is in it.

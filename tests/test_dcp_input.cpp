@@ -6,9 +6,11 @@
 #include <string>
 
 #include "formats/dcp_input.h"
+#include "formats/dcp_output.h"
 #include "support.h"
 #include "util/crc32.h"
 #include "util/error.h"
+#include "util/mapped_file.h"
 
 using namespace swavg;
 
@@ -83,4 +85,29 @@ TEST_CASE("hostile DCP folders are input errors", "[dcp_input][fixtures]") {
     INFO(name);
     CHECK_THROWS_AS(read_dcp_folder(folder(std::string("hostile_") + name), ""), input_error);
   }
+}
+
+TEST_CASE("DCP chunks: the pages of each chunk's archive headers are released once read", "[dcp_input]") {
+  // An 8 MiB tensor, then a 1-element one whose archive starts 8 MiB into the same rank file: its
+  // headers lie far from the file's start, where only its own release reaches.
+  test::temp_dir dir;
+  constexpr int64_t kBig = int64_t{2} << 20;
+  const std::vector<tensor_spec> specs = {{"big", dtype::float32, {kBig}, std::nullopt},
+                                          {"small", dtype::float32, {1}, std::nullopt}};
+  const dcp_plan plan = plan_dcp(specs, nullptr, dir.path());
+  REQUIRE(plan.files == std::vector<std::string>{"__0_0.distcp"});
+  {
+    dcp_sink sink(dir.path(), plan, 0, 1, false);
+    const std::vector<float> zeros(static_cast<size_t>(kBig) + 1, 0.0f);
+    sink.write(reinterpret_cast<const char*>(zeros.data()), zeros.size() * 4);
+    sink.commit();
+  }
+  write_dcp_metadata(dir.path(), plan.metadata);
+  REQUIRE(plan.tensors[1].chunks[0].offset > (uint64_t{8} << 20));
+  const state_dict sd = read_dcp_folder(dir.path(), "");
+  REQUIRE(sd.tensors.size() == 2);
+  const mapped_file* file = sd.tensors[1].view.mapping;
+  REQUIRE(file != nullptr);
+  CHECK(test::resident_bytes_of_mapping(file->data()) == 0);
+  CHECK(test::row_major_bytes(sd.tensors[1].view) == std::string(4, '\0'));
 }

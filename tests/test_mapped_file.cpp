@@ -20,6 +20,7 @@
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
+#include "support.h"
 
 using namespace swavg;
 namespace fs = std::filesystem;
@@ -94,6 +95,27 @@ TEST_CASE("a mapping whose file is truncated reads zeros and is flagged, without
   CHECK(message.find(path + ": changed while being read") == 0);
   CHECK(message_of([&] { mapped_file::check_all_unchanged(); }).find(path + ": changed while being read") == 0);
   CHECK(mapped_file::first_faulted() == path);
+}
+
+TEST_CASE("release_pages drops this process's pages of the range and those mapped around it, no others",
+          "[mapped_file]") {
+  temp_folder tmp;
+  const std::string path = tmp.file("big.pt");
+  constexpr size_t kMiB = 1 << 20;
+  write_file(path, 16 * kMiB, '\x11');
+  auto m = mapped_file::open(path);
+  const volatile uint8_t* bytes = m->data();
+  REQUIRE(swavg::test::resident_bytes_of_mapping(m->data()) == 0);
+  CHECK(bytes[0] == 0x11);
+  CHECK(bytes[12 * kMiB] == 0x11);
+  REQUIRE(swavg::test::resident_bytes_of_mapping(m->data()) >= 2 * kPage);
+  m->release_pages(12 * kMiB, 12 * kMiB + 1);  // the page at 0 stays
+  const uint64_t left = swavg::test::resident_bytes_of_mapping(m->data());
+  CHECK(left > 0);
+  CHECK(left <= 4 * kMiB);  // at most the 2 MiB mapped around byte 0, twice over
+  m->release_pages(0, 1);
+  CHECK(swavg::test::resident_bytes_of_mapping(m->data()) == 0);
+  CHECK(bytes[12 * kMiB] == 0x11);  // dropped pages read again
 }
 
 TEST_CASE("only the truncated mapping is flagged", "[mapped_file][sigbus]") {
