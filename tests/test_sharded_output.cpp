@@ -383,16 +383,17 @@ TEST_CASE("folder files: weights, indexes and folders are not copied, symlinks a
   remove_tree(dir);
   ::mkdir(dir.c_str(), 0755);
   ::mkdir((dir + "/sub").c_str(), 0755);
-  for (const char* name : {"config.json", "tokenizer.json", "README.md", "model-00001-of-00002.safetensors",
-                           "pytorch_model.bin", "model.safetensors.index.json", "x.pt", "x.pth", "x.ckpt",
-                           "tf_model.h5", "flax_model.msgpack", "m.gguf", "m.onnx", "blob"})
+  for (const char* name :
+       {"config.json", "tokenizer.json", "README.md", "model-00001-of-00002.safetensors", "pytorch_model.bin",
+        "model.safetensors.index.json", "x.pt", "x.pth", "x.ckpt", "tf_model.h5", "flax_model.msgpack", "m.gguf",
+        "m.onnx", "blob", ".metadata", "__0_0.distcp", "metadata"})
     std::ofstream(dir + "/" + name) << name;
   REQUIRE(::symlink("blob", (dir + "/generation_config.json").c_str()) == 0);
   REQUIRE(::symlink("missing", (dir + "/dangling.txt").c_str()) == 0);
   const folder_files f = classify_folder(dir);
-  CHECK(f.copied ==
-        std::vector<std::string>{"README.md", "blob", "config.json", "generation_config.json", "tokenizer.json"});
-  CHECK(f.skipped.size() == 12);  // 10 weights, the folder, the dangling link
+  CHECK(f.copied == std::vector<std::string>{"README.md", "blob", "config.json", "generation_config.json", "metadata",
+                                             "tokenizer.json"});
+  CHECK(f.skipped.size() == 14);  // 12 weights (a DCP .metadata and rank file), the folder, the dangling link
   const written_file w = copy_file_hashed(dir + "/generation_config.json", dir + "/sub/copy", "copy");
   CHECK(w.size == 4);
   CHECK(w.sha256 == sha256_file(dir + "/blob"));

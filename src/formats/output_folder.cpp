@@ -25,13 +25,14 @@
 namespace swavg {
 namespace {
 
-const char* const kWeightSuffixes[] = {".safetensors", ".bin", ".pt",      ".pth",  ".ckpt",
-                                       ".index.json",  ".h5",  ".msgpack", ".gguf", ".onnx"};
+const char* const kWeightSuffixes[] = {".safetensors", ".bin",     ".pt",   ".pth",  ".ckpt",  ".index.json",
+                                       ".h5",          ".msgpack", ".gguf", ".onnx", ".distcp"};
 
 }  // namespace
 
 bool is_weight_file_name(const std::string& name) {
-  if (is_index_file_name(name) || naming_of_weight_file(name)) return true;
+  // A DCP folder's .metadata: copied into an output, it would make the folder read as DCP.
+  if (name == kDcpMetadataName || is_index_file_name(name) || naming_of_weight_file(name)) return true;
   for (const char* suffix : kWeightSuffixes) {
     const size_t n = std::char_traits<char>::length(suffix);
     if (name.size() >= n && name.compare(name.size() - n, n, suffix) == 0) return true;
@@ -195,11 +196,10 @@ void output_folder::record_plan(const std::string& plan) {
 
 std::string output_folder::plan_text(output_format format, std::vector<tensor_spec> specs,
                                      const std::map<std::string, std::string>& metadata,
-                                     std::vector<std::string>& copied, const weights_naming& names,
+                                     const std::vector<std::string>& copied, const weights_naming& names,
                                      const job_options& options, std::unique_ptr<dcp_plan>& dcp,
                                      shard_layout& layout) const {
   if (format == output_format::dcp) {
-    copied.erase(std::remove(copied.begin(), copied.end(), std::string(kDcpMetadataName)), copied.end());
     dcp = std::make_unique<dcp_plan>(plan_dcp(std::move(specs), chunks_like_.get(), out_, metadata));
     layout = dcp->layout;
     layout.max_shard_size = max_shard_size_;
@@ -211,7 +211,7 @@ std::string output_folder::plan_text(output_format format, std::vector<tensor_sp
 
 void output_folder::check_partial_plan(output_format format, std::vector<tensor_spec> specs,
                                        const std::map<std::string, std::string>& metadata,
-                                       std::vector<std::string> copied, const weights_naming& names,
+                                       const std::vector<std::string>& copied, const weights_naming& names,
                                        const job_options& options) const {
   if (plain()) return;
   std::unique_ptr<dcp_plan> dcp;

@@ -103,7 +103,7 @@ class output_folder {
   // job in OUT.partial/ (mismatch_error, exit 4).
   // `copied`, `names`, `options`: as stage() takes them.
   void check_partial_plan(output_format format, std::vector<tensor_spec> specs,
-                          const std::map<std::string, std::string>& metadata, std::vector<std::string> copied,
+                          const std::map<std::string, std::string>& metadata, const std::vector<std::string>& copied,
                           const weights_naming& names, const job_options& options) const;
   // 4. After the sink's commit: the copies, then the index (dcp: .metadata) and OUT/ published, or
   // the manifest (finalize writes the index).
@@ -116,10 +116,9 @@ class output_folder {
  private:
   // A plain run keeps the plan's hash; a worker writes it into OUT.partial/ (once, or checks it).
   void record_plan(const std::string& plan);
-  // The plan's text as open() records it; `copied` loses a DCP output's .metadata, `dcp` and
-  // `layout` receive the plan.
+  // The plan's text as open() records it; `dcp` and `layout` receive the plan.
   std::string plan_text(output_format format, std::vector<tensor_spec> specs,
-                        const std::map<std::string, std::string>& metadata, std::vector<std::string>& copied,
+                        const std::map<std::string, std::string>& metadata, const std::vector<std::string>& copied,
                         const weights_naming& names, const job_options& options, std::unique_ptr<dcp_plan>& dcp,
                         shard_layout& layout) const;
   const std::string& where() const;  // the folder written now: the staging folder or OUT.partial

@@ -7,6 +7,7 @@ dcp_to_torch_save. The chunk layout is compared with the first input's .metadata
 """
 import filecmp
 import io
+import json
 import os
 import pickle
 import shutil
@@ -262,6 +263,37 @@ class DcpOutputTest(TempDirTest):
         refs = [flat(consolidated(n)[1]) for n in ("flat_0", "flat_1")]
         want = {k: fold(swa_fold, [r[k] for r in refs]) for k, v in refs[0].items() if isinstance(v, torch.Tensor)}
         self.assert_same(self.load_one_process(out, want, prefix=None), want)
+
+    def test_a_folders_dcp_named_files_are_not_copied(self):
+        # A Hugging Face folder holding a stray `.metadata` and `__0_0.distcp`: copied into a DCP
+        # output they would replace its own; into any folder, they would make it read as DCP.
+        from safetensors.torch import load_file, save_file
+        g = torch.Generator().manual_seed(31)
+        sources = []
+        for k in range(2):
+            folder = self.path("hf%d" % k)
+            os.makedirs(folder)
+            save_file({"w": torch.randn(3, 4, generator=g), "b": torch.randn(4, generator=g)},
+                      os.path.join(folder, "model.safetensors"))
+            for name, text in ((".metadata", "not DCP"), ("__0_0.distcp", "not a rank file"), ("config.json", "{}")):
+                with open(os.path.join(folder, name), "w") as f:
+                    f.write(text)
+            sources.append(folder)
+        want = {k: fold(swa_fold, [load_file(os.path.join(f, "model.safetensors"))[k] for f in sources])
+                for k in ("w", "b")}
+        for fmt in ("dcp", "safetensors"):
+            with self.subTest(format=fmt):
+                out, report = self.path("out_%s/" % fmt), self.path("report_%s.json" % fmt)
+                swavg("average", *sources, "--format", fmt, "-o", out, "--report", report)
+                with open(report) as f:
+                    self.assertEqual(json.load(f)["copied"], ["config.json"])
+                with open(os.path.join(out, "config.json")) as f:
+                    self.assertEqual(f.read(), "{}")
+                if fmt == "dcp":
+                    self.assert_same(self.load_one_process(out, want, prefix=None), want)
+                else:
+                    self.assertEqual(sorted(os.listdir(out)), ["config.json", "model.safetensors"])
+                    self.assert_same(load_file(os.path.join(out, "model.safetensors")), want)
 
 
 def nested_state(seed):
