@@ -10,6 +10,8 @@ Rows (CPU seconds of the swavg child, from resource.getrusage, never wall time):
   dcp_rows      the same count as N row chunks of [N, 1].
   zero3_groups  a one-rank ZeRO-3 tag folder with N flat fp32 groups of one parameter each (views
                 of one storage): zero3_slices' group lookup.
+  tensors       `swavg average` of two safetensors files of N one-element float32 tensors each:
+                the fold's time and its peak memory per tensor (peak RSS / N), for --tensor-sizes.
 Needs torch (torch.distributed.checkpoint's metadata classes), nothing else; prints one line per row.
 """
 import argparse
@@ -59,19 +61,37 @@ def zero3_folder(tag, n):
                os.path.join(tag, "zero_pp_rank_0_mp_rank_00_optim_states.pt"))
 
 
-def cpu_of(cmd):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+def safetensors_file(path, n, value):
+    """N one-element float32 tensors t0..t{N-1}, written directly (no torch: quick at 10^6)."""
+    import json
+    import struct
+    header = {"t%d" % i: {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]} for i in range(n)}
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + struct.pack("<f", value) * n)
+
+
+def run_measured(cmd):
+    """(CPU seconds, peak RSS in bytes) of the child alone (os.wait4: not the other children's)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
-        sys.exit("%s: exit %d\n%s" % (" ".join(cmd), p.returncode, p.stderr[-2000:]))
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        sys.exit("%s: exit %d\n%s" % (" ".join(cmd), p.returncode, err[-2000:].decode(errors="replace")))
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+
+
+def cpu_of(cmd):
+    return run_measured(cmd)[0]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("swavg")
     ap.add_argument("--sizes", default="10000,100000")
+    ap.add_argument("--tensor-sizes", default="100000,1000000")
     ap.add_argument("--dir")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="swavg-bench-counts-", dir=args.dir)
@@ -85,6 +105,16 @@ def main():
             for name, path in rows.items():
                 print("%-13s N=%-7d swavg inspect: %.2f s CPU" % (name, n, cpu_of([args.swavg, "inspect", path])),
                       flush=True)
+        for n in (int(s) for s in args.tensor_sizes.split(",") if s):
+            inputs = [os.path.join(root, "t%d_%d.safetensors" % (n, k)) for k in range(2)]
+            for k, path in enumerate(inputs):
+                safetensors_file(path, n, float(k + 1))
+            out = os.path.join(root, "avg%d.safetensors" % n)
+            cpu, rss = run_measured([args.swavg, "average", *inputs, "-o", out, "--force"])
+            print("%-13s N=%-7d swavg average: %.2f s CPU, peak RSS %.0f MiB, %.0f bytes per tensor"
+                  % ("tensors", n, cpu, rss / 2**20, rss / n), flush=True)
+            for path in inputs + [out]:
+                os.unlink(path)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

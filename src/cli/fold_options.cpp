@@ -172,9 +172,8 @@ void run_fold_command(fold_options o) {
                mode_name(report.mode), counted(report.n, "checkpoint"), counted(report.tensors.size(), "tensor"),
                report.bytes_read / 1e6, report.bytes_written / 1e6, report.wall_time_s);
   spdlog::info("{}", fold_order_line(report.inputs, report.order));
-  auto report_json = nlohmann::ordered_json::parse(fold_report_json(report));
-  if (result.bn) report_json["update_bn"] = nlohmann::ordered_json::parse(bn_report_json(*result.bn));
-  emit_report(report_json.dump(1), o.report_file, o.json);
+  if (!o.report_file.empty() || o.json)
+    emit_report(fold_report_json(report, result.bn ? &*result.bn : nullptr), o.report_file, o.json);
 }
 
 }  // namespace swavg

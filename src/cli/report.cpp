@@ -16,7 +16,7 @@
 
 namespace swavg {
 
-std::string fold_report_json(const fold_report& r) {
+std::string fold_report_json(const fold_report& r, const bn_report* bn) {
   nlohmann::ordered_json j;
   j["output"] = r.output;
   j["format"] = output_format_name(r.format);
@@ -37,20 +37,11 @@ std::string fold_report_json(const fold_report& r) {
   auto buffers = nlohmann::ordered_json::array();
   auto rules = nlohmann::ordered_json::array();
   auto actions = nlohmann::ordered_json::object();
-  auto tensors = nlohmann::ordered_json::array();
   for (const auto& t : r.tensors) {
     if (t.action != tensor_action::drop) ++processed;
     if (t.buffer) buffers.push_back(t.name);
     if (!t.rule.empty()) rules.push_back({{"name", t.name}, {"match", t.rule}, {"action", action_name(t.action)}});
     actions[action_name(t.action)] = actions.value(action_name(t.action), 0) + 1;
-    tensors.push_back({{"name", t.name},
-                       {"action", action_name(t.action)},
-                       {"reason", t.reason},
-                       {"buffer", t.buffer},
-                       {"count", t.count},
-                       {"dtype", dtype_name(t.input_type)},
-                       {"accumulate", dtype_name(t.accumulate_type)},
-                       {"output_dtype", dtype_name(t.output_type)}});
   }
   j["tensors"] = processed;
   j["actions"] = actions;
@@ -75,8 +66,26 @@ std::string fold_report_json(const fold_report& r) {
   j["bytes_read"] = r.bytes_read;
   j["bytes_written"] = r.bytes_written;
   j["wall_time_s"] = r.wall_time_s;
-  j["details"] = tensors;
-  return report_text(j, 1);
+  if (bn) j["update_bn"] = bn_report_object(*bn);
+  // "details", last: one line per tensor, written as text as it is made (a DOM of a million
+  // tensors' outcomes would hold over a GB).
+  std::string text = report_text(j, 1);
+  text.resize(text.size() - 2);  // "\n}"
+  text += ",\n \"details\": [";
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    const tensor_outcome& t = r.tensors[i];
+    text += i == 0 ? "\n  " : ",\n  ";
+    text += report_text(nlohmann::ordered_json{{"name", t.name},
+                                               {"action", action_name(t.action)},
+                                               {"reason", t.reason},
+                                               {"buffer", t.buffer},
+                                               {"count", t.count},
+                                               {"dtype", dtype_name(t.input_type)},
+                                               {"accumulate", dtype_name(t.accumulate_type)},
+                                               {"output_dtype", dtype_name(t.output_type)}});
+  }
+  text += r.tensors.empty() ? "]\n}" : "\n ]\n}";
+  return text;
 }
 
 std::string finalize_report_json(const std::string& output, const finalize_result& r, bool verified) {
@@ -127,8 +136,6 @@ nlohmann::ordered_json bn_report_object(const bn_report& r) {
   j["seconds"] = r.seconds;
   return j;
 }
-
-std::string bn_report_json(const bn_report& r) { return report_text(bn_report_object(r)); }
 
 std::string report_text(const nlohmann::ordered_json& j, int indent) { return json_text_marked(json_dump(j, indent)); }
 

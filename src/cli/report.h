@@ -58,13 +58,12 @@ struct fold_report {
 // dumps it back as it is, whatever bytes the paths in it hold), for emit_report, which writes the
 // final form (bytes that are not UTF-8 as \udcXX).
 
-// One JSON object: mode, n, inputs, tensors, buffers, rules, bytes, time, every tensor's outcome.
-std::string fold_report_json(const fold_report& report);
+// One JSON object: mode, n, inputs, tensors, buffers, rules, bytes, time, `bn`'s report as
+// "update_bn" when given, and last every tensor's outcome ("details").
+std::string fold_report_json(const fold_report& report, const bn_report* bn = nullptr);
 
-// One JSON object: model, data, batches, the modules updated (its strings as they are; and as
-// marked text).
+// One JSON object: model, data, batches, the modules updated (its strings as they are).
 nlohmann::ordered_json bn_report_object(const bn_report& report);
-std::string bn_report_json(const bn_report& report);
 
 // One JSON object: what `swavg finalize` published.
 std::string finalize_report_json(const std::string& output, const finalize_result& r, bool verified);

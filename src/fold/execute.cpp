@@ -202,6 +202,8 @@ std::vector<tensor_spec> output_specs(const fold_config& c, const fold_plan& pla
                                       const std::vector<std::optional<size_t>>& ties,
                                       std::vector<size_t>& spec_tensor) {
   std::vector<tensor_spec> specs;
+  specs.reserve(plan.tensors.size() + 1);
+  spec_tensor.reserve(plan.tensors.size() + 1);
   std::vector<size_t> spec_of(plan.tensors.size());
   const std::string prefix = c.layout == output_layout::averaged_model ? kModulePrefix : "";
   for (size_t k = 0; k < plan.tensors.size(); ++k) {

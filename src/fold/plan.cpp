@@ -45,12 +45,17 @@ class kind_oracle {
 std::vector<tensor_plan> gather_sources(const std::vector<state_dict>& inputs,
                                         std::unordered_map<std::string, size_t>& index) {
   std::vector<tensor_plan> plans;
+  if (!inputs.empty()) {  // sized for the usual case, every input holding the first one's tensors
+    plans.reserve(inputs.front().tensors.size());
+    index.reserve(inputs.front().tensors.size());
+  }
   for (size_t i = 0; i < inputs.size(); ++i)
     for (const auto& t : inputs[i].tensors) {
       auto [it, added] = index.emplace(t.name, plans.size());
       if (added) {
         plans.emplace_back();
         plans.back().name = t.name;
+        plans.back().sources.reserve(inputs.size() - i);
       }
       plans[it->second].sources.push_back(fold_source{i, &t.view});
     }

@@ -374,6 +374,9 @@ std::string writer_header(const std::string& path, const std::vector<safetensors
   // The header is built as text: a JSON object looked up by name for each tensor would make the
   // writer quadratic in the tensor count.
   std::string text = "{";
+  size_t estimate = 2;  // one allocation for the usual header (a growing string would peak at twice its size)
+  for (const auto& s : specs) estimate += s.name.size() + 72 + 21 * s.shape.size();
+  text.reserve(estimate);
   if (!metadata.empty()) {
     nlohmann::json m = nlohmann::json::object();
     for (const auto& [k, v] : metadata) {
@@ -417,8 +420,8 @@ std::string writer_header(const std::string& path, const std::vector<safetensors
     if (!end) fail(fmt::format("tensor {} of shape {} is too large", quote_name(s.name), shape_string(s.shape)));
     if (text.size() > 1) text += ',';
     text += nlohmann::json(s.name).dump();
-    text += fmt::format(":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}", type, fmt::join(shape, ","),
-                        expected, *end);
+    fmt::format_to(std::back_inserter(text), ":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}", type,
+                   fmt::join(shape, ","), expected, *end);
     expected = *end;
   }
   text += '}';
