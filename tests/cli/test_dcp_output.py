@@ -265,8 +265,9 @@ class DcpOutputTest(TempDirTest):
         self.assert_same(self.load_one_process(out, want, prefix=None), want)
 
     def test_a_folders_dcp_named_files_are_not_copied(self):
-        # A Hugging Face folder holding a stray `.metadata` and `__0_0.distcp`: copied into a DCP
-        # output they would replace its own; into any folder, they would make it read as DCP.
+        # A weight file named in a folder that also holds a stray `.metadata` and `__0_0.distcp` (the
+        # folder itself reads as DCP): copied into a DCP output they would replace its own; into any
+        # folder, they would make it read as DCP.
         from safetensors.torch import load_file, save_file
         g = torch.Generator().manual_seed(31)
         sources = []
@@ -278,8 +279,8 @@ class DcpOutputTest(TempDirTest):
             for name, text in ((".metadata", "not DCP"), ("__0_0.distcp", "not a rank file"), ("config.json", "{}")):
                 with open(os.path.join(folder, name), "w") as f:
                     f.write(text)
-            sources.append(folder)
-        want = {k: fold(swa_fold, [load_file(os.path.join(f, "model.safetensors"))[k] for f in sources])
+            sources.append(os.path.join(folder, "model.safetensors"))
+        want = {k: fold(swa_fold, [load_file(f)[k] for f in sources])
                 for k in ("w", "b")}
         for fmt in ("dcp", "safetensors"):
             with self.subTest(format=fmt):
