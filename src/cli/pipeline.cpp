@@ -101,7 +101,7 @@ fold_config config_for(const fold_job& job, const fold_inputs& in) {
 }
 
 // What every fold report says, file or folder output.
-fold_report report_of(const fold_job& job, const fold_config& c, output_format format, const fold_result& result) {
+fold_report report_of(const fold_job& job, const fold_config& c, output_format format, fold_result&& result) {
   fold_report report;
   report.inputs = job.inputs;
   report.order = job.order;
@@ -113,7 +113,7 @@ fold_report report_of(const fold_job& job, const fold_config& c, output_format f
   report.power_ema = c.power_ema;
   report.n = result.n;
   report.avg_fn = c.avg_fn;
-  report.tensors = result.tensors;
+  report.tensors = std::move(result.tensors);
   for (const auto& e : result.carried) report.carried.push_back({e.entry.name, e.entry.type, e.from});
   report.objects_dropped = result.objects_dropped;
   report.tied = result.tied;
@@ -244,12 +244,12 @@ fold_report execute_directory_job(const fold_job& job, fold_job_plan& p) {
   const folder_files& extra = p.extra;
   out.hold_partial();
   out.stage(p.source.folder, extra.copied, p.source.names, job_identity(job, folded, format));
-  const fold_result result = run_fold(folded, p.inputs, p.outline, p.target);
+  fold_result result = run_fold(folded, p.inputs, p.outline, p.target);
   check_planned_shards(*p.layout, out.layout());
   out.finish();
   if (!out.plain()) spdlog::info("{}", worker_done_message(w, out.partial(), out.files().size(), out.path()));
 
-  fold_report report = report_of(job, folded, format, result);
+  fold_report report = report_of(job, folded, format, std::move(result));
   report.worker = w;
   report.directory = true;
   report.plan_hash = out.plan_hash();
@@ -296,8 +296,7 @@ std::unique_ptr<fold_job_plan> plan_fold_job(const fold_job& job, bool dry_run) 
 
 fold_report execute_fold_job(const fold_job& job, fold_job_plan& p) {
   if (job.directory) return execute_directory_job(job, p);
-  const fold_result result = run_fold(p.config, p.inputs, p.outline, p.target);
-  fold_report report = report_of(job, p.config, p.format, result);
+  fold_report report = report_of(job, p.config, p.format, run_fold(p.config, p.inputs, p.outline, p.target));
   report.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.start).count();
   return report;
 }
