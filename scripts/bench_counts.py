@@ -72,15 +72,24 @@ def safetensors_file(path, n, value):
         f.write(struct.pack("<Q", len(text)) + text + struct.pack("<f", value) * n)
 
 
+# A child's ru_maxrss starts at the RSS of the process that forks it (this one holds torch once a DCP
+# or ZeRO row is made): swavg is started by a small launcher, which reports its one child's usage.
+_LAUNCHER = """
+import resource, subprocess, sys
+p = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+sys.stderr.buffer.write(p.stderr[-2000:])
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(p.returncode, u.ru_utime + u.ru_stime, u.ru_maxrss)
+"""
+
+
 def run_measured(cmd):
-    """(CPU seconds, peak RSS in bytes) of the child alone (os.wait4: not the other children's)."""
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    err = p.stderr.read()
-    _, status, usage = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode != 0:
-        sys.exit("%s: exit %d\n%s" % (" ".join(cmd), p.returncode, err[-2000:].decode(errors="replace")))
-    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+    """(CPU seconds, peak RSS in bytes) of `cmd` alone."""
+    p = subprocess.run([sys.executable, "-S", "-c", _LAUNCHER, *cmd], capture_output=True, text=True)
+    fields = p.stdout.split()
+    if p.returncode != 0 or len(fields) != 3 or fields[0] != "0":
+        sys.exit("%s: failed (%s)\n%s" % (" ".join(cmd), p.stdout.strip(), p.stderr))
+    return float(fields[1]), int(fields[2]) * 1024
 
 
 def cpu_of(cmd):
