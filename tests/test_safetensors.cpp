@@ -187,7 +187,7 @@ TEST_CASE("writes a header with many tensors in linear time", "[safetensors]") {
   constexpr int kCount = 200000;
   temp_dir dir;
   const std::string path = dir.path + "/many.safetensors";
-  std::vector<safetensors_writer::spec> specs;
+  std::vector<tensor_spec> specs;
   for (int i = 0; i < kCount; ++i) specs.push_back({"layer." + std::to_string(i) + ".w", dtype::int16, {1}});
   atomic_file out(path);
   safetensors_writer w(out, specs, {{"format", "pt"}});
@@ -341,8 +341,8 @@ TEST_CASE("looks_like_safetensors", "[safetensors]") {
 TEST_CASE("writer produces the reference implementation's bytes", "[safetensors]") {
   temp_dir dir;
   const std::string path = dir.path + "/out.safetensors";
-  auto write_file = [&](const std::vector<safetensors_writer::spec>& specs,
-                        const std::map<std::string, std::string>& metadata, const std::string& data) {
+  auto write_file = [&](const std::vector<tensor_spec>& specs, const std::map<std::string, std::string>& metadata,
+                        const std::string& data) {
     atomic_file out(path);
     safetensors_writer w(out, specs, metadata);
     w.write(data.data(), data.size());
@@ -376,7 +376,7 @@ TEST_CASE("round trip through the writer, checked by both readers", "[safetensor
       auto in = read_safetensors(mapped_file::open(kFixtures + "/" + stem + ".safetensors"));
       const std::string path = dir.path + "/" + stem + ".safetensors";
       {
-        std::vector<safetensors_writer::spec> specs;
+        std::vector<tensor_spec> specs;
         for (const auto& t : in.tensors) specs.push_back({t.name, t.view.type, t.view.shape});
         atomic_file out(path);
         safetensors_writer w(out, specs, in.metadata);
@@ -483,7 +483,7 @@ TEST_CASE("every dtype safetensors 0.8 has is read as PyTorch's", "[safetensors]
 TEST_CASE("writer refuses what safetensors cannot hold", "[safetensors]") {
   temp_dir dir;
   atomic_file out(dir.path + "/w.safetensors");
-  auto refuses = [&](const std::vector<safetensors_writer::spec>& specs, const std::string& substring,
+  auto refuses = [&](const std::vector<tensor_spec>& specs, const std::string& substring,
                      const std::map<std::string, std::string>& metadata = {}) {
     try {
       safetensors_writer w(out, specs, metadata);

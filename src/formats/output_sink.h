@@ -4,14 +4,28 @@
  * folder's rank files: dcp_sink, dcp_output.h), and
  * posthoc-ema's outputs written in step (fold/posthoc.cpp). The tensors are declared when the sink
  * is made; the fold then streams the bytes of those the sink owns, in their declared order, and
- * commits. Header only: an interface, no code.
+ * commits. Header only: an interface and the declaration, no code.
  */
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tensor/dtype.h"
 
 namespace swavg {
+
+// One declared tensor: its name in the output, dtype and shape.
+struct tensor_spec {
+  std::string name;
+  dtype type;
+  std::vector<int64_t> shape;
+  // torch.save only: a view of this earlier spec's storage (a tied weight), no bytes of its own.
+  std::optional<size_t> alias_of;
+};
 
 class output_sink {
  public:

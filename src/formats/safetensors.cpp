@@ -367,7 +367,7 @@ namespace {
 
 // The header the writer emits for `specs` and `metadata`, padded; `data_bytes` is set to the data
 // section's size. Throws usage_error naming `path` as the writer does.
-std::string writer_header(const std::string& path, const std::vector<safetensors_writer::spec>& specs,
+std::string writer_header(const std::string& path, const std::vector<tensor_spec>& specs,
                           const std::map<std::string, std::string>& metadata, uint64_t& data_bytes) {
   auto fail = [&](const std::string& message) { throw usage_error(fmt::format("{}: {}", path, message)); };
 
@@ -435,7 +435,7 @@ std::string writer_header(const std::string& path, const std::vector<safetensors
 
 }  // namespace
 
-uint64_t safetensors_file_size(const std::string& path, const std::vector<safetensors_writer::spec>& specs,
+uint64_t safetensors_file_size(const std::string& path, const std::vector<tensor_spec>& specs,
                                const std::map<std::string, std::string>& metadata) {
   uint64_t data_bytes = 0;
   const std::string header = writer_header(path, specs, metadata, data_bytes);
@@ -444,7 +444,7 @@ uint64_t safetensors_file_size(const std::string& path, const std::vector<safete
   return *size;
 }
 
-safetensors_writer::safetensors_writer(atomic_file& out, const std::vector<spec>& specs,
+safetensors_writer::safetensors_writer(atomic_file& out, const std::vector<tensor_spec>& specs,
                                        const std::map<std::string, std::string>& metadata)
     : out_(out) {
   const std::string text = writer_header(out.target(), specs, metadata, expected_);

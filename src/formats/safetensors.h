@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/output_sink.h"
 #include "tensor/state_dict.h"
 
 namespace swavg {
@@ -43,14 +44,9 @@ safetensors_content read_safetensors(const std::shared_ptr<const mapped_file>& f
 
 class safetensors_writer {
  public:
-  struct spec {
-    std::string name;
-    dtype type;
-    std::vector<int64_t> shape;
-  };
-  // Writes the header. Throws usage_error for a dtype safetensors cannot hold (complex) or a
-  // duplicate or empty name.
-  safetensors_writer(atomic_file& out, const std::vector<spec>& specs,
+  // Writes the header (aliases are not a safetensors notion: alias_of is not read). Throws
+  // usage_error for a dtype safetensors cannot hold (complex) or a duplicate or empty name.
+  safetensors_writer(atomic_file& out, const std::vector<tensor_spec>& specs,
                      const std::map<std::string, std::string>& metadata);
   // Appends the next tensor's bytes (contiguous, row-major); may be called several times per
   // tensor. finish() checks that exactly the declared bytes were written.
@@ -65,7 +61,7 @@ class safetensors_writer {
 
 // The size of the file safetensors_writer writes for `specs` and `metadata` (the header built the
 // same way, by the same code), for plans (--dry-run); throws what the writer would, naming `path`.
-uint64_t safetensors_file_size(const std::string& path, const std::vector<safetensors_writer::spec>& specs,
+uint64_t safetensors_file_size(const std::string& path, const std::vector<tensor_spec>& specs,
                                const std::map<std::string, std::string>& metadata);
 
 }  // namespace swavg

@@ -84,8 +84,9 @@ uint64_t save_state_dict(const std::string& path, const std::vector<named_tensor
     if (!metadata.empty()) records[kSwavgRecord] = nlohmann::json(metadata).dump(1);
     write_torch_state_dict(out, tensors, objects, records);
   } else {
-    std::vector<safetensors_writer::spec> specs;
-    for (const auto& t : tensors) specs.push_back({t.name, t.view.type, t.view.shape});
+    std::vector<tensor_spec> specs;
+    specs.reserve(tensors.size());
+    for (const auto& t : tensors) specs.push_back({t.name, t.view.type, t.view.shape, std::nullopt});
     safetensors_writer writer(out, specs, metadata);
     for (const auto& t : tensors) {
       if (t.view.is_contiguous()) {
@@ -118,10 +119,7 @@ planned_size planned_file_size(const std::string& path, output_format format, co
                                const std::vector<object_entry>& objects) {
   check_objects_fit(path, format, objects);
   if (format == output_format::safetensors) {
-    std::vector<safetensors_writer::spec> st;
-    st.reserve(specs.size());
-    for (const auto& t : specs) st.push_back({t.name, t.type, t.shape});
-    return planned_size{safetensors_file_size(path, st, metadata), true};
+    return planned_size{safetensors_file_size(path, specs, metadata), true};
   }
   planned_size size{kArchiveBound, false};
   if (!metadata.empty()) size.bytes += kRecordBound + nlohmann::json(metadata).dump(1).size();
@@ -160,10 +158,7 @@ struct tensor_sink::impl {
       torch->add_objects(objects);
       storage_keys.resize(specs.size());
     } else {
-      std::vector<safetensors_writer::spec> st;
-      st.reserve(specs.size());
-      for (const auto& t : specs) st.push_back({t.name, t.type, t.shape});
-      safetensors = std::make_unique<safetensors_writer>(out, st, metadata);
+      safetensors = std::make_unique<safetensors_writer>(out, specs, metadata);
     }
   }
 

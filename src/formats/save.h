@@ -49,14 +49,6 @@ void check_objects_fit(const std::string& path, output_format format, const std:
 // and "format": "pt", which transformers requires, unless an input says otherwise.
 std::map<std::string, std::string> inherited_metadata(const std::vector<const state_dict*>& inputs);
 
-struct tensor_spec {
-  std::string name;
-  dtype type;
-  std::vector<int64_t> shape;
-  // torch.save only: a view of this earlier spec's storage (a tied weight), no bytes of its own.
-  std::optional<size_t> alias_of;
-};
-
 // The size of the file a tensor_sink of `specs`, `metadata` and `objects` writes, for plans
 // (--dry-run): safetensors' exactly (the writer's own header code); torch.save's the data plus a
 // bound on the archive's records and data.pkl (exact false), the objects' pickle not counted.
