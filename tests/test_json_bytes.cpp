@@ -62,3 +62,24 @@ TEST_CASE("surrogate_escaped is the UTF-8 of os.fsdecode, pickled as Python pick
   for (const std::string s : {"caf\xe9"s, "\x80\xff"s, "\xc3\xa9"s, "\xed\xb3\xa9"s, "a\xc3"s, ""s})
     CHECK(surrogate_unescaped(surrogate_escaped(s)) == s);
 }
+
+TEST_CASE("json_quote leaves every printable ASCII character as it is, the space included, as nlohmann does",
+          "[json_bytes]") {
+  std::string ascii;
+  for (char c = 0x20; c < 0x7f; ++c) ascii += c;
+  CHECK(json_quote(ascii) == json(ascii).dump());
+  CHECK(json_quote(" ") == "\" \"");
+  CHECK(json_quote("\x1f ") == "\"\\u001f \"");  // the last control character escaped, the space not
+  CHECK(json_dump(json{{"a b", "c d"}}) == "{\"a b\":\"c d\"}");
+}
+
+TEST_CASE("json_unmarked_string: a NUL and a lead byte at the very end are left as they are", "[json_bytes]") {
+  // A mark is NUL, then U+0080..U+00FF as two UTF-8 bytes; with the second byte missing it is no mark.
+  CHECK(json_unmarked_string("a\0\xc3\xa9"s) == "a\xe9");
+  CHECK(json_unmarked_string("a\0\xc2\x80"s) == "a\x80");
+  CHECK(json_unmarked_string("a\0\0"s) == "a\0"s);
+  CHECK(json_unmarked_string("a\0\xc3"s) == "a\0\xc3"s);
+  CHECK(json_unmarked_string("a\0\xc2"s) == "a\0\xc2"s);
+  CHECK(json_unmarked_string("a\0"s) == "a\0"s);
+  CHECK(json_unmarked_string("\0x"s) == "\0x"s);
+}
