@@ -83,3 +83,24 @@ TEST_CASE("json_unmarked_string: a NUL and a lead byte at the very end are left 
   CHECK(json_unmarked_string("a\0"s) == "a\0"s);
   CHECK(json_unmarked_string("\0x"s) == "\0x"s);
 }
+
+TEST_CASE("surrogate_unescaped takes U+DC80..U+DCFF back as bytes, and leaves U+DC00..U+DC7F as they are",
+          "[json_bytes]") {
+  // os.fsdecode makes U+DC80..U+DCFF only (a byte under 0x80 is ASCII); below, a surrogate is text.
+  CHECK(surrogate_unescaped("\xed\xb2\x80") == "\x80");            // U+DC80
+  CHECK(surrogate_unescaped("\xed\xb3\xbf") == "\xff");            // U+DCFF
+  CHECK(surrogate_unescaped("\xed\xb1\xbf") == "\xed\xb1\xbf");    // U+DC7F
+  CHECK(surrogate_unescaped("\xed\xb0\x80x") == "\xed\xb0\x80x");  // U+DC00
+  CHECK(surrogate_unescaped("\xed\xb4\x80") == "\xed\xb4\x80");    // U+DD00
+  CHECK(surrogate_unescaped("\xed\xb2") == "\xed\xb2");            // cut short
+}
+
+TEST_CASE("json_text_unmarked leaves escapes other than \\u0000 as they are", "[json_bytes]") {
+  for (const std::string& text :
+       {R"({"a": "x\"y\\z\n\t\/\b\f\r"})"s, R"(["\\", "\"", "\\u0000"])"s, R"(["\u00e9\u0001", "a\\\\"])"s})
+    CHECK(json_text_unmarked(text) == text);
+  // Through nlohmann and back, a report with such strings is the text json_dump wrote.
+  const json j = {{"path", "a \"b\"\\c\nd\t"}, {"byte", "caf\xe9"}};
+  const std::string final_text = json_dump(j, 1);
+  CHECK(json_text_unmarked(json::parse(json_text_marked(final_text)).dump(1)) == final_text);
+}
