@@ -401,6 +401,17 @@ class HostileJobFileTest(FinalizeTest):
                 # 99999 is a plan (then the manifests are of another plan: exit 4); one more is not.
                 self.assert_fails(p, code, self.plan(out) if code == 3 else "another plan")
 
+    def test_a_manifest_of_another_worker_count(self):
+        """A manifest (of this plan, at its name) that says another count of workers is exit 4; nothing published."""
+        for index, count in ((1, 3), (1, 1000)):
+            with self.subTest(count=count):
+                out = self.fresh("c%d" % count)
+                manifest = os.path.join(out + ".partial", "swavg-worker-1-of-2.json")
+                self.edit(manifest, lambda j: j.update(index=index, count=count))
+                self.assert_fails(run(["finalize", out + "/"]), 4, manifest,
+                                  "says worker %d of %d, expected 1 of 2" % (index, count))
+                self.assert_unpublished(out)
+
     def test_manifest_bounds(self):
         for count in (2 ** 40, 1000001):
             out = self.fresh("m%d" % count)
