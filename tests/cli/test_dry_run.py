@@ -299,6 +299,20 @@ class DryRunTest(TempDirTest):
                     if t["written"]:
                         self.assertIn(t["file"], own, t["name"])
 
+    def test_a_peak_of_nothing_names_the_first_tensor(self):
+        # Every tensor empty and copied (buffers): each working set is 0 bytes, and the first tensor is named,
+        # not none.
+        inputs = []
+        for i in range(2):
+            p = self.path("empty_%d.safetensors" % i)
+            save_file(collections.OrderedDict((("bn.running_mean", torch.empty(0)),
+                                               ("bn.running_var", torch.empty(0)))), p)
+            inputs.append(p)
+        plan = json.loads(swavg("average", *inputs, "-o", self.path("e.safetensors"), "--dry-run", "--json").stdout)
+        self.assertEqual([t["action"] for t in plan["details"]], ["latest", "latest"])
+        self.assertEqual(plan["peak_memory"]["largest_tensor"], plan["details"][0]["name"])
+
+
 TIME = "/usr/bin/time"  # GNU time: its own RSS is a few MB, so the child's peak is the child's
 
 
