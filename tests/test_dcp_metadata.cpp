@@ -325,3 +325,24 @@ TEST_CASE("torch's own .metadata files read as torch reads them", "[dcp_metadata
     }
   }
 }
+
+TEST_CASE("chunk tiling: a negative offset or size is named as such, wherever it is", "[dcp_metadata]") {
+  for (const auto& bad : {chunk({2}, {-1}), chunk({5}, {-2}), chunk({-1}, {2}), chunk({0}, {-4})})
+    CHECK_THAT(check_chunk_tiling({4}, {chunk({0}, {4}), bad}),
+               Catch::Contains("chunk 1") && Catch::Contains("has a negative offset or size"));
+  CHECK_THAT(check_chunk_tiling({2, 3}, {chunk({0, 0}, {2, -3})}), Catch::Contains("has a negative offset or size"));
+}
+
+TEST_CASE(
+    "chunk tiling: of several overlaps, the first met sweeping the first of the dimensions with the most "
+    "starts is named",
+    "[dcp_metadata]") {
+  // Starts at {0, 2} in each dimension: dimension 0 is swept, which meets chunk 2 on chunk 0 first
+  // (sweeping dimension 1 would meet chunk 1 first).
+  CHECK(check_chunk_tiling({4, 4}, {chunk({0, 0}, {4, 4}), chunk({2, 0}, {1, 1}), chunk({0, 2}, {1, 1})}) ==
+        "chunk 2 (offsets [0, 2], sizes [1, 1]) overlaps chunk 0 (offsets [0, 0], sizes [4, 4])");
+  // Three starts in dimension 1, two in dimension 0: dimension 1 is swept.
+  CHECK(check_chunk_tiling(
+            {4, 4}, {chunk({0, 0}, {4, 4}), chunk({2, 0}, {1, 1}), chunk({0, 2}, {1, 1}), chunk({0, 3}, {1, 1})}) ==
+        "chunk 1 (offsets [2, 0], sizes [1, 1]) overlaps chunk 0 (offsets [0, 0], sizes [4, 4])");
+}

@@ -62,3 +62,45 @@ TEST_CASE("surrogate_escaped is the UTF-8 of os.fsdecode, pickled as Python pick
   for (const std::string s : {"caf\xe9"s, "\x80\xff"s, "\xc3\xa9"s, "\xed\xb3\xa9"s, "a\xc3"s, ""s})
     CHECK(surrogate_unescaped(surrogate_escaped(s)) == s);
 }
+
+TEST_CASE("json_quote leaves every printable ASCII character as it is, the space included, as nlohmann does",
+          "[json_bytes]") {
+  std::string ascii;
+  for (char c = 0x20; c < 0x7f; ++c) ascii += c;
+  CHECK(json_quote(ascii) == json(ascii).dump());
+  CHECK(json_quote(" ") == "\" \"");
+  CHECK(json_quote("\x1f ") == "\"\\u001f \"");  // the last control character escaped, the space not
+  CHECK(json_dump(json{{"a b", "c d"}}) == "{\"a b\":\"c d\"}");
+}
+
+TEST_CASE("json_unmarked_string: a NUL and a lead byte at the very end are left as they are", "[json_bytes]") {
+  // A mark is NUL, then U+0080..U+00FF as two UTF-8 bytes; with the second byte missing it is no mark.
+  CHECK(json_unmarked_string("a\0\xc3\xa9"s) == "a\xe9");
+  CHECK(json_unmarked_string("a\0\xc2\x80"s) == "a\x80");
+  CHECK(json_unmarked_string("a\0\0"s) == "a\0"s);
+  CHECK(json_unmarked_string("a\0\xc3"s) == "a\0\xc3"s);
+  CHECK(json_unmarked_string("a\0\xc2"s) == "a\0\xc2"s);
+  CHECK(json_unmarked_string("a\0"s) == "a\0"s);
+  CHECK(json_unmarked_string("\0x"s) == "\0x"s);
+}
+
+TEST_CASE("surrogate_unescaped takes U+DC80..U+DCFF back as bytes, and leaves U+DC00..U+DC7F as they are",
+          "[json_bytes]") {
+  // os.fsdecode makes U+DC80..U+DCFF only (a byte under 0x80 is ASCII); below, a surrogate is text.
+  CHECK(surrogate_unescaped("\xed\xb2\x80") == "\x80");            // U+DC80
+  CHECK(surrogate_unescaped("\xed\xb3\xbf") == "\xff");            // U+DCFF
+  CHECK(surrogate_unescaped("\xed\xb1\xbf") == "\xed\xb1\xbf");    // U+DC7F
+  CHECK(surrogate_unescaped("\xed\xb0\x80x") == "\xed\xb0\x80x");  // U+DC00
+  CHECK(surrogate_unescaped("\xed\xb4\x80") == "\xed\xb4\x80");    // U+DD00
+  CHECK(surrogate_unescaped("\xed\xb2") == "\xed\xb2");            // cut short
+}
+
+TEST_CASE("json_text_unmarked leaves escapes other than \\u0000 as they are", "[json_bytes]") {
+  for (const std::string& text :
+       {R"({"a": "x\"y\\z\n\t\/\b\f\r"})"s, R"(["\\", "\"", "\\u0000"])"s, R"(["\u00e9\u0001", "a\\\\"])"s})
+    CHECK(json_text_unmarked(text) == text);
+  // Through nlohmann and back, a report with such strings is the text json_dump wrote.
+  const json j = {{"path", "a \"b\"\\c\nd\t"}, {"byte", "caf\xe9"}};
+  const std::string final_text = json_dump(j, 1);
+  CHECK(json_text_unmarked(json::parse(json_text_marked(final_text)).dump(1)) == final_text);
+}

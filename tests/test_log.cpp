@@ -1,10 +1,14 @@
 // Counts in messages read as English: "1 file", "2 files", "0 files", and irregular plurals; log lines
 // and their colour (--color, NO_COLOR); the terminal's width.
 #include <catch2/catch.hpp>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "util/log.h"
 #include "util/terminal.h"
@@ -54,4 +58,45 @@ TEST_CASE("use_color: --color always and never win, auto needs a terminal, no NO
   CHECK(terminal_columns(fds[1]) == 80);
   ::close(fds[0]);
   ::close(fds[1]);
+}
+
+TEST_CASE("terminal_columns: a terminal's own width first; one that reports none (0 columns) is as no terminal",
+          "[log]") {
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY);
+  REQUIRE(master >= 0);
+  REQUIRE(::grantpt(master) == 0);
+  REQUIRE(::unlockpt(master) == 0);
+  const int tty = ::open(::ptsname(master), O_RDWR | O_NOCTTY);
+  REQUIRE(tty >= 0);
+  CHECK(is_terminal(tty));
+  struct winsize size {};  // 0 columns: what a new pseudo-terminal reports before anyone sets it
+  REQUIRE(::ioctl(tty, TIOCSWINSZ, &size) == 0);
+  ::setenv("COLUMNS", "132", 1);
+  CHECK(terminal_columns(tty) == 132);
+  ::unsetenv("COLUMNS");
+  CHECK(terminal_columns(tty) == 80);
+  size.ws_col = 200;
+  size.ws_row = 50;
+  REQUIRE(::ioctl(tty, TIOCSWINSZ, &size) == 0);
+  ::setenv("COLUMNS", "132", 1);
+  CHECK(terminal_columns(tty) == 200);
+  ::unsetenv("COLUMNS");
+  // --color auto on a terminal: colour, unless NO_COLOR is set and not empty or TERM is dumb.
+  const char* term = std::getenv("TERM");
+  const std::string saved_term = term ? term : "";
+  ::setenv("TERM", "xterm", 1);
+  ::setenv("NO_COLOR", "", 1);
+  CHECK(use_color(color_mode::automatic, tty));
+  ::setenv("NO_COLOR", "1", 1);
+  CHECK_FALSE(use_color(color_mode::automatic, tty));
+  ::unsetenv("NO_COLOR");
+  CHECK(use_color(color_mode::automatic, tty));
+  ::setenv("TERM", "dumb", 1);
+  CHECK_FALSE(use_color(color_mode::automatic, tty));
+  if (term)
+    ::setenv("TERM", saved_term.c_str(), 1);
+  else
+    ::unsetenv("TERM");
+  ::close(tty);
+  ::close(master);
 }

@@ -112,3 +112,42 @@ TEST_CASE("name sets: --allow-missing is suggested for a partial overlap only, a
             .rfind("c.pt lacks 1 of the tensors of a.pt, and a.pt lacks 1 of those of c.pt: pass", 0) == 0);
   CHECK(name_set_advice(d, "a.pt", "b.pt", true).empty());
 }
+
+TEST_CASE("name sets: a name that is its prefix twice over still maps, as --strip-prefix strips it once",
+          "[name_mismatch]") {
+  // --strip-prefix strips a name only when it is longer than the prefix, once: 'm.m.' becomes 'm.',
+  // which keeps its 'm.'. The diagnosis follows the same rule (a rest equal to the prefix is no
+  // prefix left on it) and finds the prefix.
+  auto a = model("m.", 3), b = model("", 3);
+  a.push_back({"m.m.", {1}});
+  b.push_back({"m.", {1}});
+  const auto d = diagnose_name_sets(a, b);
+  CHECK(d.verdict == name_set_verdict::prefix);
+  CHECK(d.prefix_a == "m.");
+  CHECK(d.prefix_b.empty());
+}
+
+TEST_CASE("name sets: not a prefix when a name would keep it after one strip, as the other side's name loses it",
+          "[name_mismatch]") {
+  // 'model.model.x' less 'model.' is 'model.x', the name in b; but --strip-prefix model. strips b's
+  // 'model.x' too (to 'x'): no advice to strip it.
+  auto a = model("model.", 3), b = model("", 3);
+  a.push_back({"model.model.x", {1}});
+  b.push_back({"model.x", {1}});
+  CHECK(diagnose_name_sets(a, b).verdict != name_set_verdict::prefix);
+  // The same with a prefix on each side: b's rest would keep b's prefix.
+  auto c = model("module.", 3), e = model("model.", 3);
+  c.push_back({"module.model.x", {1}});
+  e.push_back({"model.model.x", {1}});
+  CHECK(diagnose_name_sets(c, e).verdict != name_set_verdict::prefix);
+}
+
+TEST_CASE("name sets: a prefix of 8 parts is found, one of 9 is past the cuts tried", "[name_mismatch]") {
+  auto d = diagnose_name_sets(model("a.b.c.d.e.f.g.h.", 3), model("", 3));
+  CHECK(d.verdict == name_set_verdict::prefix);
+  CHECK(d.prefix_a == "a.b.c.d.e.f.g.h.");
+  d = diagnose_name_sets(model("", 3), model("a/b/c/d/e/f/g/h/", 3));
+  CHECK(d.verdict == name_set_verdict::prefix);
+  CHECK(d.prefix_b == "a/b/c/d/e/f/g/h/");
+  CHECK(diagnose_name_sets(model("a.b.c.d.e.f.g.h.i.", 3), model("", 3)).verdict != name_set_verdict::prefix);
+}

@@ -423,3 +423,20 @@ TEST_CASE("variants: file names as _add_variant makes them, and read back", "[sh
   CHECK(at.file == d / "diffusion_pytorch_model.safetensors");
   CHECK(at.names.variant.empty());
 }
+
+TEST_CASE("variants: an index without a variant reads back as no variant", "[sharded_input]") {
+  for (const auto& [name, names, format] :
+       {std::tuple{"model.safetensors.index.json", weights_names::transformers, file_format::safetensors},
+        std::tuple{"pytorch_model.bin.index.json", weights_names::transformers, file_format::torch},
+        std::tuple{"diffusion_pytorch_model.safetensors.index.json", weights_names::diffusers,
+                   file_format::safetensors},
+        std::tuple{"adapter_model.bin.index.json", weights_names::peft, file_format::torch}}) {
+    INFO(name);
+    const auto known = naming_of_weight_file(name);
+    REQUIRE(known);
+    CHECK(known->first.names == names);
+    CHECK(known->first.variant.empty());
+    CHECK(known->second == format);
+    CHECK(index_file_name(format, known->first) == name);
+  }
+}

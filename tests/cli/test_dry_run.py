@@ -15,7 +15,7 @@ import unittest
 import torch
 from safetensors.torch import save_file
 
-from common import SWAVG, TempDirTest, swavg
+from common import SWAVG, TempDirTest, fixture, swavg
 
 
 def make_state(seed):
@@ -268,6 +268,49 @@ class DryRunTest(TempDirTest):
         self.assertIn("about", p.stdout)  # a torch.save size is an estimate
         p = swavg("convert", self.inputs[0], "-o", self.path("c.pt"), "--json", check=False)
         self.assertEqual(p.returncode, 2)
+
+
+    def test_table_sizes_at_the_unit_edge(self):
+        """The table's sizes count in powers of 10, as --max-shard-size does: 1000 bytes are 1.0 kB, 992 are
+        992 B."""
+        for n, shown in ((125, "To read: 1000 bytes (1.0 kB);"), (124, "To read: 992 bytes (992 B);")):
+            with self.subTest(n=n):
+                inputs = []
+                for i in range(2):
+                    p = self.path("edge_%d_%d.safetensors" % (n, i))
+                    save_file({"w": torch.full((n,), float(i))}, p)
+                    inputs.append(p)
+                p = swavg("average", *inputs, "-o", self.path("edge.safetensors"), "--dry-run")
+                self.assertIn(shown, p.stdout)
+
+    def test_a_tensor_in_several_files_shows_the_workers_first(self):
+        """DCP output keeps the inputs' chunks: a tensor cut over 4 rank files lies in both files of each
+        worker of 2; the plan shows the first of this worker's files holding it."""
+        inputs = [fixture("dcp/rank4_0"), fixture("dcp/rank4_1")]
+        for worker, first in ((0, "__0_0.distcp"), (1, "__1_0.distcp")):
+            with self.subTest(worker=worker):
+                plan = self.dry("average", *inputs, "--format", "dcp", "-o", self.path("out/"), "--shard",
+                                "%d/2" % worker)
+                own = [f["file"] for f in plan["output"]["files"] if f["written"]]
+                self.assertEqual(len(own), 2)
+                by_name = {t["name"]: t for t in plan["details"]}
+                self.assertEqual(by_name["embed.weight"]["file"], first)
+                for t in plan["details"]:
+                    if t["written"]:
+                        self.assertIn(t["file"], own, t["name"])
+
+    def test_a_peak_of_nothing_names_the_first_tensor(self):
+        # Every tensor empty and copied (buffers): each working set is 0 bytes, and the first tensor is named,
+        # not none.
+        inputs = []
+        for i in range(2):
+            p = self.path("empty_%d.safetensors" % i)
+            save_file(collections.OrderedDict((("bn.running_mean", torch.empty(0)),
+                                               ("bn.running_var", torch.empty(0)))), p)
+            inputs.append(p)
+        plan = json.loads(swavg("average", *inputs, "-o", self.path("e.safetensors"), "--dry-run", "--json").stdout)
+        self.assertEqual([t["action"] for t in plan["details"]], ["latest", "latest"])
+        self.assertEqual(plan["peak_memory"]["largest_tensor"], plan["details"][0]["name"])
 
 
 TIME = "/usr/bin/time"  # GNU time: its own RSS is a few MB, so the child's peak is the child's

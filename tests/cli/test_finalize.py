@@ -273,6 +273,26 @@ class JobIdentityTest(FinalizeTest):
         self.assertEqual(self.worker(out2, 0, "--rules", b).returncode, 0)
         self.assert_fails(self.worker(out2, 1, "--rules", a), 4, "--rules differs")
 
+    def test_a_plan_there_with_more_options_or_another_size(self):
+        """A plan there that has an option this worker's lacks names it; one that differs only in its
+        max_shard_size names that (a plan edited by hand: swavg's own plans name the same options)."""
+        def edited(name, change):
+            out = self.path(name)
+            self.assertEqual(self.worker(out, 0).returncode, 0)
+            plan = os.path.join(out + ".partial", "swavg-plan.json")
+            with open(plan) as f:
+                j = json.load(f, object_pairs_hook=collections.OrderedDict)
+            change(j)
+            with open(plan, "w") as f:
+                json.dump(j, f)
+            return out
+
+        out = edited("extra", lambda j: j["options"].update({"--extra": "x"}))
+        self.assert_fails(self.worker(out, 1), 4, "another job's plan",
+                          "--extra differs: (not set) here, 'x' in the plan there")
+        out = edited("size", lambda j: j.update({"max_shard_size": j["max_shard_size"] * 2}))
+        self.assert_fails(self.worker(out, 1), 4, "another job's plan", '"max_shard_size" differs: 3000 here, 6000')
+
     def test_the_plan_names_the_options(self):
         with open(os.path.join(self.done + ".partial", "swavg-plan.json")) as f:
             options = json.load(f)["options"]
@@ -380,6 +400,17 @@ class HostileJobFileTest(FinalizeTest):
                 p = run(["finalize", out + "/"])
                 # 99999 is a plan (then the manifests are of another plan: exit 4); one more is not.
                 self.assert_fails(p, code, self.plan(out) if code == 3 else "another plan")
+
+    def test_a_manifest_of_another_worker_count(self):
+        """A manifest (of this plan, at its name) that says another count of workers is exit 4; nothing published."""
+        for index, count in ((1, 3), (1, 1000)):
+            with self.subTest(count=count):
+                out = self.fresh("c%d" % count)
+                manifest = os.path.join(out + ".partial", "swavg-worker-1-of-2.json")
+                self.edit(manifest, lambda j: j.update(index=index, count=count))
+                self.assert_fails(run(["finalize", out + "/"]), 4, manifest,
+                                  "says worker %d of %d, expected 1 of 2" % (index, count))
+                self.assert_unpublished(out)
 
     def test_manifest_bounds(self):
         for count in (2 ** 40, 1000001):

@@ -162,6 +162,41 @@ class OutputRule(TempDirTest):
                 self.refused(base + ["--save-module", f], "--save-module")
                 self.refused(base + ["-o", self.path("bn.pt"), "--report", f], "--report")
 
+    def resumable_folder(self):
+        """An average written as a sharded folder (index and shards), to resume from; its files."""
+        folder = self.path("avg")
+        p = run("average", self.idx1, self.idx2, "-o", folder + "/", "--max-shard-size", "40")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        names = sorted(os.listdir(folder))
+        self.assertIn("model.safetensors.index.json", names)
+        self.assertGreaterEqual(len(names), 3)
+        return folder, [os.path.join(folder, n) for n in names]
+
+    def test_resumed_folder_files(self):
+        """The files of a resumed folder are read: a file output (-o) or a report may not be one of them, with
+        a file output or a folder output; only the folder itself may be the output (the rolling average)."""
+        folder, files = self.resumable_folder()
+        args = ["average", "--resume", folder + "/", self.idx1, "--force"]
+        for f in files:
+            with self.subTest(read=f):
+                self.refused(args + ["-o", f], "-o at a resumed file")
+                self.refused(args + ["-o", self.path("o.pt"), "--report", f], "--report at a resumed file")
+                self.refused(args + ["-o", self.path("out/"), "--report", f],
+                             "--report at a resumed file, with a folder output")
+
+    def test_report_inside_the_output_folder(self):
+        """A folder output is written as a whole: --report may not lie in it (nor in a worker's OUT.partial/)."""
+        for shard, report in (([], self.path("out/r.json")), (["--shard", "0/2"], self.path("out/r.json")),
+                              (["--shard", "0/2"], self.path("out.partial/r.json"))):
+            with self.subTest(shard=shard, report=report):
+                before = self.digests()
+                p = run("average", self.idx1, self.idx2, "-o", self.path("out/"), "--report", report, *shard)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn(b"--report %s: inside the output folder" % os.fsencode(report), p.stderr)
+                self.assertEqual(self.digests(), before)
+                self.assertFalse(os.path.exists(self.path("out")))
+                self.assertFalse(os.path.exists(self.path("out.partial/r.json")))
+
     def test_symlinked_partial(self):
         """A worker's OUT.partial/ that is a symlink (issue 29, item 8): refused, saying what it is, where it
         points and what to do; a dry run refuses it the same; finalize too."""
