@@ -95,7 +95,7 @@ TEST_CASE("surrogate_unescaped takes U+DC80..U+DCFF back as bytes, and leaves U+
   CHECK(surrogate_unescaped("\xed\xb2") == "\xed\xb2");            // cut short
 }
 
-TEST_CASE("json_text_unmarked leaves escapes other than \\u0000 as they are", "[json_bytes]") {
+TEST_CASE("json_text_unmarked leaves escapes other than the NUL mark (u0000) as they are", "[json_bytes]") {
   for (const std::string& text :
        {R"({"a": "x\"y\\z\n\t\/\b\f\r"})"s, R"(["\\", "\"", "\\u0000"])"s, R"(["\u00e9\u0001", "a\\\\"])"s})
     CHECK(json_text_unmarked(text) == text);

@@ -60,7 +60,7 @@ TEST_CASE("use_color: --color always and never win, auto needs a terminal, no NO
   ::close(fds[1]);
 }
 
-TEST_CASE("terminal_columns: a terminal's own width first; one that reports none (0 columns) is as no terminal",
+TEST_CASE("terminal_columns: a terminal's own width first and one that reports none (0 columns) is as no terminal",
           "[log]") {
   const int master = ::posix_openpt(O_RDWR | O_NOCTTY);
   REQUIRE(master >= 0);
