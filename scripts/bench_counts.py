@@ -105,7 +105,7 @@ def main():
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="swavg-bench-counts-", dir=args.dir)
     try:
-        for n in (int(s) for s in args.sizes.split(",")):
+        for n in (int(s) for s in args.sizes.split(",") if s):
             rows = {"dcp_columns": os.path.join(root, "cols%d" % n), "dcp_rows": os.path.join(root, "rows%d" % n),
                     "zero3_groups": os.path.join(root, "zero3_%d" % n, "global_step1")}
             dcp_folder(rows["dcp_columns"], n, True)
