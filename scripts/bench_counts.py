@@ -3,7 +3,7 @@ declare N items, for N = 10^4 and 10^5 (--sizes), so that a check quadratic in N
 
     python bench_counts.py SWAVG_BIN [--sizes 10000,100000] [--dir TMP]
 
-Rows (CPU seconds of the swavg child, from resource.getrusage, never wall time):
+Rows (CPU seconds of the swavg child, from its rusage through bench.py's launcher, never wall time):
   dcp_columns   a DCP folder whose one tensor [1, N] is saved as N column chunks (every chunk
                 points at the same torch.save archive of a [1, 1] tensor, so the folder stays small):
                 the chunk tiling check.
@@ -18,11 +18,13 @@ import argparse
 import io
 import os
 import pickle
-import resource
 import shutil
-import subprocess
-import sys
+import struct
 import tempfile
+
+# bench.py's launcher (a child's ru_maxrss starts at the RSS of the process that forks it, and this
+# one holds torch once a DCP or ZeRO row is made) and its safetensors header.
+from bench import Runner, _st_header
 
 
 def dcp_folder(folder, n, columns):
@@ -63,37 +65,8 @@ def zero3_folder(tag, n):
 
 def safetensors_file(path, n, value):
     """N one-element float32 tensors t0..t{N-1}, written directly (no torch: quick at 10^6)."""
-    import json
-    import struct
-    header = {"t%d" % i: {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]} for i in range(n)}
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
     with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + struct.pack("<f", value) * n)
-
-
-# A child's ru_maxrss starts at the RSS of the process that forks it (this one holds torch once a DCP
-# or ZeRO row is made): swavg is started by a small launcher, which reports its one child's usage.
-_LAUNCHER = """
-import resource, subprocess, sys
-p = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-sys.stderr.buffer.write(p.stderr[-2000:])
-u = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(p.returncode, u.ru_utime + u.ru_stime, u.ru_maxrss)
-"""
-
-
-def run_measured(cmd):
-    """(CPU seconds, peak RSS in bytes) of `cmd` alone."""
-    p = subprocess.run([sys.executable, "-S", "-c", _LAUNCHER, *cmd], capture_output=True, text=True)
-    fields = p.stdout.split()
-    if p.returncode != 0 or len(fields) != 3 or fields[0] != "0":
-        sys.exit("%s: failed (%s)\n%s" % (" ".join(cmd), p.stdout.strip(), p.stderr))
-    return float(fields[1]), int(fields[2]) * 1024
-
-
-def cpu_of(cmd):
-    return run_measured(cmd)[0]
+        f.write(_st_header([("t%d" % i, (1,)) for i in range(n)], "F32", 4) + struct.pack("<f", value) * n)
 
 
 def main():
@@ -104,6 +77,7 @@ def main():
     ap.add_argument("--dir")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="swavg-bench-counts-", dir=args.dir)
+    runner = Runner(root)  # before torch is imported
     try:
         for n in (int(s) for s in args.sizes.split(",") if s):
             rows = {"dcp_columns": os.path.join(root, "cols%d" % n), "dcp_rows": os.path.join(root, "rows%d" % n),
@@ -112,19 +86,20 @@ def main():
             dcp_folder(rows["dcp_rows"], n, False)
             zero3_folder(rows["zero3_groups"], n)
             for name, path in rows.items():
-                print("%-13s N=%-7d swavg inspect: %.2f s CPU" % (name, n, cpu_of([args.swavg, "inspect", path])),
-                      flush=True)
+                run = runner.run([args.swavg, "inspect", path])
+                print("%-13s N=%-7d swavg inspect: %.2f s CPU" % (name, n, run.user_s + run.sys_s), flush=True)
         for n in (int(s) for s in args.tensor_sizes.split(",") if s):
             inputs = [os.path.join(root, "t%d_%d.safetensors" % (n, k)) for k in range(2)]
             for k, path in enumerate(inputs):
                 safetensors_file(path, n, float(k + 1))
             out = os.path.join(root, "avg%d.safetensors" % n)
-            cpu, rss = run_measured([args.swavg, "average", *inputs, "-o", out, "--force"])
+            run = runner.run([args.swavg, "average", *inputs, "-o", out, "--force"])
             print("%-13s N=%-7d swavg average: %.2f s CPU, peak RSS %.0f MiB, %.0f bytes per tensor"
-                  % ("tensors", n, cpu, rss / 2**20, rss / n), flush=True)
+                  % ("tensors", n, run.user_s + run.sys_s, run.maxrss_bytes / 2**20, run.maxrss_bytes / n), flush=True)
             for path in inputs + [out]:
                 os.unlink(path)
     finally:
+        runner.close()
         shutil.rmtree(root, ignore_errors=True)
 
 
