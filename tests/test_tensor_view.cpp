@@ -35,6 +35,27 @@ tensor_view floats(std::vector<float> values, std::vector<int64_t> shape, std::v
   return v;
 }
 
+// A float32 view over a file at `path` of `count` copies of `value`, mapped (the view keeps the
+// mapping alive), with this shape and these strides.
+tensor_view mapped_floats(const std::string& path, int64_t count, float value, std::vector<int64_t> shape,
+                          std::vector<int64_t> strides) {
+  {
+    const std::vector<float> values(static_cast<size_t>(count), value);
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(count * 4));
+  }
+  const std::shared_ptr<const mapped_file> file = mapped_file::open(path);
+  tensor_view v;
+  v.type = dtype::float32;
+  v.shape = std::move(shape);
+  v.strides = std::move(strides);
+  v.storage = file->data();
+  v.storage_bytes = file->size();
+  v.owner = file;
+  v.mapping = file.get();
+  return v;
+}
+
 // The full tensor's values 0, 1, 2, ... in row-major order, and the box of it at `offsets` of
 // `sizes` as a contiguous view of its own.
 std::vector<float> iota(int64_t n) {
@@ -252,26 +273,9 @@ TEST_CASE("release_pages reaches the file of every piece, and only of the pieces
   // A [2, n] tensor: row 0 placed as a box from file rank0, row 1 flat from file rank1.
   test::temp_dir tmp;
   const int64_t n = ::sysconf(_SC_PAGESIZE);  // floats per row: 4 pages of each file
-  std::vector<std::shared_ptr<const mapped_file>> files;
-  std::vector<tensor_piece> pieces;
-  for (int r = 0; r < 2; ++r) {
-    const std::string path = tmp / ("rank" + std::to_string(r));
-    {
-      std::vector<float> values(static_cast<size_t>(n), static_cast<float>(r + 1));
-      std::ofstream out(path, std::ios::binary);
-      out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(n * 4));
-    }
-    files.push_back(mapped_file::open(path));
-    tensor_view v;
-    v.type = dtype::float32;
-    v.shape = r == 0 ? std::vector<int64_t>{1, n} : std::vector<int64_t>{n};
-    v.strides = contiguous_strides(v.shape);
-    v.storage = files.back()->data();
-    v.storage_bytes = files.back()->size();
-    v.owner = files.back();
-    v.mapping = files.back().get();
-    pieces.push_back(r == 0 ? tensor_piece{v, {0, 0}, false} : tensor_piece{v, {n}, true});
-  }
+  const std::vector<tensor_piece> pieces = {
+      tensor_piece{mapped_floats(tmp / "rank0", n, 1.0f, {1, n}, {n, 1}), {0, 0}, false},
+      tensor_piece{mapped_floats(tmp / "rank1", n, 2.0f, {n}, {1}), {n}, true}};
   const tensor_view v = make_pieced_view(dtype::float32, {2, n}, pieces, "t");
   std::vector<float> out = gathered(v);
   CHECK(out.front() == 1.0f);
@@ -297,27 +301,9 @@ TEST_CASE("release_pages releases a strided piece only when the range holds all 
   // A [2, n] tensor: row 0 contiguous from file rank0, row 1 every other element of file rank1.
   test::temp_dir tmp;
   const int64_t n = ::sysconf(_SC_PAGESIZE);
-  std::vector<std::shared_ptr<const mapped_file>> files;
-  std::vector<tensor_piece> pieces;
-  for (int r = 0; r < 2; ++r) {
-    const std::string path = tmp / ("rank" + std::to_string(r));
-    const int64_t count = r == 0 ? n : 2 * n;
-    {
-      std::vector<float> values(static_cast<size_t>(count), static_cast<float>(r + 1));
-      std::ofstream out(path, std::ios::binary);
-      out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(count * 4));
-    }
-    files.push_back(mapped_file::open(path));
-    tensor_view v;
-    v.type = dtype::float32;
-    v.shape = {1, n};
-    v.strides = r == 0 ? std::vector<int64_t>{n, 1} : std::vector<int64_t>{2 * n, 2};
-    v.storage = files.back()->data();
-    v.storage_bytes = files.back()->size();
-    v.owner = files.back();
-    v.mapping = files.back().get();
-    pieces.push_back(tensor_piece{v, {r, 0}, false});
-  }
+  const std::vector<tensor_piece> pieces = {
+      tensor_piece{mapped_floats(tmp / "rank0", n, 1.0f, {1, n}, {n, 1}), {0, 0}, false},
+      tensor_piece{mapped_floats(tmp / "rank1", 2 * n, 2.0f, {1, n}, {2 * n, 2}), {1, 0}, false}};
   const tensor_view v = make_pieced_view(dtype::float32, {2, n}, pieces, "t");
   REQUIRE_FALSE(v.pieces->back().view.is_contiguous());
   REQUIRE(::truncate((tmp / "rank1").c_str(), 0) == 0);
