@@ -7,6 +7,7 @@
 
 #include "formats/dcp_input.h"
 #include "formats/dcp_output.h"
+#include "formats/worker_files.h"
 #include "support.h"
 #include "util/crc32.h"
 #include "util/error.h"
@@ -102,7 +103,7 @@ TEST_CASE("DCP chunks: the pages of each chunk's archive headers are released on
     sink.write(reinterpret_cast<const char*>(zeros.data()), zeros.size() * 4);
     sink.commit();
   }
-  write_dcp_metadata(dir.path(), plan.metadata);
+  write_index(dir.path(), plan.layout);
   REQUIRE(plan.tensors[1].chunks[0].offset > (uint64_t{8} << 20));
   const state_dict sd = read_dcp_folder(dir.path(), "");
   REQUIRE(sd.tensors.size() == 2);

@@ -11,6 +11,7 @@
 
 #include "formats/dcp_input.h"
 #include "formats/dcp_output.h"
+#include "formats/save.h"
 #include "formats/worker_files.h"
 #include "support.h"
 #include "util/error.h"
@@ -102,7 +103,7 @@ TEST_CASE("dcp_output: chunked like the first input, read back by swavg's DCP re
     REQUIRE(sink.files().size() == 2);
     CHECK(sink.bytes_written() == sink.files()[0].size + sink.files()[1].size);
   }
-  write_dcp_metadata(dir.path(), plan.metadata);
+  write_index(dir.path(), plan.layout);
   for (size_t f = 0; f < 2; ++f) {
     uint64_t end = 0;
     for (const auto& t : plan.tensors)
@@ -231,7 +232,7 @@ TEST_CASE("dcp_output: planner_data keeps ints as ints, the record rides in .met
   test::temp_dir dir;
   const dcp_plan plan =
       plan_dcp({{"blocks.0.w", dtype::float32, {2}, std::nullopt}}, &s, dir.path(), {{"swavg", "{\"n\": 2}"}});
-  write_dcp_metadata(dir.path(), plan.metadata);
+  write_index(dir.path(), plan.layout);
   const dcp_metadata back = read_dcp_metadata(dir.path());
   REQUIRE(back.entries.size() == 1);
   CHECK(back.entries[0].path == e.path);

@@ -165,27 +165,31 @@ TEST_CASE("the index is byte for byte what Python's json.dumps writes", "[sharde
 }
 
 TEST_CASE("plan and manifest round trips, and malformed ones", "[sharded_output]") {
-  auto layout = plan_layout(output_format::torch, {spec("a", 4), spec("b", 4), spec("c", 4)}, 8);
+  const hf_folder_writer writer(hf_writer_options{"out", output_format::torch, 8, {}, ""});
+  auto layout = writer.plan({spec("a", 4), spec("b", 4), spec("c", 4)}, {});
+  REQUIRE(layout.index_name == "pytorch_model.bin.index.json");
+  CHECK(layout.index_bytes == index_json(layout));
   const std::string text = plan_json(layout, {{"swavg", "{}"}, {"format", "pt"}}, {"config.json"}, 2);
   const job_plan p = parse_plan(text, "plan");
   CHECK(p.workers == 2);
   CHECK(p.layout.format == output_format::torch);
   REQUIRE(p.layout.shards.size() == 2);
   CHECK(p.layout.shards[1].file == layout.shards[1].file);
-  CHECK(index_json(p.layout) == index_json(layout));
+  CHECK(p.layout.index_name == layout.index_name);
+  CHECK(p.layout.index_bytes == layout.index_bytes);
   CHECK(p.copied == std::vector<std::string>{"config.json"});
   CHECK(plan_json(layout, {{"swavg", "{}"}, {"format", "pt"}}, {"config.json"}, 2) == text);  // deterministic
 
   const std::vector<std::string> bad_plans = {
       "",
       "[]",
-      "{\"swavg_plan\": 2}",
-      R"({"swavg_plan":1,"format":"x","max_shard_size":1,"workers":1,"total_size":0,"shards":[],"copied":[]})",
-      R"({"swavg_plan":1,"format":"torch","max_shard_size":1,"workers":1,"total_size":0,"shards":[],"copied":[]})",
-      R"({"swavg_plan":1,"format":"torch","max_shard_size":1,"workers":0,"total_size":1,"shards":[{"file":"a","bytes":1,"tensors":["x"]}],"copied":[]})",
-      R"({"swavg_plan":1,"format":"torch","max_shard_size":1,"workers":1,"total_size":2,"shards":[{"file":"a","bytes":1,"tensors":["x"]}],"copied":[]})",
-      R"({"swavg_plan":1,"format":"torch","max_shard_size":1,"workers":1,"total_size":1,"shards":[{"file":"../a","bytes":1,"tensors":["x"]}],"copied":[]})",
-      R"({"swavg_plan":1,"format":"torch","max_shard_size":1,"workers":1,"total_size":1,"shards":[{"file":"a","bytes":1,"tensors":["x"]}],"copied":["b/c"]})",
+      "{\"swavg_plan\": 1}",
+      R"({"swavg_plan":2,"format":"x","max_shard_size":1,"workers":1,"total_size":0,"shards":[],"copied":[]})",
+      R"({"swavg_plan":2,"format":"torch","max_shard_size":1,"workers":1,"total_size":0,"shards":[],"copied":[]})",
+      R"({"swavg_plan":2,"format":"torch","max_shard_size":1,"workers":0,"total_size":1,"shards":[{"file":"a","bytes":1,"tensors":["x"]}],"copied":[]})",
+      R"({"swavg_plan":2,"format":"torch","max_shard_size":1,"workers":1,"total_size":2,"shards":[{"file":"a","bytes":1,"tensors":["x"]}],"copied":[]})",
+      R"({"swavg_plan":2,"format":"torch","max_shard_size":1,"workers":1,"total_size":1,"shards":[{"file":"../a","bytes":1,"tensors":["x"]}],"copied":[]})",
+      R"({"swavg_plan":2,"format":"torch","max_shard_size":1,"workers":1,"total_size":1,"shards":[{"file":"a","bytes":1,"tensors":["x"]}],"copied":["b/c"]})",
   };
   for (const auto& b : bad_plans) {
     CAPTURE(b);
@@ -209,7 +213,7 @@ TEST_CASE("plans and manifests: bounds at their edges, missing fields, options",
     for (size_t k = 0; k < shards; ++k)
       list += fmt::format("{}{{\"file\":\"s{}\",\"bytes\":1,\"tensors\":[\"t{}\"]}}", k ? "," : "", k, k);
     return fmt::format(
-        R"({{"swavg_plan":1,"format":"torch","max_shard_size":1,"workers":{},"total_size":{},"shards":[{}],"copied":[]}})",
+        R"({{"swavg_plan":2,"format":"torch","max_shard_size":1,"workers":{},"total_size":{},"shards":[{}],"copied":[]}})",
         workers, shards, list);
   };
   CHECK(parse_plan(plan_with("1000000", 1), "plan").workers == 1000000);
@@ -219,12 +223,12 @@ TEST_CASE("plans and manifests: bounds at their edges, missing fields, options",
   CHECK(parse_plan(plan_with("2", 99999), "plan").layout.shards.size() == 99999);
   CHECK_THROWS_WITH(parse_plan(plan_with("2", 100000), "plan"), Catch::Contains("100000 shards (at most 99999)"));
   CHECK_THROWS_WITH(
-      parse_plan(R"({"swavg_plan":1,"format":"torch","max_shard_size":1,"workers":1,"total_size":0,"copied":[]})",
+      parse_plan(R"({"swavg_plan":2,"format":"torch","max_shard_size":1,"workers":1,"total_size":0,"copied":[]})",
                  "the/plan.json"),
       Catch::Contains("the/plan.json: no \"shards\" field"));
   CHECK_THROWS_WITH(
       parse_plan(
-          R"({"swavg_plan":1,"format":"torch","max_shard_size":1,"workers":1,"total_size":0,"shards":{},"copied":[]})",
+          R"({"swavg_plan":2,"format":"torch","max_shard_size":1,"workers":1,"total_size":0,"shards":{},"copied":[]})",
           "p"),
       Catch::Contains("\"shards\" is not a list"));
 
@@ -439,31 +443,37 @@ TEST_CASE("the sharded sink writes only this worker's shards, each complete", "[
 }
 
 TEST_CASE("a layout of diffusers' names, through the plan", "[sharded_output]") {
-  auto layout = plan_layout(output_format::safetensors, {spec("a", 4), spec("b", 4)}, 4, weights_names::diffusers);
+  const hf_folder_writer diffusers(
+      hf_writer_options{"out", output_format::safetensors, 4, weights_naming(weights_names::diffusers), ""});
+  auto layout = diffusers.plan({spec("a", 4), spec("b", 4)}, {});
   REQUIRE(layout.shards.size() == 2);
   CHECK(layout.shards[0].file == "diffusion_pytorch_model-00001-of-00002.safetensors");
-  CHECK(output_index_name(layout.format, layout.names) == "diffusion_pytorch_model.safetensors.index.json");
+  CHECK(layout.index_name == "diffusion_pytorch_model.safetensors.index.json");
   CHECK(plan_layout(output_format::torch, {spec("a", 4)}, 8, weights_names::peft).shards.at(0).file ==
         "adapter_model.bin");
+  // The plan records the index by its name and bytes, which finalize writes as they are.
   const std::string text = plan_json(layout, {}, {}, 2);
-  CHECK(text.find("\"weights_names\": \"diffusers\"") != std::string::npos);
-  CHECK(parse_plan(text, "plan").layout.names.names == weights_names::diffusers);
-  // transformers' names are the default: the plan says nothing of them (plans of earlier runs read alike)
-  const std::string plain = plan_json(plan_layout(output_format::safetensors, {spec("a", 4)}, 8), {}, {}, 1);
-  CHECK(plain.find("weights_names") == std::string::npos);
-  CHECK(parse_plan(plain, "plan").layout.names.names == weights_names::transformers);
-  CHECK(plain.find("\"variant\"") == std::string::npos);
-  // A variant's layout: its files' names, and the plan records it.
-  const shard_layout fp16 = plan_layout(output_format::safetensors, {spec("a", 4), spec("b", 4)}, 4,
-                                        weights_naming(weights_names::diffusers, "fp16"));
+  CHECK(parse_plan(text, "plan").layout.index_name == layout.index_name);
+  CHECK(parse_plan(text, "plan").layout.index_bytes == layout.index_bytes);
+  // One shard: no index, and the plan says nothing of one.
+  const std::string plain = plan_json(diffusers.plan({spec("a", 4)}, {}), {}, {}, 1);
+  CHECK(plain.find("\"index\"") == std::string::npos);
+  CHECK_FALSE(parse_plan(plain, "plan").layout.indexed());
+  // A variant's layout: its files' and its index's names.
+  const hf_folder_writer fp16_writer(
+      hf_writer_options{"out", output_format::safetensors, 4, weights_naming(weights_names::diffusers, "fp16"), ""});
+  const shard_layout fp16 = fp16_writer.plan({spec("a", 4), spec("b", 4)}, {});
   CHECK(fp16.shards[0].file == "diffusion_pytorch_model.fp16-00001-of-00002.safetensors");
-  CHECK(output_index_name(fp16.format, fp16.names) == "diffusion_pytorch_model.safetensors.index.fp16.json");
-  const std::string with_variant = plan_json(fp16, {}, {}, 1);
-  CHECK(parse_plan(with_variant, "plan").layout.names.variant == "fp16");
-  std::string bad_variant = with_variant;
-  bad_variant.replace(bad_variant.find("\"fp16\""), 6, "\"f/16\"");
-  CHECK_THROWS_AS(parse_plan(bad_variant, "plan"), input_error);
-  std::string unknown = text;
-  unknown.replace(unknown.find("\"diffusers\""), 11, "\"Diffusers\"");
-  CHECK_THROWS_WITH(parse_plan(unknown, "plan"), Catch::Contains("unknown weights_names 'Diffusers'"));
+  CHECK(fp16.index_name == "diffusion_pytorch_model.safetensors.index.fp16.json");
+  // An index name that is not a plain file name of the folder is refused (finalize writes it there).
+  const std::string name = "\"diffusion_pytorch_model.safetensors.index.json\"";
+  for (const char* bad : {"\"\"", "\"../index.json\"", "\"a/b.json\"", "\".\"", "\"..\"", "\"swavg-plan.json\"",
+                          "\"diffusion_pytorch_model-00001-of-00002.safetensors\""}) {
+    std::string hostile = text;
+    hostile.replace(hostile.find(name), name.size(), bad);
+    CHECK_THROWS_AS(parse_plan(hostile, "plan"), input_error);
+  }
+  std::string not_hex = text;
+  not_hex.replace(not_hex.find("\"bytes\": \"") + 10, 1, "g");
+  CHECK_THROWS_WITH(parse_plan(not_hex, "plan"), Catch::Contains("not hex"));
 }

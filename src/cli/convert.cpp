@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "formats/load.h"
+#include "formats/folder_writers.h"
 #include "formats/output_folder.h"
 #include "formats/save.h"
 #include "formats/sharded_input.h"
@@ -70,7 +71,7 @@ dry_run describe_convert(const convert_options& o, const state_dict& sd, output_
 void convert_to_folder(const convert_options& o) {
   const uint64_t limit = o.max_shard_size.empty() ? kDefaultMaxShardSize : parse_shard_size(o.max_shard_size);
   if (!o.max_shard_size.empty() && o.format) refuse_shard_size(o.output, *o.format);
-  output_folder out(o.output, limit, 0, 1, o.force);
+  output_folder out(o.output, 0, 1, o.force);
   out.refuse_not_folder();
   read_set read;
   read.add_checkpoint(o.input);
@@ -87,23 +88,21 @@ void convert_to_folder(const convert_options& o) {
   folder_files extra;
   const checkpoint_location source = output_source_of(o.input);
   if (!source.folder.empty()) extra = classify_folder(source.folder);
-  out.carry_index_metadata(source);
+  out.use(make_folder_writer({out.path(), format, limit, source.names, source.index, o.input, sd.key}));
 
   if (o.dry_run) {
-    if (format == output_format::dcp) out.chunk_like(o.input, sd.key);
-    const shard_layout layout = out.plan_shards(format, specs, source.names);
+    const shard_layout layout = out.plan_shards(specs, metadata);
     dry_run d = describe_convert(o, sd, format);
     d.folder = true;
-    add_shard_files(d, out.path(), layout, metadata);
+    add_shard_files(d, out, layout, metadata);
     total_written(d);
     for (const auto& shard : layout.shards)
       for (size_t i : shard.specs) d.tensors[i].file = shard.file;
     d.copied = extra.copied;
     return print_dry_run(d, o.json);
   }
-  out.stage(source.folder, extra.copied, source.names);
-  if (format == output_format::dcp) out.chunk_like(o.input, sd.key);
-  output_sink& sink = out.open(format, std::move(specs), metadata);
+  out.stage(source.folder, extra.copied);
+  output_sink& sink = out.open(std::move(specs), metadata);
   std::vector<uint8_t> copy;
   for (const auto& t : sd.tensors) {
     if (t.view.is_contiguous()) {

@@ -89,7 +89,7 @@ void dry_run::note_working_set(uint64_t bytes, const std::string& tensor) {
   }
 }
 
-void add_shard_files(dry_run& d, const std::string& folder, const shard_layout& layout,
+void add_shard_files(dry_run& d, const output_folder& out, const shard_layout& layout,
                      const std::map<std::string, std::string>& metadata) {
   for (size_t s = 0; s < layout.shards.size(); ++s) {
     const output_shard& shard = layout.shards[s];
@@ -97,12 +97,12 @@ void add_shard_files(dry_run& d, const std::string& folder, const shard_layout& 
     f.path = shard.file;
     f.tensors = shard.specs.size();
     f.data_bytes = shard.bytes;
-    f.size = planned_shard_size(folder, layout, s, metadata);
+    f.size = out.planned_file_size(layout, s, metadata);
     f.worker = s % d.worker_count;
     f.written = worker_owns(s, d.worker_index, d.worker_count);
     d.files.push_back(std::move(f));
   }
-  d.index = planned_index_name(layout);
+  d.index = layout.index_name;
 }
 
 void total_written(dry_run& d) {
@@ -137,7 +137,7 @@ dry_run describe_fold_job(const std::string& command, const fold_job& job, const
   std::vector<bool> owned(o.specs.size(), true);
   if (p.layout) {
     const shard_layout& l = *p.layout;
-    add_shard_files(d, d.output, l, o.metadata);
+    add_shard_files(d, *p.folder, l, o.metadata);
     owned = specs_owned(l, job.worker.index, job.worker.count);
     // The file shown for a tensor: the first of this worker's holding it, else the first holding it.
     std::vector<bool> shown_own(o.specs.size());

@@ -83,10 +83,10 @@ dry_run_input dry_run_input_of(const state_dict& sd);
 // A tensor's data bytes in an output (none for an alias of an earlier one).
 uint64_t spec_data_bytes(const tensor_spec& t);
 
-// The files of a folder output planned as `layout` (into `folder`, with `metadata` in each shard),
+// The files of a folder output planned as `layout` (into `out`, with `metadata` in each shard),
 // in the layout's order, each marked written or not for worker d.worker_index of d.worker_count;
 // and the folder's index.
-void add_shard_files(dry_run& d, const std::string& folder, const shard_layout& layout,
+void add_shard_files(dry_run& d, const output_folder& out, const shard_layout& layout,
                      const std::map<std::string, std::string>& metadata);
 // bytes_written and bytes_written_exact from the files this run writes.
 void total_written(dry_run& d);

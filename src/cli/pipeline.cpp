@@ -12,6 +12,7 @@
 #include "cli/read_set.h"
 #include "fold/aten.h"
 #include "fold/execute.h"
+#include "formats/folder_writers.h"
 #include "formats/output_folder.h"
 #include "formats/sharded_input.h"
 #include "formats/torchscript.h"
@@ -194,7 +195,7 @@ std::unique_ptr<fold_job_plan> plan_directory_job(const fold_job& job, bool dry_
   validate_config(c, job.inputs.size(), !job.resume.empty());
   check_device(c.device);
   require_lerp_kernels(c);
-  p->folder = std::make_unique<output_folder>(job.output, job.max_shard_size, w.index, w.count, job.force);
+  p->folder = std::make_unique<output_folder>(job.output, w.index, w.count, job.force);
   output_folder& out = *p->folder;
   check_directory_paths(job, out, reads_of(job), dry_run);
   if (!dry_run)
@@ -219,12 +220,11 @@ std::unique_ptr<fold_job_plan> plan_directory_job(const fold_job& job, bool dry_
   p->extra = std::move(extra);
   p->target = fold_target{out.path(), format, job.drop_objects, &out};
   p->outline = outline_fold(p->config, in, p->target);
-  if (format == output_format::dcp) out.chunk_like(job.inputs.front(), in.checkpoints.front().key);
-  out.carry_index_metadata(source);
-  p->layout = out.plan_shards(format, p->outline.specs, source.names);
+  out.use(make_folder_writer({out.path(), format, job.max_shard_size, source.names, source.index, job.inputs.front(),
+                              in.checkpoints.front().key}));
+  p->layout = out.plan_shards(p->outline.specs, p->outline.metadata);
   if (dry_run)
-    out.check_partial_plan(format, p->outline.specs, p->outline.metadata, p->extra.copied, source.names,
-                           job_identity(job, folded, format));
+    out.check_partial_plan(p->outline.specs, p->outline.metadata, p->extra.copied, job_identity(job, folded, format));
   return p;
 }
 
@@ -243,7 +243,7 @@ fold_report execute_directory_job(const fold_job& job, fold_job_plan& p) {
   const fold_config& folded = p.config;
   const folder_files& extra = p.extra;
   out.hold_partial();
-  out.stage(p.source.folder, extra.copied, p.source.names, job_identity(job, folded, format));
+  out.stage(p.source.folder, extra.copied, job_identity(job, folded, format));
   fold_result result = run_fold(folded, p.inputs, p.outline, p.target);
   check_planned_shards(*p.layout, out.layout());
   out.finish();

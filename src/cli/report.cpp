@@ -103,9 +103,8 @@ std::string finalize_report_json(const std::string& output, const finalize_resul
   for (const auto& s : r.plan.layout.shards)
     shards.push_back({{"file", s.file}, {"tensors", s.specs.size()}, {"bytes", s.bytes}});
   j["shards"] = shards;
-  j["index"] = r.plan.layout.indexed()
-                   ? nlohmann::ordered_json(output_index_name(r.plan.layout.format, r.plan.layout.names))
-                   : nlohmann::ordered_json(nullptr);
+  j["index"] =
+      r.plan.layout.indexed() ? nlohmann::ordered_json(r.plan.layout.index_name) : nlohmann::ordered_json(nullptr);
   j["total_size"] = r.plan.layout.total_size;
   j["copied"] = r.plan.copied;
   j["removed_temps"] = r.removed_temps;

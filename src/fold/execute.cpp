@@ -329,7 +329,7 @@ fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_out
   // The sink: the file, or the folder's shards (a worker's own only).
   std::unique_ptr<tensor_sink> file;
   if (!target.folder) file = std::make_unique<tensor_sink>(target.path, target.format, specs, metadata, objects);
-  output_sink& sink = target.folder ? target.folder->open(target.format, specs, metadata) : *file;
+  output_sink& sink = target.folder ? target.folder->open(specs, metadata) : *file;
 
   // One pass over the plan: the tensors this run folds (not dropped, not tied to an earlier one,
   // the sink's), in order, and the tied ones.

@@ -14,9 +14,10 @@
 
 #include "formats/pickle_emitter.h"
 #include "formats/pickle_opcodes.h"
-#include "formats/worker_files.h"
+#include "formats/dcp_input.h"
 #include "formats/zip_writer.h"
 #include "tensor/tensor_view.h"
+#include "util/atomic_dir.h"
 #include "util/atomic_file.h"
 #include "util/checked.h"
 #include "util/error.h"
@@ -373,7 +374,9 @@ dcp_plan plan_dcp(std::vector<tensor_spec> specs, const dcp_chunk_source* like, 
         fmt::format("{}/: the DCP output would have {} rank files (chunked like {}), more than the {} a "
                     "folder may have",
                     checkpoint_id, plan.files.size(), like ? like->path : "its input", kMaxShards));
-  plan.metadata = metadata_pickle(plan, checkpoint_id, uuid_like(sha256_hex(identity.data(), identity.size())), swavg);
+  plan.layout.index_name = kDcpMetadataName;
+  plan.layout.index_bytes =
+      metadata_pickle(plan, checkpoint_id, uuid_like(sha256_hex(identity.data(), identity.size())), swavg);
 
   plan.layout.format = output_format::dcp;
   plan.layout.specs = std::move(specs);
@@ -391,14 +394,6 @@ dcp_plan plan_dcp(std::vector<tensor_spec> specs, const dcp_chunk_source* like, 
     }
   }
   return plan;
-}
-
-written_file write_dcp_metadata(const std::string& folder, const std::string& bytes) {
-  atomic_file out(folder + "/" + kDcpMetadataName);
-  out.hash_contents();
-  out.write(bytes.data(), bytes.size());
-  out.commit();
-  return written_file{kDcpMetadataName, out.tell(), out.digest()};
 }
 
 struct dcp_sink::impl {
@@ -572,6 +567,37 @@ uint64_t dcp_sink::bytes_written() const {
   for (const auto& f : impl_->files)
     if (f) n += f->tell();
   return n;
+}
+
+dcp_folder_writer::dcp_folder_writer(std::string out, const std::string& first_input, const std::string& key)
+    : out_(std::move(out)) {
+  if (!is_dcp_folder(first_input)) return;
+  like_ = std::make_unique<dcp_chunk_source>();
+  like_->metadata = read_dcp_metadata(first_input);
+  like_->key = key;
+  like_->path = without_trailing_slash(first_input) + "/" + kDcpMetadataName;
+}
+
+dcp_folder_writer::~dcp_folder_writer() = default;
+
+shard_layout dcp_folder_writer::plan(std::vector<tensor_spec> specs,
+                                     const std::map<std::string, std::string>& metadata) const {
+  planned_ = std::make_unique<dcp_plan>(plan_dcp(std::move(specs), like_.get(), out_, metadata));
+  return planned_->layout;
+}
+
+std::unique_ptr<folder_sink> dcp_folder_writer::open(const std::string& folder, const shard_layout& plan,
+                                                     const std::map<std::string, std::string>&, size_t worker_index,
+                                                     size_t worker_count, bool hashed) const {
+  if (!planned_ || opened_ || planned_->layout.index_bytes != plan.index_bytes)
+    throw error(exit_code::internal, "dcp_folder_writer: open() once, after the plan() of its layout");
+  opened_ = std::move(planned_);
+  return std::make_unique<dcp_sink>(folder, *opened_, worker_index, worker_count, hashed);
+}
+
+planned_size dcp_folder_writer::planned_file_size(const std::string&, const shard_layout& plan, size_t s,
+                                                  const std::map<std::string, std::string>&) const {
+  return planned_size{plan.shards.at(s).file_size, true};
 }
 
 }  // namespace swavg

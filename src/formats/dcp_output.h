@@ -32,9 +32,7 @@
 #include <vector>
 
 #include "formats/dcp_metadata.h"
-#include "formats/output_sink.h"
-#include "formats/save.h"
-#include "formats/shard_layout.h"
+#include "formats/folder_writer.h"
 
 namespace swavg {
 
@@ -70,18 +68,18 @@ struct dcp_out_tensor {
 struct dcp_plan {
   std::vector<std::string> files;       // the .distcp files, in the order first used
   std::vector<dcp_out_tensor> tensors;  // one per spec, in the specs' order
-  std::string metadata;                 // the `.metadata` bytes
-  shard_layout layout;                  // the files as shards: the plan, ownership and the report
+  shard_layout layout;                  // the files as shards, `.metadata` as the index
 };
 
 // True for a file name a DCP output folder keeps for itself: `.metadata`, swavg's job and temp
-// files (worker_files.h). A rank file of the first input so named takes another name in the output.
+// files (their names hold ".swavg-" or start "swavg-"). A rank file of the first input so named
+// takes another name in the output.
 bool is_reserved_dcp_name(const std::string& name);
 
 // Plans `specs` (row-major, no aliases) chunked like `like` (nullptr: one chunk each).
 // `checkpoint_id` goes into StorageMeta as a path. mismatch_error naming the tensor and `like`'s
 // file when a tensor's shape is not the one its chunks cover there; usage_error past kMaxShards
-// rank files (worker_files.h), the most a plan may list.
+// rank files (folder_writer.h), the most a plan may list.
 // `swavg`: swavg's own metadata (the resume record), kept in `.metadata` as the Metadata object's
 // `swavg_metadata` attribute (dcp_metadata.h), which torch loads and ignores.
 dcp_plan plan_dcp(std::vector<tensor_spec> specs, const dcp_chunk_source* like, const std::string& checkpoint_id,
@@ -92,13 +90,10 @@ std::string dcp_chunk_pickle(dtype type, const std::vector<int64_t>& sizes);
 // Its size in bytes (zip_archive_size of its four records; input_error past 2^64).
 uint64_t dcp_chunk_archive_size(uint64_t nbytes, uint64_t pickle_size);
 
-// Writes `.metadata` (`bytes`, dcp_plan::metadata) into `folder`, atomically, and returns it, hashed.
-written_file write_dcp_metadata(const std::string& folder, const std::string& bytes);
-
 // Streams the rank files this worker owns (all of them for a plain run) into `folder`: write() the
 // bytes of every tensor it owns(), in order, then commit(), which commits each file (atomically).
-// `.metadata` is not written here (output_folder.h, finalize).
-class dcp_sink final : public output_sink {
+// `.metadata` is not written here (the plan's index: output_folder.h, finalize).
+class dcp_sink final : public folder_sink {
  public:
   dcp_sink(std::string folder, const dcp_plan& plan, size_t worker_index, size_t worker_count, bool hashed);
   ~dcp_sink() override;
@@ -106,13 +101,35 @@ class dcp_sink final : public output_sink {
   void commit() override;
   uint64_t bytes_written() const override;
   bool owns(size_t spec) const override { return spec_owned_.at(spec); }
-  const std::vector<written_file>& files() const { return files_; }
+  const std::vector<written_file>& files() const override { return files_; }
 
  private:
   struct impl;
   std::unique_ptr<impl> impl_;
   std::vector<bool> spec_owned_;
   std::vector<written_file> files_;
+};
+
+// A DCP folder as an output format (folder_writer.h): `out` is the folder (StorageMeta's
+// checkpoint_id), chunked like `first_input` when it is a DCP folder, its state dict taken at `key`.
+// The plan (the chunks) is kept for open(), which takes the last one planned and holds it while
+// the writer lives; open() once.
+class dcp_folder_writer final : public folder_writer {
+ public:
+  dcp_folder_writer(std::string out, const std::string& first_input, const std::string& key);
+  ~dcp_folder_writer() override;
+  shard_layout plan(std::vector<tensor_spec> specs, const std::map<std::string, std::string>& metadata) const override;
+  std::unique_ptr<folder_sink> open(const std::string& folder, const shard_layout& plan,
+                                    const std::map<std::string, std::string>& metadata, size_t worker_index,
+                                    size_t worker_count, bool hashed) const override;
+  planned_size planned_file_size(const std::string& folder, const shard_layout& plan, size_t s,
+                                 const std::map<std::string, std::string>& metadata) const override;
+
+ private:
+  std::string out_;
+  std::unique_ptr<dcp_chunk_source> like_;     // null: not chunked like a DCP input
+  mutable std::unique_ptr<dcp_plan> planned_;  // the last plan()
+  mutable std::unique_ptr<dcp_plan> opened_;   // the plan of open()'s sink
 };
 
 }  // namespace swavg

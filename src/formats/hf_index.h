@@ -35,8 +35,6 @@ inline constexpr const char* kSafetensorsSingleName = "model.safetensors";
 inline constexpr const char* kTorchSingleName = "pytorch_model.bin";
 // Index file names end so: "model.safetensors.index.json", "pytorch_model.bin.index.json".
 inline constexpr const char* kIndexSuffix = ".index.json";
-// The folder shard-parallel workers write into before `swavg finalize` publishes it: OUT + this.
-inline constexpr const char* kPartialSuffix = ".partial";
 
 // Whose file names a folder's weights have; the stems of the safetensors and torch.save files.
 enum class weights_names { transformers, diffusers, peft };

@@ -10,10 +10,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "formats/dcp_input.h"
 #include "formats/dcp_output.h"
 #include "formats/load.h"
-#include "formats/sharded_output.h"
 #include "formats/worker_files.h"
 #include "util/atomic_dir.h"
 #include "util/atomic_file.h"
@@ -67,18 +65,9 @@ written_file copy_file_hashed(const std::string& from, const std::string& to, co
   return written_file{name, out.tell(), out.digest()};
 }
 
-void refuse_non_empty_folder(const std::string& path, const std::string& shown, bool force, const std::string& hint) {
-  struct stat st {};
-  if (!force && ::stat(path.c_str(), &st) == 0 && !list_dir(path).empty())
-    throw usage_error(
-        fmt::format("{}: the output folder exists and is not empty; pass --force to replace it{}", shown, hint));
-}
-
-output_folder::output_folder(const std::string& out, uint64_t max_shard_size, size_t worker_index, size_t worker_count,
-                             bool force)
+output_folder::output_folder(const std::string& out, size_t worker_index, size_t worker_count, bool force)
     : out_(without_trailing_slash(out)),
       partial_(partial_dir_of(out_)),
-      max_shard_size_(max_shard_size),
       worker_index_(worker_index),
       worker_count_(worker_count),
       force_(force) {}
@@ -133,16 +122,28 @@ void output_folder::refuse_non_empty() const {
   refuse_non_empty_folder(out_, out_ + "/", force_, plain() ? "" : " (and to swavg finalize)");
 }
 
-void output_folder::stage(std::string source, std::vector<std::string> copied, weights_naming names,
-                          job_options options) {
+void output_folder::expect(step at, const char* what, bool writer) const {
+  static const char* const kSteps[] = {"the refusals", "stage()", "open()", "finish()"};
+  if (step_ != at || (writer && !writer_))
+    throw error(exit_code::internal, fmt::format("{}/: output_folder::{} called after {}{}", out_, what,
+                                                 kSteps[static_cast<int>(step_)], writer_ ? "" : ", with no format"));
+}
+
+void output_folder::use(std::unique_ptr<folder_writer> writer) {
+  if (step_ == step::open || step_ == step::finished) expect(step::staged, "use()", false);
+  writer_ = std::move(writer);
+}
+
+void output_folder::stage(std::string source, std::vector<std::string> copied, job_options options) {
+  expect(step::refusing, "stage()", false);
   source_ = std::move(source);
   copied_ = std::move(copied);
-  names_ = std::move(names);
   options_ = std::move(options);
   if (plain())
     stage_ = std::make_unique<staged_dir>(out_);
   else
     hold_partial();
+  step_ = step::staged;
 }
 
 void output_folder::hold_partial() {
@@ -151,38 +152,16 @@ void output_folder::hold_partial() {
 
 const std::string& output_folder::where() const { return plain() ? stage_->path() : partial_; }
 
-void output_folder::chunk_like(const std::string& first_input, const std::string& key) {
-  if (!is_dcp_folder(first_input)) return;
-  chunks_like_ = std::make_unique<dcp_chunk_source>();
-  chunks_like_->metadata = read_dcp_metadata(first_input);
-  chunks_like_->key = key;
-  chunks_like_->path = without_trailing_slash(first_input) + "/" + kDcpMetadataName;
+shard_layout output_folder::plan_shards(std::vector<tensor_spec> specs,
+                                        const std::map<std::string, std::string>& metadata) const {
+  if (!writer_) expect(step_, "plan_shards()", true);
+  return writer_->plan(std::move(specs), metadata);
 }
 
-void output_folder::carry_index_metadata(const checkpoint_location& source) {
-  if (source.index.empty()) return;
-  const hf_index index = read_hf_index(source.index);
-  if (!index.total_parameters) return;
-  total_parameters_ = index.total_parameters;
-  total_parameters_names_.clear();
-  for (const auto& [tensor, shard] : index.weight_map) total_parameters_names_.push_back(tensor);
-  std::sort(total_parameters_names_.begin(), total_parameters_names_.end());
-}
-
-shard_layout output_folder::plan_shards(output_format format, std::vector<tensor_spec> specs,
-                                        const weights_naming& names) const {
-  if (format == output_format::dcp) return plan_dcp(std::move(specs), chunks_like_.get(), out_).layout;
-  shard_layout layout = plan_layout(format, std::move(specs), max_shard_size_, names);
-  if (total_parameters_) {
-    std::vector<std::string> held;
-    for (const auto& s : layout.specs) held.push_back(s.name);
-    std::sort(held.begin(), held.end());
-    if (held == total_parameters_names_) layout.total_parameters = total_parameters_;
-  }
-  if (layout.shards.size() > kMaxShards)
-    throw usage_error(fmt::format("{}/: --max-shard-size {} makes {} shards, more than the {} a folder may have", out_,
-                                  max_shard_size_, layout.shards.size(), kMaxShards));
-  return layout;
+planned_size output_folder::planned_file_size(const shard_layout& layout, size_t s,
+                                              const std::map<std::string, std::string>& metadata) const {
+  if (!writer_) expect(step_, "planned_file_size()", true);
+  return writer_->planned_file_size(out_, layout, s, metadata);
 }
 
 void output_folder::record_plan(const std::string& plan) {
@@ -194,53 +173,32 @@ void output_folder::record_plan(const std::string& plan) {
   }
 }
 
-std::string output_folder::plan_text(output_format format, std::vector<tensor_spec> specs,
-                                     const std::map<std::string, std::string>& metadata,
-                                     const std::vector<std::string>& copied, const weights_naming& names,
-                                     const job_options& options, std::unique_ptr<dcp_plan>& dcp,
-                                     shard_layout& layout) const {
-  if (format == output_format::dcp) {
-    dcp = std::make_unique<dcp_plan>(plan_dcp(std::move(specs), chunks_like_.get(), out_, metadata));
-    layout = dcp->layout;
-    layout.max_shard_size = max_shard_size_;
-    return plan_json(layout, metadata, copied, worker_count_, options, dcp->metadata);
-  }
-  layout = plan_shards(format, std::move(specs), names);
-  return plan_json(layout, metadata, copied, worker_count_, options);
-}
-
-void output_folder::check_partial_plan(output_format format, std::vector<tensor_spec> specs,
+void output_folder::check_partial_plan(std::vector<tensor_spec> specs,
                                        const std::map<std::string, std::string>& metadata,
-                                       const std::vector<std::string>& copied, const weights_naming& names,
-                                       const job_options& options) const {
+                                       const std::vector<std::string>& copied, const job_options& options) const {
   if (plain()) return;
-  std::unique_ptr<dcp_plan> dcp;
-  shard_layout layout;
-  check_plan_there(partial_, plan_text(format, std::move(specs), metadata, copied, names, options, dcp, layout));
+  const shard_layout layout = plan_shards(std::move(specs), metadata);
+  check_plan_there(partial_, plan_json(layout, metadata, copied, worker_count_, options));
 }
 
-output_sink& output_folder::open(output_format format, std::vector<tensor_spec> specs,
-                                 const std::map<std::string, std::string>& metadata) {
-  layout_.emplace();
-  record_plan(plan_text(format, std::move(specs), metadata, copied_, names_, options_, dcp_, *layout_));
-  if (format == output_format::dcp) {
-    dcp_sink_ = std::make_unique<dcp_sink>(where(), *dcp_, worker_index_, worker_count_, !plain());
-    return *dcp_sink_;
-  }
-  sink_ = std::make_unique<sharded_sink>(where(), *layout_, metadata, worker_index_, worker_count_, !plain());
+output_sink& output_folder::open(std::vector<tensor_spec> specs, const std::map<std::string, std::string>& metadata) {
+  expect(step::staged, "open()", true);
+  layout_ = writer_->plan(std::move(specs), metadata);
+  record_plan(plan_json(*layout_, metadata, copied_, worker_count_, options_));
+  sink_ = writer_->open(where(), *layout_, metadata, worker_index_, worker_count_, !plain());
+  step_ = step::open;
   return *sink_;
 }
 
 void output_folder::finish() {
-  files_ = dcp_sink_ ? dcp_sink_->files() : sink_->files();
+  expect(step::open, "finish()", false);
+  files_ = sink_->files();
   if (worker_index_ == 0)
     for (const auto& name : copied_)
       files_.push_back(copy_file_hashed(source_ + "/" + name, where() + "/" + name, name));
+  step_ = step::finished;
   if (plain()) {
-    if (dcp_)
-      write_dcp_metadata(where(), dcp_->metadata);
-    else if (layout_->indexed())
-      write_index(where(), *layout_);
+    if (layout_->indexed()) write_index(where(), *layout_);
     stage_->publish(force_);
     return;
   }

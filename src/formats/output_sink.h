@@ -27,6 +27,12 @@ struct tensor_spec {
   std::optional<size_t> alias_of;
 };
 
+// A file's size as a plan (--dry-run) tells it: exact, or a bound (torch.save's records).
+struct planned_size {
+  uint64_t bytes = 0;
+  bool exact = true;
+};
+
 class output_sink {
  public:
   virtual ~output_sink() = default;

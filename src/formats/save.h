@@ -15,16 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "formats/output_format.h"
 #include "formats/output_sink.h"
 #include "tensor/state_dict.h"
 
 namespace swavg {
-
-// dcp: a PyTorch Distributed Checkpoint folder (formats/dcp_output.h), folder outputs only.
-enum class output_format { torch, safetensors, dcp };
-
-const char* output_format_name(output_format f);  // "torch", "safetensors", "dcp"
-std::optional<output_format> output_format_from_name(const std::string& name);
 
 // usage_error when `format` is a folder's (dcp) and `path` is to be one file.
 void refuse_folder_format(const std::string& path, output_format format);
@@ -52,10 +47,6 @@ std::map<std::string, std::string> inherited_metadata(const std::vector<const st
 // The size of the file a tensor_sink of `specs`, `metadata` and `objects` writes, for plans
 // (--dry-run): safetensors' exactly (the writer's own header code); torch.save's the data plus a
 // bound on the archive's records and data.pkl (exact false), the objects' pickle not counted.
-struct planned_size {
-  uint64_t bytes = 0;
-  bool exact = true;
-};
 planned_size planned_file_size(const std::string& path, output_format format, const std::vector<tensor_spec>& specs,
                                const std::map<std::string, std::string>& metadata,
                                const std::vector<object_entry>& objects = {});

@@ -12,10 +12,8 @@
 #include <numeric>
 #include <optional>
 
-#include "formats/dcp_output.h"
 #include "formats/hf_index.h"
 #include "formats/torch_file.h"
-#include "util/atomic_file.h"
 #include "util/checked.h"
 #include "util/error.h"
 
@@ -122,7 +120,6 @@ std::vector<std::vector<size_t>> pack_shards(const std::vector<uint64_t>& sizes,
 shard_layout plan_layout(output_format format, std::vector<tensor_spec> specs, uint64_t max_shard_size,
                          const weights_naming& names) {
   shard_layout layout;
-  layout.names = names;
   layout.format = format;
   layout.max_shard_size = max_shard_size;
   layout.specs = std::move(specs);
@@ -150,37 +147,14 @@ std::string output_index_name(output_format format, const weights_naming& names)
   return index_file_name(as_file_format(format), names);
 }
 
-planned_size planned_shard_size(const std::string& folder, const shard_layout& layout, size_t s,
-                                const std::map<std::string, std::string>& metadata) {
-  const output_shard& shard = layout.shards.at(s);
-  if (layout.format == output_format::dcp) return planned_size{shard.file_size, true};
-  std::vector<tensor_spec> specs;
-  for (size_t i : shard.specs) specs.push_back(layout.specs[i]);
-  return planned_file_size(folder + "/" + shard.file, layout.format, specs, metadata);
-}
-
-std::string planned_index_name(const shard_layout& layout) {
-  if (layout.format == output_format::dcp) return kDcpMetadataName;
-  return layout.indexed() ? output_index_name(layout.format, layout.names) : "";
-}
-
-std::string index_json(const shard_layout& layout) {
+std::string index_json(const shard_layout& layout, std::optional<uint64_t> total_parameters) {
   nlohmann::json weight_map = nlohmann::json::object();
   for (const auto& s : layout.shards)
     for (size_t i : s.specs) weight_map[layout.specs[i].name] = s.file;
   nlohmann::json metadata = {{"total_size", layout.total_size}};
-  if (layout.total_parameters) metadata["total_parameters"] = *layout.total_parameters;
+  if (total_parameters) metadata["total_parameters"] = *total_parameters;
   nlohmann::json j = {{"metadata", metadata}, {"weight_map", weight_map}};
   return j.dump(2, ' ', /*ensure_ascii=*/true) + "\n";
-}
-
-written_file write_index(const std::string& folder, const shard_layout& layout) {
-  const std::string text = index_json(layout);
-  atomic_file index(folder + "/" + output_index_name(layout.format, layout.names));
-  index.hash_contents();
-  index.write(text.data(), text.size());
-  index.commit();
-  return written_file{output_index_name(layout.format, layout.names), index.tell(), index.digest()};
 }
 
 }  // namespace swavg

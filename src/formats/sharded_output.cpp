@@ -1,10 +1,14 @@
 /*
- * The shards of a sharded output, written one after the other as their bytes arrive (sharded_output.h).
+ * A Hugging Face folder's plan, and its shards written one after the other as their bytes arrive
+ * (sharded_output.h).
  */
 #include "formats/sharded_output.h"
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
+#include "formats/sharded_input.h"
 #include "util/error.h"
 
 namespace swavg {
@@ -64,6 +68,51 @@ void sharded_sink::write(const void* data, uint64_t size) {
 
 void sharded_sink::commit() {
   if (sink_) throw error(exit_code::internal, "sharded_sink: committed before all shards were written");
+}
+
+hf_folder_writer::hf_folder_writer(hf_writer_options options) : options_(std::move(options)) {
+  if (options_.source_index.empty()) return;
+  const hf_index index = read_hf_index(options_.source_index);
+  if (!index.total_parameters) return;
+  total_parameters_ = index.total_parameters;
+  counted_.reserve(index.weight_map.size());
+  for (const auto& [tensor, shard] : index.weight_map) counted_.push_back(tensor);
+  std::sort(counted_.begin(), counted_.end());
+}
+
+shard_layout hf_folder_writer::plan(std::vector<tensor_spec> specs, const std::map<std::string, std::string>&) const {
+  const hf_writer_options& o = options_;
+  shard_layout layout = plan_layout(o.format, std::move(specs), o.max_shard_size, o.names);
+  if (layout.shards.size() > kMaxShards)
+    throw usage_error(fmt::format("{}/: --max-shard-size {} makes {} shards, more than the {} a folder may have", o.out,
+                                  o.max_shard_size, layout.shards.size(), kMaxShards));
+  if (layout.shards.size() < 2) return layout;
+  std::optional<uint64_t> total_parameters;
+  if (total_parameters_) {
+    std::vector<std::string> held;
+    held.reserve(layout.specs.size());
+    for (const auto& s : layout.specs) held.push_back(s.name);
+    std::sort(held.begin(), held.end());
+    if (held == counted_) total_parameters = total_parameters_;
+  }
+  layout.index_name = output_index_name(o.format, o.names);
+  layout.index_bytes = index_json(layout, total_parameters);
+  return layout;
+}
+
+std::unique_ptr<folder_sink> hf_folder_writer::open(const std::string& folder, const shard_layout& plan,
+                                                    const std::map<std::string, std::string>& metadata,
+                                                    size_t worker_index, size_t worker_count, bool hashed) const {
+  return std::make_unique<sharded_sink>(folder, plan, metadata, worker_index, worker_count, hashed);
+}
+
+planned_size hf_folder_writer::planned_file_size(const std::string& folder, const shard_layout& plan, size_t s,
+                                                 const std::map<std::string, std::string>& metadata) const {
+  const output_shard& shard = plan.shards.at(s);
+  std::vector<tensor_spec> specs;
+  specs.reserve(shard.specs.size());
+  for (size_t i : shard.specs) specs.push_back(plan.specs[i]);
+  return swavg::planned_file_size(folder + "/" + shard.file, plan.format, specs, metadata);
 }
 
 }  // namespace swavg

@@ -22,9 +22,6 @@
 #include <set>
 #include <utility>
 
-#include "formats/dcp_output.h"
-#include "formats/hf_index.h"
-#include "formats/output_folder.h"
 #include "formats/torch_file.h"
 #include "util/atomic_dir.h"
 #include "util/atomic_file.h"
@@ -39,7 +36,7 @@
 namespace swavg {
 namespace {
 
-constexpr int kPlanVersion = 1;
+constexpr int kPlanVersion = 2;  // 2: the index as name and bytes
 constexpr int kRecordVersion = 1;
 constexpr uint64_t kMaxRecordBytes = 256 << 20;
 
@@ -65,12 +62,6 @@ std::optional<std::string> bytes_of_hex(const std::string& hex) {
     out += static_cast<char>(hi << 4 | lo);
   }
   return out;
-}
-
-// The file finalize writes beside the shards: the index (several shards) or a DCP output's .metadata.
-std::string plan_index_name(const job_plan& p) {
-  if (p.layout.format == output_format::dcp) return kDcpMetadataName;
-  return p.layout.indexed() ? output_index_name(p.layout.format, p.layout.names) : "";
 }
 
 template <typename T>
@@ -196,11 +187,12 @@ void unlink_if_there(const std::string& path) {
 
 }  // namespace
 
-bool is_job_file_name(const std::string& name) {
-  const std::string prefix = kManifestPrefix, suffix = ".json";
-  return name == kPlanName || name.find(".swavg-") != std::string::npos ||
-         (name.size() >= prefix.size() + suffix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
-          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0);
+written_file write_index(const std::string& folder, const shard_layout& layout) {
+  atomic_file index(folder + "/" + layout.index_name);
+  index.hash_contents();
+  index.write(layout.index_bytes.data(), layout.index_bytes.size());
+  index.commit();
+  return written_file{layout.index_name, index.tell(), index.digest()};
 }
 
 std::string manifest_name(size_t index, size_t count) {
@@ -208,17 +200,13 @@ std::string manifest_name(size_t index, size_t count) {
 }
 
 std::string plan_json(const shard_layout& layout, const std::map<std::string, std::string>& metadata,
-                      const std::vector<std::string>& copied, size_t workers, const job_options& options,
-                      const std::string& dcp_metadata) {
+                      const std::vector<std::string>& copied, size_t workers, const job_options& options) {
   nlohmann::ordered_json j;
   j["swavg_plan"] = kPlanVersion;
   j["format"] = output_format_name(layout.format);
   j["max_shard_size"] = layout.max_shard_size;
   j["workers"] = workers;
   j["total_size"] = layout.total_size;
-  if (layout.total_parameters) j["total_parameters"] = *layout.total_parameters;
-  if (layout.names.names != weights_names::transformers) j["weights_names"] = weights_names_name(layout.names.names);
-  if (!layout.names.variant.empty()) j["variant"] = layout.names.variant;
   auto opts = nlohmann::ordered_json::object();
   for (const auto& [name, value] : options) opts[name] = value;
   j["options"] = opts;
@@ -231,7 +219,7 @@ std::string plan_json(const shard_layout& layout, const std::map<std::string, st
   j["shards"] = shards;
   j["copied"] = copied;
   j["metadata"] = metadata;
-  if (layout.format == output_format::dcp) j["dcp_metadata"] = hex_of(dcp_metadata);
+  if (layout.indexed()) j["index"] = {{"name", layout.index_name}, {"bytes", hex_of(layout.index_bytes)}};
   return json_dump(j, 1) + "\n";
 }
 
@@ -244,10 +232,15 @@ job_plan parse_plan(const std::string& text, const std::string& path) {
   const auto known_format = output_format_from_name(format);
   if (!known_format) throw input_error(fmt::format("{}: unknown format '{}'", path, format));
   p.layout.format = *known_format;
-  if (p.layout.format == output_format::dcp) {
-    const auto bytes = bytes_of_hex(field<std::string>(j, "dcp_metadata", path));
-    if (!bytes) throw input_error(fmt::format("{}: \"dcp_metadata\" is not hex", path));
-    p.dcp_metadata = *bytes;
+  if (j.contains("index")) {
+    const nlohmann::json& index = j.at("index");
+    p.layout.index_name = field<std::string>(index, "name", path);
+    const std::string& name = p.layout.index_name;
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == ".." || is_job_file_name(name))
+      throw input_error(fmt::format("{}: bad index file name '{}'", path, printable(name)));
+    const auto bytes = bytes_of_hex(field<std::string>(index, "bytes", path));
+    if (!bytes) throw input_error(fmt::format("{}: the index's \"bytes\" are not hex", path));
+    p.layout.index_bytes = *bytes;
   }
   p.layout.max_shard_size = field<uint64_t>(j, "max_shard_size", path);
   const uint64_t workers = field<uint64_t>(j, "workers", path);
@@ -255,20 +248,7 @@ job_plan parse_plan(const std::string& text, const std::string& path) {
     throw input_error(fmt::format("{}: {} workers (expected 1 to {})", path, workers, kMaxWorkers));
   p.workers = static_cast<size_t>(workers);
   p.layout.total_size = field<uint64_t>(j, "total_size", path);
-  if (j.contains("total_parameters")) p.layout.total_parameters = field<uint64_t>(j, "total_parameters", path);
   p.copied = field<std::vector<std::string>>(j, "copied", path);
-  if (j.contains("weights_names")) {
-    const std::string names = field<std::string>(j, "weights_names", path);
-    const auto known = weights_names_from_name(names);
-    if (!known) throw input_error(fmt::format("{}: unknown weights_names '{}'", path, names));
-    p.layout.names.names = *known;
-  }
-  if (j.contains("variant")) {
-    p.layout.names.variant = field<std::string>(j, "variant", path);
-    if (!is_variant_name(p.layout.names.variant))
-      throw input_error(fmt::format("{}: variant '{}' is not a variant name ([A-Za-z0-9_], 1 to 64)", path,
-                                    printable(p.layout.names.variant)));
-  }
   if (j.contains("options")) field<std::map<std::string, std::string>>(j, "options", path);
   const nlohmann::json& shards = list_field(j, "shards", path);
   if (shards.empty()) throw input_error(fmt::format("{}: no shards", path));
@@ -294,7 +274,7 @@ job_plan parse_plan(const std::string& text, const std::string& path) {
   }
   if (total != p.layout.total_size)
     throw input_error(fmt::format("{}: total_size {} is not the shards' sum {}", path, p.layout.total_size, total));
-  const std::string index = plan_index_name(p);
+  const std::string& index = p.layout.index_name;
   for (const auto& c : p.copied)
     if (c.empty() || c.find('/') != std::string::npos || c == "." || c == ".." || files.count(c) || c == index ||
         is_job_file_name(c) || !files.insert(c).second)
@@ -627,10 +607,9 @@ finalize_result finalize_partial(const std::string& out_arg, bool verify, bool f
     }
   }
   r.files = check_manifests(partial, r.plan, r.plan_hash, texts);
-  const bool dcp = r.plan.layout.format == output_format::dcp;
-  const std::string index_name = plan_index_name(r.plan);
-  const bool indexed = !index_name.empty();
-  const std::string index_text = dcp ? r.plan.dcp_metadata : indexed ? index_json(r.plan.layout) : "";
+  const std::string& index_name = r.plan.layout.index_name;
+  const bool indexed = r.plan.layout.indexed();
+  const std::string& index_text = r.plan.layout.index_bytes;
 
   if (record_text) {
     if (have_partial) {
@@ -685,7 +664,7 @@ finalize_result finalize_partial(const std::string& out_arg, bool verify, bool f
     r.removed_temps.push_back(name);
   }
   step("temps");
-  if (indexed) r.files.push_back(dcp ? write_dcp_metadata(partial, index_text) : write_index(partial, r.plan.layout));
+  if (indexed) r.files.push_back(write_index(partial, r.plan.layout));
   step("index");
   if (!record_text) {
     const std::string record = record_json(texts);

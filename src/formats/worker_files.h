@@ -29,41 +29,38 @@
 #include <utility>
 #include <vector>
 
-#include "formats/shard_layout.h"
+#include "formats/folder_writer.h"
 
 namespace swavg {
 
-inline constexpr const char* kPlanName = "swavg-plan.json";
-inline constexpr const char* kManifestPrefix = "swavg-worker-";
-inline constexpr const char* kFinalizeRecordSuffix = ".swavg-finalize.json";
-// Bounds on what a plan or manifest may claim, checked before any loop over them.
+// The folder shard-parallel workers write into before `swavg finalize` publishes it: OUT + this.
+inline constexpr const char* kPartialSuffix = ".partial";
+// Bounds on what a plan or manifest may claim, checked before any loop over them (and kMaxShards,
+// folder_writer.h).
 inline constexpr int64_t kMaxWorkers = 1'000'000;
-inline constexpr size_t kMaxShards = 99'999;            // model-NNNNN-of-NNNNN
 inline constexpr uint64_t kMaxJobFileBytes = 64 << 20;  // a plan or a manifest
 
 // The options of a job that change an output byte, in the order the command line names them:
 // ("--weights", "0.25,0.75"), ... Workers whose options differ are of different jobs.
 using job_options = std::vector<std::pair<std::string, std::string>>;
 
-// Names of the job's files (the plan, any manifest, finalize's record): never copied from an
-// input folder.
-bool is_job_file_name(const std::string& name);
-
 std::string manifest_name(size_t index, size_t count);  // swavg-worker-<I>-of-<N>.json
 
 struct job_plan {
-  shard_layout layout;  // specs hold names only
+  shard_layout layout;  // specs hold names only; the index as its name and bytes
   std::vector<std::string> copied;
   size_t workers = 1;
-  std::string dcp_metadata;  // format dcp: the `.metadata` finalize writes (dcp_output.h)
 };
 
 // The plan file's text (identical for every worker of the job) and its parse (input_error when it
 // is not one).
 std::string plan_json(const shard_layout& layout, const std::map<std::string, std::string>& metadata,
-                      const std::vector<std::string>& copied, size_t workers, const job_options& options = {},
-                      const std::string& dcp_metadata = "");
+                      const std::vector<std::string>& copied, size_t workers, const job_options& options = {});
 job_plan parse_plan(const std::string& text, const std::string& path);
+
+// Writes the index of `layout` (its name and bytes: an index JSON, DCP's .metadata) into `folder`,
+// atomically, and returns it, hashed.
+written_file write_index(const std::string& folder, const shard_layout& layout);
 
 struct worker_manifest {
   std::string plan_hash;
@@ -111,7 +108,7 @@ class partial_lock {
 };
 
 // Checks OUT.partial/ (the plan, every worker's manifest, every file's size and, with `verify`,
-// SHA-256), writes the index (a DCP output's `.metadata`, from the plan), records the job beside OUT, removes the plan
+// SHA-256), writes the plan's index (write_index), records the job beside OUT, removes the plan
 // and manifests, fsyncs the folder and renames it to OUT (then fsyncs OUT's parent), and removes the record.
 // incomplete_error (exit 6) while a worker's manifest is missing, a worker is writing or another
 // finalize runs; input_error (3) for a plan or manifest that is malformed, past the bounds above or

@@ -176,6 +176,13 @@ void staged_dir::publish(bool replace) {
   published_ = true;
 }
 
+void refuse_non_empty_folder(const std::string& path, const std::string& shown, bool force, const std::string& hint) {
+  struct stat st {};
+  if (!force && ::stat(path.c_str(), &st) == 0 && !list_dir(path).empty())
+    throw usage_error(
+        fmt::format("{}: the output folder exists and is not empty; pass --force to replace it{}", shown, hint));
+}
+
 void publish_dir(const std::string& from, const std::string& target_in, bool replace) {
   const std::string target = without_trailing_slash(target_in);
   fsync_path(from);

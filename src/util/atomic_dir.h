@@ -40,6 +40,11 @@ class staged_dir {
   bool published_ = false;
 };
 
+// usage_error "<shown>: the output folder exists and is not empty; pass --force to replace it<hint>"
+// when `path` is a folder holding anything and `force` is off (publish_dir replaces it with `replace`).
+void refuse_non_empty_folder(const std::string& path, const std::string& shown, bool force,
+                             const std::string& hint = "");
+
 // Fsyncs `from` and renames it to `target`: a missing target or an empty folder is replaced; a
 // non-empty folder only with `replace` (usage_error otherwise); anything else is a usage_error.
 void publish_dir(const std::string& from, const std::string& target, bool replace);
