@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "util/atomic_dir.h"
 #include "util/error.h"
 #include "util/sha256.h"
+#include "support.h"
 
 using namespace swavg;
 
@@ -476,4 +478,33 @@ TEST_CASE("a layout of diffusers' names, through the plan", "[sharded_output]") 
   std::string not_hex = text;
   not_hex.replace(not_hex.find("\"bytes\": \"") + 10, 1, "g");
   CHECK_THROWS_WITH(parse_plan(not_hex, "plan"), Catch::Contains("not hex"));
+}
+
+TEST_CASE("output_folder's steps out of order are internal errors, never a null dereference", "[sharded_output]") {
+  const std::string dir = "steps_case";
+  remove_tree(dir);
+  output_folder out(dir + "/", 0, 1, false);
+  const auto code_of = [](const std::function<void()>& f) {
+    exit_code code = exit_code::ok;
+    const std::string message = test::error_of(f, &code);
+    CAPTURE(message);
+    CHECK(message.find("output_folder::") != std::string::npos);
+    return code;
+  };
+  CHECK(code_of([&] { out.plan_shards({spec("a", 4)}, {}); }) == exit_code::internal);  // no format yet
+  CHECK(code_of([&] { out.open({spec("a", 4)}, {}); }) == exit_code::internal);         // not staged
+  CHECK(code_of([&] { out.finish(); }) == exit_code::internal);                         // not open
+  out.use(std::make_unique<hf_folder_writer>(hf_writer_options{dir, output_format::safetensors, 100, {}, ""}));
+  CHECK(code_of([&] { out.open({spec("a", 4)}, {}); }) == exit_code::internal);  // still not staged
+  out.stage("", {});
+  CHECK(code_of([&] { out.stage("", {}); }) == exit_code::internal);  // twice
+  output_sink& sink = out.open({spec("a", 4)}, {});
+  CHECK(code_of([&] { out.open({spec("a", 4)}, {}); }) == exit_code::internal);  // twice
+  const char bytes[4] = {1, 2, 3, 4};
+  sink.write(bytes, 4);
+  sink.commit();
+  out.finish();
+  CHECK(list_dir(dir) == std::vector<std::string>{"model.safetensors"});
+  CHECK(code_of([&] { out.finish(); }) == exit_code::internal);  // twice
+  remove_tree(dir);
 }
