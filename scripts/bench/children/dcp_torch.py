@@ -3,14 +3,14 @@
 Run with a Python whose torch has torch.distributed.checkpoint and DTensor (torch 2.14 in
 /var/lib/swavg/venv); bench.py, which may run under another Python, starts it as a child:
 
-    python bench_dcp.py make OUT_DIR... --entries entries.json --ranks 4 --seed 7
+    python dcp_torch.py make OUT_DIR... --entries entries.json --ranks 4 --seed 7
         One checkpoint per OUT_DIR (the i-th from seed 1000 * seed + i), written by real torch.distributed.checkpoint.save from --ranks gloo
         processes on localhost (CPU), as FSDP2 saves one: {"model": state dict of DTensors on a
         CPU DeviceMesh}, matrices Shard(0) (Shard(1) for the attention output projections, as
         tensor parallelism cuts them), vectors Replicate (saved once). entries.json is
         [[name, shape], ...]; values are a per-checkpoint block of random normals * 0.02 tiled
         over the tensors (fast at any size), the same on every rank, so no rank sends anything.
-    python bench_dcp.py check OUT.safetensors DCP_DIR...
+    python dcp_torch.py check OUT.safetensors DCP_DIR...
         Consolidates each folder with torch's own dcp_to_torch_save, averages in float64 and
         compares with swavg's output (allclose at float32 rounding). Exit 1 if they differ.
 """

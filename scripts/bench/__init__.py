@@ -1,0 +1,1 @@
+"""swavg's benchmarks (scripts/bench.py, scripts/bench_counts.py): see cli.py for what they run."""
