@@ -51,7 +51,7 @@ dry_run describe_convert(const convert_options& o, const state_dict& sd, output_
     x.action = "copy";
     x.outcome.name = t.name;
     x.outcome.action = tensor_action::latest;
-    x.outcome.reason = "convert";
+    x.outcome.reason = outcome_reason::convert;
     x.outcome.count = 1;
     x.outcome.input_type = x.outcome.accumulate_type = x.outcome.output_type = t.view.type;
     x.file = o.output;

@@ -63,8 +63,9 @@ std::string tensor_table(const dry_run& d) {
     if (!x.written && o.action != tensor_action::drop) note += " (another worker's)";
     const bool averaged = o.action == tensor_action::average;
     t += fmt::format("  {:<{}}  {:<7}  {:<7}  {:<9}  {:<10}  {:<9}  {}\n", printable(o.name), name_width,
-                     x.action.empty() ? action_name(o.action) : x.action.c_str(), o.reason, dtype_name(o.input_type),
-                     averaged ? dtype_name(o.accumulate_type) : "-", dtype_name(o.output_type), note);
+                     x.action.empty() ? action_name(o.action) : x.action.c_str(), reason_name(o.reason),
+                     dtype_name(o.input_type), averaged ? dtype_name(o.accumulate_type) : "-",
+                     dtype_name(o.output_type), note);
   }
   return t;
 }
@@ -226,7 +227,7 @@ std::string dry_run_json(const dry_run& d) {
     actions[action] = actions.value(action, 0) + 1;
     json e = {{"name", o.name},
               {"action", action},
-              {"reason", o.reason},
+              {"reason", reason_name(o.reason)},
               {"buffer", o.buffer},
               {"count", o.count},
               {"dtype", dtype_name(o.input_type)},

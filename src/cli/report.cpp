@@ -77,7 +77,7 @@ std::string fold_report_json(const fold_report& r, const bn_report* bn) {
     text += i == 0 ? "\n  " : ",\n  ";
     text += report_text(nlohmann::ordered_json{{"name", t.name},
                                                {"action", action_name(t.action)},
-                                               {"reason", t.reason},
+                                               {"reason", reason_name(t.reason)},
                                                {"buffer", t.buffer},
                                                {"count", t.count},
                                                {"dtype", dtype_name(t.input_type)},

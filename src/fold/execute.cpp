@@ -119,7 +119,7 @@ class running_average {
     std::vector<uint8_t> copy;
     const uint8_t* data = contiguous_data(v, copy);
     const int64_t n = v.numel();
-    if (c_.ints == int_policy::error && p.outcome.reason == "int") check_same_ints(p, v, data);
+    if (c_.ints == int_policy::error && p.outcome.reason == outcome_reason::ints) check_same_ints(p, v, data);
     const dtype out = p.outcome.output_type;
     if (out != v.type) {
       std::vector<uint8_t> converted(static_cast<size_t>(n) * itemsize(out));

@@ -204,26 +204,27 @@ void choose_action(const fold_config& c, bool numeric, tensor_plan& p, const ten
   if (rule) {
     o.action = rule->action;
     o.rule = rule->pattern;
-    o.reason = "rule";
+    o.reason = outcome_reason::rule;
     p.rule_decay = rule->decay;
   } else if (o.buffer && c.buffers != buffer_policy::latest) {
     o.action = c.buffers == buffer_policy::first ? tensor_action::first : tensor_action::average;
-    o.reason = "buffer";
+    o.reason = outcome_reason::buffer;
   } else if (!numeric) {
     o.action = c.ints == int_policy::first ? tensor_action::first : tensor_action::latest;
-    o.reason = "int";
+    o.reason = outcome_reason::ints;
   } else if (o.buffer) {
     o.action = tensor_action::latest;
-    o.reason = "buffer";
+    o.reason = outcome_reason::buffer;
   } else {
     o.action = tensor_action::average;
-    o.reason = "default";
+    o.reason = outcome_reason::by_default;
   }
 }
 
 // An average of an integer tensor is AveragedModel's (int_average.h): SWA and EMA only, not bool.
 void check_integer_average(const fold_config& c, const tensor_outcome& o) {
-  const std::string why = o.reason == "rule" ? fmt::format("the rule '{}'", o.rule) : std::string("--buffers average");
+  const std::string why =
+      o.reason == outcome_reason::rule ? fmt::format("the rule '{}'", o.rule) : std::string("--buffers average");
   if (o.input_type == dtype::bool_)
     throw usage_error(
         fmt::format("tensor '{}' is bool and {} asks to average it: PyTorch cannot (no bool subtraction); take it with "
@@ -241,7 +242,7 @@ void check_integer_average(const fold_config& c, const tensor_outcome& o) {
 // A packed tensor (float4_e2m1fn_x2, complex32, bits*) is taken from one checkpoint only when a rule
 // or --buffers says so: --int is for integers, and nothing can average it.
 void check_packed(const tensor_outcome& o) {
-  if (!is_packed(o.input_type) || (o.action != tensor_action::average && o.reason != "int")) return;
+  if (!is_packed(o.input_type) || (o.action != tensor_action::average && o.reason != outcome_reason::ints)) return;
   const auto dot = o.name.rfind('.');
   const std::string last = dot == std::string::npos ? o.name : o.name.substr(dot + 1);
   throw usage_error(fmt::format(
@@ -250,8 +251,8 @@ void check_packed(const tensor_outcome& o) {
       "(or \"first\", \"drop\")",
       o.name, dtype_name(o.input_type), packed_reason(o.input_type),
       o.action == tensor_action::average
-          ? fmt::format(" as {} asks",
-                        o.reason == "rule" ? fmt::format("the rule '{}'", o.rule) : std::string("--buffers average"))
+          ? fmt::format(" as {} asks", o.reason == outcome_reason::rule ? fmt::format("the rule '{}'", o.rule)
+                                                                        : std::string("--buffers average"))
           : std::string(" (and --int is for integer tensors)"),
       last));
 }
@@ -283,6 +284,17 @@ void decide(const fold_config& c, const kind_oracle& kinds, tensor_plan& p) {
 }
 
 }  // namespace
+
+const char* reason_name(outcome_reason r) {
+  switch (r) {
+    case outcome_reason::rule: return "rule";
+    case outcome_reason::buffer: return "buffer";
+    case outcome_reason::ints: return "int";
+    case outcome_reason::by_default: return "default";
+    case outcome_reason::convert: return "convert";
+  }
+  return "?";
+}
 
 dtype accumulator_for(dtype t, accumulate_policy p) {
   if (!is_floating(t)) return t;

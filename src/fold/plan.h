@@ -35,13 +35,18 @@
 
 namespace swavg {
 
+// Why a tensor gets its action (the list above): a rule (1), --buffers (2, 4), --int (3), the
+// default average (5); convert copies every tensor.
+enum class outcome_reason { rule, buffer, ints, by_default, convert };
+const char* reason_name(outcome_reason r);  // "rule", "buffer", "int", "default", "convert"
+
 struct tensor_outcome {
   std::string name;
   tensor_action action = tensor_action::average;
   bool buffer = false;
-  std::string rule;    // pattern of the rule that decided, if any
-  std::string reason;  // "rule", "int", "buffer", "default"
-  int64_t count = 0;   // checkpoints folded into it (including resumed ones)
+  std::string rule;  // pattern of the rule that decided, if any
+  outcome_reason reason = outcome_reason::by_default;
+  int64_t count = 0;  // checkpoints folded into it (including resumed ones)
   dtype input_type = dtype::float32;
   dtype accumulate_type = dtype::float32;
   dtype output_type = dtype::float32;

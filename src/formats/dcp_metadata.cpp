@@ -388,15 +388,13 @@ std::string check_chunk_tiling(const std::vector<int64_t>& size, const std::vect
   return "";
 }
 
-dcp_metadata parse_dcp_metadata(const uint8_t* data, size_t size, const std::string& path) {
-  const std::unique_ptr<pickle_document> doc = unpickle(data, size, path);
-  const pickle_node* root = doc->root();
-  check_globals(*doc, path);
-  reader r(path);
-  r.instance(root, "Metadata", "the top level");
+namespace {
 
-  // storage_data: MetadataIndex -> _StorageInfo
-  std::map<std::string, dcp_storage> stored;
+using dcp_stored = std::map<std::string, dcp_storage>;  // storage_key -> where its bytes are
+
+// Metadata.storage_data: MetadataIndex -> _StorageInfo.
+dcp_stored read_storage_data(const reader& r, const pickle_node* root) {
+  dcp_stored stored;
   const pickle_node* sdata = reader::field(root, "storage_data");
   if (!sdata || sdata->kind != pickle_kind::dict)
     r.fail("storage_data", fmt::format("expected a dict of _StorageInfo, found {}", reader::type_of(sdata)));
@@ -411,36 +409,77 @@ dcp_metadata parse_dcp_metadata(const uint8_t* data, size_t size, const std::str
     if (!stored.emplace(key, r.storage(v, where)).second)
       r.fail(where, fmt::format("the chunk at offsets {} is listed twice", offsets ? shape_string(*offsets) : "none"));
   }
+  return stored;
+}
 
-  // planner_data: fqn -> the path of keys in the nested state dict (DefaultSavePlanner's flattening)
+// Metadata.planner_data: fqn -> the path of keys in the nested state dict (DefaultSavePlanner's
+// flattening). Optional: entries of other shapes are passed over.
+std::map<std::string, std::vector<dcp_path_part>> read_planner_data(const reader& r, const pickle_node* root) {
   std::map<std::string, std::vector<dcp_path_part>> paths;
-  if (const pickle_node* pd = reader::field(root, "planner_data"); pd && pd->kind == pickle_kind::dict) {
-    for (const auto& [k, v] : pd->entries) {
-      if (!k || k->kind != pickle_kind::string || !v || (v->kind != pickle_kind::tuple && v->kind != pickle_kind::list))
-        continue;
-      std::vector<dcp_path_part> p;
-      for (const pickle_node* c : v->items) {
-        if (c->kind == pickle_kind::string)
-          p.push_back(dcp_path_part{c->text, false});
-        else if (c->kind == pickle_kind::integer)
-          p.push_back(dcp_path_part{std::to_string(c->int_value), true, c->int_value});
-        else
-          r.fail(fmt::format("planner_data['{}']", k->text), "a path element that is neither str nor int");
-      }
-      paths[k->text] = std::move(p);
+  const pickle_node* pd = reader::field(root, "planner_data");
+  if (!pd || pd->kind != pickle_kind::dict) return paths;
+  for (const auto& [k, v] : pd->entries) {
+    if (!k || k->kind != pickle_kind::string || !v || (v->kind != pickle_kind::tuple && v->kind != pickle_kind::list))
+      continue;
+    std::vector<dcp_path_part> p;
+    for (const pickle_node* c : v->items) {
+      if (c->kind == pickle_kind::string)
+        p.push_back(dcp_path_part{c->text, false});
+      else if (c->kind == pickle_kind::integer)
+        p.push_back(dcp_path_part{std::to_string(c->int_value), true, c->int_value});
+      else
+        r.fail(fmt::format("planner_data['{}']", k->text), "a path element that is neither str nor int");
     }
+    paths[k->text] = std::move(p);
   }
+  return paths;
+}
 
-  dcp_metadata md;
-  if (const pickle_node* v = reader::field(root, "version"); v && v->kind == pickle_kind::string) md.version = v->text;
-  if (const pickle_node* extra = reader::field(root, kDcpSwavgField)) {
-    if (extra->kind != pickle_kind::dict) r.fail(kDcpSwavgField, "expected a dict of str");
-    for (const auto& [k, v] : extra->entries)
-      md.swavg[r.text(k, std::string(kDcpSwavgField) + " key")] = r.text(v, std::string(kDcpSwavgField) + " value");
+// The field swavg adds to Metadata: a dict of str.
+std::map<std::string, std::string> read_swavg_field(const reader& r, const pickle_node* root) {
+  std::map<std::string, std::string> out;
+  const pickle_node* extra = reader::field(root, kDcpSwavgField);
+  if (!extra) return out;
+  if (extra->kind != pickle_kind::dict) r.fail(kDcpSwavgField, "expected a dict of str");
+  for (const auto& [k, v] : extra->entries)
+    out[r.text(k, std::string(kDcpSwavgField) + " key")] = r.text(v, std::string(kDcpSwavgField) + " value");
+  return out;
+}
+
+// A TensorStorageMetadata into `e`: dtype, size, and its chunks with their storage, checked to tile it.
+void read_tensor_entry(const reader& r, const pickle_node* v, const dcp_stored& stored, const std::string& where,
+                       dcp_entry& e) {
+  r.instance(v, "TensorStorageMetadata", where);
+  e.is_tensor = true;
+  const pickle_node* props = r.instance(r.required(v, "properties", where), "TensorProperties", where);
+  e.type = r.dtype_of(props, where);
+  e.size = r.dims(r.required(v, "size", where), where + ": size");
+  const pickle_node* chunks = r.required(v, "chunks", where);
+  if (chunks->kind != pickle_kind::list && chunks->kind != pickle_kind::tuple)
+    r.fail(where, fmt::format("chunks: expected a list, found {}", reader::type_of(chunks)));
+  for (size_t i = 0; i < chunks->items.size(); ++i) {
+    const std::string cw = fmt::format("{}: chunk {}", where, i);
+    const pickle_node* c = r.instance(chunks->items[i], "ChunkStorageMetadata", cw);
+    dcp_chunk chunk;
+    chunk.offsets = r.dims(r.required(c, "offsets", cw), cw + ": offsets");
+    chunk.sizes = r.dims(r.required(c, "sizes", cw), cw + ": sizes");
+    auto it = stored.find(storage_key(e.fqn, &chunk.offsets));
+    if (it == stored.end())
+      r.fail(cw, fmt::format("no storage_data entry for the chunk at offsets {}", shape_string(chunk.offsets)));
+    chunk.storage = it->second;
+    e.chunks.push_back(std::move(chunk));
   }
+  const std::string tiling = check_chunk_tiling(e.size, e.chunks);
+  if (!tiling.empty()) r.fail(where, tiling);
+}
+
+// Metadata.state_dict_metadata: fqn -> TensorStorageMetadata or BytesStorageMetadata, in order.
+std::vector<dcp_entry> read_state_dict_metadata(const reader& r, const pickle_node* root, const dcp_stored& stored,
+                                                const std::map<std::string, std::vector<dcp_path_part>>& paths) {
   const pickle_node* sdm = reader::field(root, "state_dict_metadata");
   if (!sdm || sdm->kind != pickle_kind::dict)
     r.fail("state_dict_metadata", fmt::format("expected a dict, found {}", reader::type_of(sdm)));
+  std::vector<dcp_entry> entries;
   std::unordered_set<std::string> names;
   for (const auto& [k, v] : sdm->entries) {
     dcp_entry e;
@@ -453,31 +492,27 @@ dcp_metadata parse_dcp_metadata(const uint8_t* data, size_t size, const std::str
       if (it == stored.end()) r.fail(where, "a non-tensor entry without a storage_data entry");
       e.storage = it->second;
     } else {
-      r.instance(v, "TensorStorageMetadata", where);
-      e.is_tensor = true;
-      const pickle_node* props = r.instance(r.required(v, "properties", where), "TensorProperties", where);
-      e.type = r.dtype_of(props, where);
-      e.size = r.dims(r.required(v, "size", where), where + ": size");
-      const pickle_node* chunks = r.required(v, "chunks", where);
-      if (chunks->kind != pickle_kind::list && chunks->kind != pickle_kind::tuple)
-        r.fail(where, fmt::format("chunks: expected a list, found {}", reader::type_of(chunks)));
-      for (size_t i = 0; i < chunks->items.size(); ++i) {
-        const std::string cw = fmt::format("{}: chunk {}", where, i);
-        const pickle_node* c = r.instance(chunks->items[i], "ChunkStorageMetadata", cw);
-        dcp_chunk chunk;
-        chunk.offsets = r.dims(r.required(c, "offsets", cw), cw + ": offsets");
-        chunk.sizes = r.dims(r.required(c, "sizes", cw), cw + ": sizes");
-        auto it = stored.find(storage_key(e.fqn, &chunk.offsets));
-        if (it == stored.end())
-          r.fail(cw, fmt::format("no storage_data entry for the chunk at offsets {}", shape_string(chunk.offsets)));
-        chunk.storage = it->second;
-        e.chunks.push_back(std::move(chunk));
-      }
-      const std::string tiling = check_chunk_tiling(e.size, e.chunks);
-      if (!tiling.empty()) r.fail(where, tiling);
+      read_tensor_entry(r, v, stored, where, e);
     }
-    md.entries.push_back(std::move(e));
+    entries.push_back(std::move(e));
   }
+  return entries;
+}
+
+}  // namespace
+
+dcp_metadata parse_dcp_metadata(const uint8_t* data, size_t size, const std::string& path) {
+  const std::unique_ptr<pickle_document> doc = unpickle(data, size, path);
+  const pickle_node* root = doc->root();
+  check_globals(*doc, path);
+  reader r(path);
+  r.instance(root, "Metadata", "the top level");
+  const dcp_stored stored = read_storage_data(r, root);
+  const auto paths = read_planner_data(r, root);
+  dcp_metadata md;
+  if (const pickle_node* v = reader::field(root, "version"); v && v->kind == pickle_kind::string) md.version = v->text;
+  md.swavg = read_swavg_field(r, root);
+  md.entries = read_state_dict_metadata(r, root, stored, paths);
   return md;
 }
 

@@ -121,53 +121,63 @@ std::vector<std::string> path_parts(const std::string& path) {
   return parts;
 }
 
-std::string metadata_pickle(const dcp_plan& plan, const std::string& checkpoint_id, const std::string& save_id,
-                            const std::map<std::string, std::string>& swavg) {
-  pickler p;
-  p.proto();
-  p.object_begin(kMetadataModule, "Metadata");
+// TensorProperties(dtype, torch.strided, requires_grad=False, contiguous, pin_memory=False).
+void pickle_tensor_properties(pickler& p, dtype type) {
+  p.global(kMetadataModule, "TensorProperties");
+  p.plain(kEmptyTuple);
+  p.plain(kNewObj);
+  p.plain(kMark);
+  p.global("torch", dtype_name(type));
+  p.global("torch.serialization", "_get_layout");
+  p.str("torch.strided");
+  p.plain(kTuple1);
+  p.plain(kReduce);
+  p.plain(kNewFalse);  // requires_grad
+  p.global("builtins", "getattr");
+  p.global(kMetadataModule, "_MEM_FORMAT_ENCODING");
+  p.str("TORCH_CONTIGUOUS_FORMAT");
+  p.plain(kTuple2);
+  p.plain(kReduce);
+  p.plain(kNewFalse);  // pin_memory
+  p.plain(kTuple);
+  p.plain(kBuild);
+}
+
+void pickle_tensor_metadata(pickler& p, const dcp_out_tensor& t) {
+  p.object_begin(kMetadataModule, "TensorStorageMetadata");
+  p.str("properties");
+  pickle_tensor_properties(p, t.type);
+  p.str("size");
+  p.size(t.shape);
+  p.str("chunks");
+  p.plain(kEmptyList);
+  p.plain(kMark);
+  for (const auto& c : t.chunks) {
+    p.object_begin(kMetadataModule, "ChunkStorageMetadata");
+    p.str("offsets");
+    p.size(c.offsets);
+    p.str("sizes");
+    p.size(c.sizes);
+    p.object_end();
+  }
+  p.plain(kAppends);
+  p.object_end();
+}
+
+// Metadata.state_dict_metadata: fqn -> TensorStorageMetadata.
+void pickle_state_dict_metadata(pickler& p, const dcp_plan& plan) {
   p.str("state_dict_metadata");
   p.plain(kEmptyDict);
   p.plain(kMark);
   for (const auto& t : plan.tensors) {
     p.str(t.fqn);
-    p.object_begin(kMetadataModule, "TensorStorageMetadata");
-    p.str("properties");
-    p.global(kMetadataModule, "TensorProperties");
-    p.plain(kEmptyTuple);
-    p.plain(kNewObj);
-    p.plain(kMark);
-    p.global("torch", dtype_name(t.type));
-    p.global("torch.serialization", "_get_layout");
-    p.str("torch.strided");
-    p.plain(kTuple1);
-    p.plain(kReduce);
-    p.plain(kNewFalse);  // requires_grad
-    p.global("builtins", "getattr");
-    p.global(kMetadataModule, "_MEM_FORMAT_ENCODING");
-    p.str("TORCH_CONTIGUOUS_FORMAT");
-    p.plain(kTuple2);
-    p.plain(kReduce);
-    p.plain(kNewFalse);  // pin_memory
-    p.plain(kTuple);
-    p.plain(kBuild);
-    p.str("size");
-    p.size(t.shape);
-    p.str("chunks");
-    p.plain(kEmptyList);
-    p.plain(kMark);
-    for (const auto& c : t.chunks) {
-      p.object_begin(kMetadataModule, "ChunkStorageMetadata");
-      p.str("offsets");
-      p.size(c.offsets);
-      p.str("sizes");
-      p.size(c.sizes);
-      p.object_end();
-    }
-    p.plain(kAppends);
-    p.object_end();
+    pickle_tensor_metadata(p, t);
   }
   p.plain(kSetItems);
+}
+
+// Metadata.planner_data: fqn -> the tensor's path in the state dict, a tuple of keys and indices.
+void pickle_planner_data(pickler& p, const dcp_plan& plan) {
   p.str("planner_data");
   p.plain(kEmptyDict);
   p.plain(kMark);
@@ -182,10 +192,14 @@ std::string metadata_pickle(const dcp_plan& plan, const std::string& checkpoint_
     p.plain(kTuple);
   }
   p.plain(kSetItems);
+}
+
+// Metadata.storage_data: MetadataIndex -> _StorageInfo, grouped by file, in tensor and chunk order
+// within each.
+void pickle_storage_data(pickler& p, const dcp_plan& plan) {
   p.str("storage_data");
   p.plain(kEmptyDict);
   p.plain(kMark);
-  // Grouped by file, in tensor and chunk order within each.
   std::vector<std::vector<std::pair<const dcp_out_tensor*, size_t>>> by_file(plan.files.size());
   for (const auto& t : plan.tensors)
     for (size_t i = 0; i < t.chunks.size(); ++i) by_file[t.chunks[i].file].emplace_back(&t, i);
@@ -211,6 +225,10 @@ std::string metadata_pickle(const dcp_plan& plan, const std::string& checkpoint_
       p.object_end();
     }
   p.plain(kSetItems);
+}
+
+// Metadata.storage_meta: StorageMeta(PosixPath(checkpoint_id), save_id, load_id=None, modules=[]).
+void pickle_storage_meta(pickler& p, const std::string& checkpoint_id, const std::string& save_id) {
   p.str("storage_meta");
   p.object_begin(kMetadataModule, "StorageMeta");
   p.str("checkpoint_id");
@@ -226,6 +244,17 @@ std::string metadata_pickle(const dcp_plan& plan, const std::string& checkpoint_
   p.str("modules");
   p.plain(kEmptyList);
   p.object_end();
+}
+
+std::string metadata_pickle(const dcp_plan& plan, const std::string& checkpoint_id, const std::string& save_id,
+                            const std::map<std::string, std::string>& swavg) {
+  pickler p;
+  p.proto();
+  p.object_begin(kMetadataModule, "Metadata");
+  pickle_state_dict_metadata(p, plan);
+  pickle_planner_data(p, plan);
+  pickle_storage_data(p, plan);
+  pickle_storage_meta(p, checkpoint_id, save_id);
   if (!swavg.empty()) {
     p.str(kDcpSwavgField);
     p.plain(kEmptyDict);

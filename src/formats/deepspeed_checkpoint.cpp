@@ -142,9 +142,10 @@ std::vector<int64_t> shape_of(const pickle_node* n, const std::string& what) {
   return shape;
 }
 
+using named_shapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+
 // The (name, shape) pairs of a dict of shapes, in order.
-void read_shapes(const pickle_node* d, const std::string& file, const std::string& key,
-                 std::vector<std::pair<std::string, std::vector<int64_t>>>& out) {
+void read_shapes(const pickle_node* d, const std::string& file, const std::string& key, named_shapes& out) {
   if (!d || d->kind != pickle_kind::dict)
     throw input_error(fmt::format("{}: '{}' holds {}, expected a dict of parameter shapes", file, key, type_of(d)));
   for (const auto& [k, v] : d->entries) {
@@ -240,46 +241,75 @@ struct zero3_rank {
   std::vector<tensor_view> groups;
 };
 
-state_dict read_zero3(const std::string& path, const std::string& tag) {
-  const auto models = rank_files(tag, "model_states.pt");
-  const auto optims = rank_files(tag, "optim_states.pt");
-  if (!optims.count(0))
-    throw input_error(fmt::format("{}: a ZeRO-3 checkpoint without zero_pp_rank_0_mp_rank_00_optim_states.pt", tag));
-  std::vector<zero3_rank> ranks;
-  ranks.emplace_back();
-  const std::string optim0 = in_folder(tag, optims.at(0));
-  ranks[0].optim = open_file(optim0, "a DeepSpeed optimizer states file");
+// A ZeRO-3 tag folder read step by step, in the order the checks run: the world size against the
+// rank files, each rank's flat groups, rank 0's layout (parameter shapes, buffers, frozen and tied
+// names), then the tensors: buffers, frozen parameters, partitioned parameters, tied ones.
+class zero3_reader {
+ public:
+  zero3_reader(std::string path, std::string tag)
+      : path_(std::move(path)),
+        tag_(std::move(tag)),
+        models_(rank_files(tag_, "model_states.pt")),
+        optims_(rank_files(tag_, "optim_states.pt")) {}
 
-  // The world size, from rank 0's partition_count, against the rank files present.
-  const pickle_node* osd0 = required(ranks[0].optim.root, "optimizer_state_dict", pickle_kind::dict, "a dict", optim0);
-  const pickle_node* count = entry(osd0, "partition_count");
-  const uint64_t world = partition_world(count);
-  if (world == 0 || world > kMaxRanks)
-    throw input_error(fmt::format("{}: partition_count is {}, expected a world size from 1 to {}", optim0,
-                                  partition_text(count), kMaxRanks));
-  for (const auto* files : {&models, &optims}) {
-    if (files->size() != world || files->rbegin()->first != world - 1) {
-      uint64_t missing = 0;
-      while (files->count(missing)) ++missing;
-      const std::string what = files == &models ? "model_states" : "optim_states";
-      throw input_error(
-          missing < world
-              ? fmt::format("{}: world size {} (partition_count in {}) but the {} file of rank {} is missing "
-                            "(zero_pp_rank_{}_mp_rank_00_{}.pt)",
-                            tag, world, optim0, what, missing, missing, what)
-              : fmt::format("{}: world size {} (partition_count in {}) but it holds {} {} files, up to rank {}", tag,
-                            world, optim0, files->size(), what, files->rbegin()->first));
-    }
+  state_dict read() {
+    open_rank0_optim();
+    read_world_size();
+    for (uint64_t r = 0; r < world_; ++r) read_rank(r);
+    read_layout();
+    sd_.path = path_;
+    sd_.format = file_format::torch;
+    add_buffers();
+    for (const auto& [name, shape] : frozen_) add_frozen(name, shape);
+    add_parameters();
+    add_tied();
+    if (sd_.tensors.empty())
+      throw input_error(fmt::format("{}: a ZeRO-3 checkpoint without parameters or buffers", tag_));
+    return std::move(sd_);
   }
 
-  dtype flat_type = dtype::float32;
-  std::vector<uint64_t> group_numels;
-  for (uint64_t r = 0; r < world; ++r) {
-    if (r > 0) ranks.emplace_back();
-    zero3_rank& z = ranks[r];
-    const std::string optim = in_folder(tag, optims.at(r));
+ private:
+  void open_rank0_optim() {
+    if (!optims_.count(0))
+      throw input_error(fmt::format("{}: a ZeRO-3 checkpoint without zero_pp_rank_0_mp_rank_00_optim_states.pt", tag_));
+    ranks_.emplace_back();
+    optim0_ = in_folder(tag_, optims_.at(0));
+    ranks_[0].optim = open_file(optim0_, "a DeepSpeed optimizer states file");
+  }
+
+  // The world size, from rank 0's partition_count, against the rank files present.
+  void read_world_size() {
+    const pickle_node* osd0 =
+        required(ranks_[0].optim.root, "optimizer_state_dict", pickle_kind::dict, "a dict", optim0_);
+    const pickle_node* count = entry(osd0, "partition_count");
+    world_ = partition_world(count);
+    if (world_ == 0 || world_ > kMaxRanks)
+      throw input_error(fmt::format("{}: partition_count is {}, expected a world size from 1 to {}", optim0_,
+                                    partition_text(count), kMaxRanks));
+    check_rank_files(models_, "model_states");
+    check_rank_files(optims_, "optim_states");
+  }
+
+  void check_rank_files(const std::map<uint64_t, std::string>& files, const std::string& what) const {
+    if (files.size() == world_ && files.rbegin()->first == world_ - 1) return;
+    uint64_t missing = 0;
+    while (files.count(missing)) ++missing;
+    throw input_error(
+        missing < world_
+            ? fmt::format("{}: world size {} (partition_count in {}) but the {} file of rank {} is missing "
+                          "(zero_pp_rank_{}_mp_rank_00_{}.pt)",
+                          tag_, world_, optim0_, what, missing, missing, what)
+            : fmt::format("{}: world size {} (partition_count in {}) but it holds {} {} files, up to rank {}", tag_,
+                          world_, optim0_, files.size(), what, files.rbegin()->first));
+  }
+
+  // Rank r's files, its stage and partition count against rank 0's, and its flat groups.
+  void read_rank(uint64_t r) {
+    if (r > 0) ranks_.emplace_back();
+    zero3_rank& z = ranks_[r];
+    const std::string optim = in_folder(tag_, optims_.at(r));
     if (r > 0) z.optim = open_file(optim, "a DeepSpeed optimizer states file");
-    z.model = open_file(in_folder(tag, models.at(r)), "a DeepSpeed model states file");
+    z.model = open_file(in_folder(tag_, models_.at(r)), "a DeepSpeed model states file");
     const pickle_node* osd = required(z.optim.root, "optimizer_state_dict", pickle_kind::dict, "a dict", optim);
     const pickle_node* stage = entry(osd, "zero_stage");
     if (int_value(stage) != 3)
@@ -287,85 +317,90 @@ state_dict read_zero3(const std::string& path, const std::string& tag) {
                                     int_value(stage) ? std::to_string(*int_value(stage)) : type_of(stage),
                                     zero3_states(0)));
     const pickle_node* c = entry(osd, "partition_count");
-    if (r > 0 && partition_world(c) != world)
+    if (r > 0 && partition_world(c) != world_)
       throw input_error(fmt::format("{}: partition_count is {}, but rank 0's is {} (files of two runs?)", optim,
-                                    partition_text(c), world));
-    const pickle_node* groups = entry(osd, "fp32_flat_groups");
+                                    partition_text(c), world_));
+    read_flat_groups(r, entry(osd, "fp32_flat_groups"), optim);
+  }
+
+  // Rank r's fp32_flat_groups: flat partitions of rank 0's type, as many and as long as rank 0's.
+  void read_flat_groups(uint64_t r, const pickle_node* groups, const std::string& optim) {
+    zero3_rank& z = ranks_[r];
     if (!is_sequence(groups) || groups->items.empty())
       throw input_error(
           fmt::format("{}: fp32_flat_groups is {}, expected a list of flat fp32 partitions", optim, type_of(groups)));
-    if (r > 0 && groups->items.size() != group_numels.size())
+    if (r > 0 && groups->items.size() != group_numels_.size())
       throw input_error(
-          fmt::format("{}: {} flat groups, but rank 0 has {}", optim, groups->items.size(), group_numels.size()));
+          fmt::format("{}: {} flat groups, but rank 0 has {}", optim, groups->items.size(), group_numels_.size()));
     for (size_t g = 0; g < groups->items.size(); ++g) {
       tensor_view v = tensor_at(z.optim, groups->items[g], fmt::format("fp32_flat_groups[{}]", g));
       if (v.shape.size() != 1 || !v.is_contiguous())
         throw input_error(fmt::format("{}: fp32_flat_groups[{}] has shape {}, expected a flat (1-d) partition", optim,
                                       g, shape_string(v.shape)));
-      if (r == 0 && g == 0) flat_type = v.type;
-      if (v.type != flat_type || !is_floating(v.type))
+      if (r == 0 && g == 0) flat_type_ = v.type;
+      if (v.type != flat_type_ || !is_floating(v.type))
         throw input_error(fmt::format("{}: fp32_flat_groups[{}] is {}, expected {} as rank 0's first group", optim, g,
-                                      dtype_name(v.type), dtype_name(flat_type)));
+                                      dtype_name(v.type), dtype_name(flat_type_)));
       const uint64_t n = static_cast<uint64_t>(v.numel());
       if (r == 0) {
-        group_numels.push_back(n);
-      } else if (n != group_numels[g]) {
+        group_numels_.push_back(n);
+      } else if (n != group_numels_[g]) {
         throw input_error(fmt::format("{}: fp32_flat_groups[{}] holds {} elements, but rank 0's holds {}", optim, g, n,
-                                      group_numels[g]));
+                                      group_numels_[g]));
       }
       z.groups.push_back(std::move(v));
     }
   }
 
   // Rank 0's model states: which parameters lie in the partitions, buffers, frozen and tied ones.
-  const std::string states0 = in_folder(tag, models.at(0));
-  const pickle_node* root0 = ranks[0].model.root;
-  const pickle_node* buffer_names = required(root0, "buffer_names", pickle_kind::list, "a list of names", states0);
-  const pickle_node* module = required(root0, "module", pickle_kind::dict, "a dict", states0);
-  const pickle_node* shapes = entry(root0, "param_shapes");
-  std::vector<std::pair<std::string, std::vector<int64_t>>> params, frozen;
-  if (is_sequence(shapes)) {
-    for (const pickle_node* group : shapes->items) read_shapes(group, states0, "param_shapes", params);
-  } else {
-    read_shapes(shapes, states0, "param_shapes", params);
+  void read_layout() {
+    states0_ = in_folder(tag_, models_.at(0));
+    const pickle_node* root0 = ranks_[0].model.root;
+    buffer_names_ = required(root0, "buffer_names", pickle_kind::list, "a list of names", states0_);
+    module_ = required(root0, "module", pickle_kind::dict, "a dict", states0_);
+    const pickle_node* shapes = entry(root0, "param_shapes");
+    if (is_sequence(shapes)) {
+      for (const pickle_node* group : shapes->items) read_shapes(group, states0_, "param_shapes", params_);
+    } else {
+      read_shapes(shapes, states0_, "param_shapes", params_);
+    }
+    const pickle_node* frozen_shapes = entry(root0, "frozen_param_shapes");
+    if (!is_none(frozen_shapes)) read_shapes(frozen_shapes, states0_, "frozen_param_shapes", frozen_);
+    shared_ = required(root0, "shared_params", pickle_kind::dict, "a dict", states0_);
   }
-  const pickle_node* frozen_shapes = entry(root0, "frozen_param_shapes");
-  if (!is_none(frozen_shapes)) read_shapes(frozen_shapes, states0, "frozen_param_shapes", frozen);
-  const pickle_node* shared = required(root0, "shared_params", pickle_kind::dict, "a dict", states0);
 
-  state_dict sd;
-  sd.path = path;
-  sd.format = file_format::torch;
-  std::unordered_map<std::string, size_t> index;
-  auto add = [&](const std::string& name, tensor_view v, const std::string& file) {
-    if (!index.emplace(name, sd.tensors.size()).second)
-      throw input_error(fmt::format("{}: '{}' appears twice among the parameters and buffers", file, name));
-    sd.tensors.push_back(named_tensor{name, std::move(v), tensor_kind::unknown});
-  };
-
-  std::unordered_set<std::string> buffers;
-  for (const pickle_node* n : buffer_names->items) {
-    if (!n || n->kind != pickle_kind::string)
-      throw input_error(fmt::format("{}: buffer_names holds {}, expected names", states0, type_of(n)));
-    buffers.insert(n->text);
+  void add(const std::string& name, tensor_view v) {
+    if (!index_.emplace(name, sd_.tensors.size()).second)
+      throw input_error(fmt::format("{}: '{}' appears twice among the parameters and buffers", states0_, name));
+    sd_.tensors.push_back(named_tensor{name, std::move(v), tensor_kind::unknown});
   }
-  for (const auto& [k, v] : module->entries)
-    if (k && k->kind == pickle_kind::string && buffers.count(k->text))
-      add(k->text, tensor_at(ranks[0].model, v, fmt::format("buffer '{}'", k->text)), states0);
 
-  for (const auto& [name, shape] : frozen) {
-    const std::string what = fmt::format("{}: frozen parameter '{}'", states0, name);
+  void add_buffers() {
+    std::unordered_set<std::string> buffers;
+    for (const pickle_node* n : buffer_names_->items) {
+      if (!n || n->kind != pickle_kind::string)
+        throw input_error(fmt::format("{}: buffer_names holds {}, expected names", states0_, type_of(n)));
+      buffers.insert(n->text);
+    }
+    for (const auto& [k, v] : module_->entries)
+      if (k && k->kind == pickle_kind::string && buffers.count(k->text))
+        add(k->text, tensor_at(ranks_[0].model, v, fmt::format("buffer '{}'", k->text)));
+  }
+
+  // A frozen parameter: the ranks' frozen_param_fragments of it, concatenated and cut to its numel.
+  void add_frozen(const std::string& name, const std::vector<int64_t>& shape) {
+    const std::string what = fmt::format("{}: frozen parameter '{}'", states0_, name);
     const uint64_t numel = zero3_numel(shape, what);
     std::vector<tensor_view> fragments;
     uint64_t have = 0;
-    for (uint64_t r = 0; r < world; ++r) {
-      const std::string file = in_folder(tag, models.at(r));
-      const pickle_node* all = entry(ranks[r].model.root, "frozen_param_fragments");
+    for (uint64_t r = 0; r < world_; ++r) {
+      const std::string file = in_folder(tag_, models_.at(r));
+      const pickle_node* all = entry(ranks_[r].model.root, "frozen_param_fragments");
       const pickle_node* f = entry(all, name);
       if (!f)
         throw input_error(fmt::format("{}: frozen_param_fragments holds no '{}' (frozen_param_shapes in {} lists it)",
-                                      file, name, states0));
-      fragments.push_back(tensor_at(ranks[r].model, f, fmt::format("frozen parameter '{}'", name)));
+                                      file, name, states0_));
+      fragments.push_back(tensor_at(ranks_[r].model, f, fmt::format("frozen parameter '{}'", name)));
       if (!fragments.back().is_contiguous())
         throw input_error(fmt::format("{}: frozen parameter '{}' is not contiguous", file, name));
       if (r > 0 && fragments.back().type != fragments[0].type)
@@ -380,8 +415,8 @@ state_dict read_zero3(const std::string& path, const std::string& tag) {
       tensor_view v = fragments[0];
       v.shape = shape;
       v.strides = contiguous_strides(shape);
-      add(name, std::move(v), states0);
-      continue;
+      add(name, std::move(v));
+      return;
     }
     std::vector<tensor_piece> pieces;
     uint64_t done = 0;
@@ -390,55 +425,73 @@ state_dict read_zero3(const std::string& path, const std::string& tag) {
       if (take > 0) pieces.push_back(flat_piece(f, 0, take, done));
       done += take;
     }
-    add(name, make_pieced_view(fragments[0].type, shape, std::move(pieces), "zero3-frozen/" + name), states0);
+    add(name, make_pieced_view(fragments[0].type, shape, std::move(pieces), "zero3-frozen/" + name));
   }
 
-  std::vector<uint64_t> numels;
-  std::vector<std::string> names;
-  for (const auto& [name, shape] : params) {
-    names.push_back(name);
-    numels.push_back(zero3_numel(shape, fmt::format("{}: parameter '{}'", states0, name)));
-  }
-  const std::vector<zero3_param> plan = plan_zero3(numels, names, group_numels, world, optim0);
-  const std::vector<uint64_t> group_starts = zero3_group_starts(group_numels);
-  for (size_t i = 0; i < params.size(); ++i) {
-    const auto& [name, shape] = params[i];
-    const std::vector<zero3_slice> slices = zero3_slices(plan[i], group_starts, world);
-    if (slices.size() == 1) {
-      tensor_view v = ranks[slices[0].rank].groups[slices[0].group];
-      v.offset += static_cast<int64_t>(slices[0].offset);
-      v.shape = shape;
-      v.strides = contiguous_strides(shape);
-      add(name, std::move(v), states0);
-      continue;
+  // The partitioned parameters: each one slice of a rank's group, or a pieced view of several.
+  void add_parameters() {
+    std::vector<uint64_t> numels;
+    std::vector<std::string> names;
+    for (const auto& [name, shape] : params_) {
+      names.push_back(name);
+      numels.push_back(zero3_numel(shape, fmt::format("{}: parameter '{}'", states0_, name)));
     }
-    std::vector<tensor_piece> pieces;
-    uint64_t done = 0;
-    for (const zero3_slice& s : slices) {
-      pieces.push_back(flat_piece(ranks[s.rank].groups[s.group], s.offset, s.count, done));
-      done += s.count;
+    const std::vector<zero3_param> plan = plan_zero3(numels, names, group_numels_, world_, optim0_);
+    const std::vector<uint64_t> group_starts = zero3_group_starts(group_numels_);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto& [name, shape] = params_[i];
+      const std::vector<zero3_slice> slices = zero3_slices(plan[i], group_starts, world_);
+      if (slices.size() == 1) {
+        tensor_view v = ranks_[slices[0].rank].groups[slices[0].group];
+        v.offset += static_cast<int64_t>(slices[0].offset);
+        v.shape = shape;
+        v.strides = contiguous_strides(shape);
+        add(name, std::move(v));
+        continue;
+      }
+      std::vector<tensor_piece> pieces;
+      uint64_t done = 0;
+      for (const zero3_slice& s : slices) {
+        pieces.push_back(flat_piece(ranks_[s.rank].groups[s.group], s.offset, s.count, done));
+        done += s.count;
+      }
+      add(name, make_pieced_view(flat_type_, shape, std::move(pieces), "zero3/" + name));
     }
-    add(name, make_pieced_view(flat_type, shape, std::move(pieces), "zero3/" + name), states0);
   }
 
-  for (const auto& [k, v] : shared->entries) {
-    if (!k || k->kind != pickle_kind::string || !v || v->kind != pickle_kind::string)
-      throw input_error(
-          fmt::format("{}: shared_params maps {} to {}, expected parameter names", states0, type_of(k), type_of(v)));
-    const auto source = index.find(v->text);
-    if (source == index.end()) continue;  // as zero_to_fp32: only tied to something present
-    named_tensor tied{k->text, sd.tensors[source->second].view, tensor_kind::unknown};
-    const auto existing = index.find(k->text);
-    if (existing != index.end()) {
-      sd.tensors[existing->second] = std::move(tied);
-    } else {
-      index.emplace(k->text, sd.tensors.size());
-      sd.tensors.push_back(std::move(tied));
+  // shared_params: each tied name takes its source's tensor (replacing one of its own name).
+  void add_tied() {
+    for (const auto& [k, v] : shared_->entries) {
+      if (!k || k->kind != pickle_kind::string || !v || v->kind != pickle_kind::string)
+        throw input_error(
+            fmt::format("{}: shared_params maps {} to {}, expected parameter names", states0_, type_of(k), type_of(v)));
+      const auto source = index_.find(v->text);
+      if (source == index_.end()) continue;  // as zero_to_fp32: only tied to something present
+      named_tensor tied{k->text, sd_.tensors[source->second].view, tensor_kind::unknown};
+      const auto existing = index_.find(k->text);
+      if (existing != index_.end()) {
+        sd_.tensors[existing->second] = std::move(tied);
+      } else {
+        index_.emplace(k->text, sd_.tensors.size());
+        sd_.tensors.push_back(std::move(tied));
+      }
     }
   }
-  if (sd.tensors.empty()) throw input_error(fmt::format("{}: a ZeRO-3 checkpoint without parameters or buffers", tag));
-  return sd;
-}
+
+  std::string path_, tag_;
+  std::map<uint64_t, std::string> models_, optims_;
+  std::string optim0_, states0_;
+  uint64_t world_ = 0;
+  std::vector<zero3_rank> ranks_;
+  dtype flat_type_ = dtype::float32;
+  std::vector<uint64_t> group_numels_;
+  const pickle_node* buffer_names_ = nullptr;
+  const pickle_node* module_ = nullptr;
+  const pickle_node* shared_ = nullptr;
+  named_shapes params_, frozen_;
+  state_dict sd_;
+  std::unordered_map<std::string, size_t> index_;
+};
 
 }  // namespace
 
@@ -550,7 +603,7 @@ state_dict read_deepspeed_checkpoint(const std::string& path, const std::string&
     if (is_file(in_folder(tag, other)))
       throw input_error(fmt::format(
           "{}: holds {}: model-parallel DeepSpeed checkpoints (more than one mp_rank) are not read", tag, other));
-  state_dict sd = is_file(in_folder(tag, kZero12States)) ? read_zero12(path, tag) : read_zero3(path, tag);
+  state_dict sd = is_file(in_folder(tag, kZero12States)) ? read_zero12(path, tag) : zero3_reader(path, tag).read();
   sd.key = "module";
   return sd;
 }
