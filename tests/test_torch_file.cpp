@@ -233,19 +233,6 @@ TEST_CASE("a sink writes an alias as a second view of one storage record", "[tor
   CHECK_THROWS_AS(tensor_sink(out + ".2", output_format::torch, {{"a", dtype::float32, {4}, 0}}, {}), error);
 }
 
-TEST_CASE("quoted_list cuts each name at 200 bytes and lists at most 20", "[torch_file][messages]") {
-  const std::string a200(200, 'a'), a201(201, 'a');
-  CHECK(quoted_list({a200}) == "'" + a200 + "'");
-  CHECK(quoted_list({a201}) == "'" + a200 + "...'");
-  // A character across the cut is left out whole, never split.
-  const std::string across = std::string(199, 'a') + "\xc3\xa9" + "b";
-  CHECK(quoted_list({across}) == "'" + std::string(199, 'a') + "...'");
-  std::vector<std::string> twenty(20, "x"), twenty_one(21, "x");
-  CHECK(quoted_list(twenty).find("in all") == std::string::npos);
-  CHECK(quoted_list(twenty_one) == quoted_list(twenty) + ", ... (21 in all)");
-  CHECK(quoted_list({}) == "none");
-}
-
 TEST_CASE("dtypes without a storage class are written as torch 2.x writes them and read back", "[torch_file][save]") {
   const std::string out = scratch_path("v3.pt");
   const uint8_t data[8] = {1, 2, 3, 4, 5, 6, 7, 0xff};

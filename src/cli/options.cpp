@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 
+#include "util/listing.h"
+
 namespace swavg {
 namespace {
 
@@ -68,12 +70,6 @@ std::vector<std::string> option_names(const CLI::App* at) {
       for (const auto& n : opt->get_snames()) names.push_back("-" + n);
     }
   return names;
-}
-
-std::string quoted_list(const std::vector<std::string>& items) {
-  std::vector<std::string> q;
-  for (const auto& i : items) q.push_back("'" + i + "'");
-  return fmt::format("{}", fmt::join(q, ", "));
 }
 
 std::string after_colon(const std::string& text) {

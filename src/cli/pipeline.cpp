@@ -4,8 +4,6 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
-#include <sys/stat.h>
-
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -286,8 +284,7 @@ std::unique_ptr<fold_job_plan> plan_file_job(const fold_job& job, bool dry_run) 
 }  // namespace
 
 bool is_directory_output(const std::string& output) {
-  struct stat st {};
-  return (!output.empty() && output.back() == '/') || (::stat(output.c_str(), &st) == 0 && S_ISDIR(st.st_mode));
+  return (!output.empty() && output.back() == '/') || is_folder(output);
 }
 
 std::unique_ptr<fold_job_plan> plan_fold_job(const fold_job& job, bool dry_run) {

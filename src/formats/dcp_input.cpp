@@ -14,15 +14,12 @@
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
+#include "util/paths.h"
 
 namespace swavg {
 namespace {
 
 constexpr const char* kMetadataFile = ".metadata";
-
-std::string in_folder(const std::string& folder, const std::string& name) {
-  return folder.empty() || folder.back() == '/' ? folder + name : folder + "/" + name;
-}
 
 // What the state dict's documents need alive: the archives of the non-tensor values, and the key
 // nodes made for them.
@@ -65,7 +62,7 @@ class dcp_reader {
   // The torch.save archive at `s`, with `what` naming it in messages.
   torch_archive archive(const dcp_storage& s, const std::string& what) {
     auto& file = files_[s.relative_path];
-    if (!file) file = mapped_file::open(in_folder(folder_, s.relative_path));
+    if (!file) file = mapped_file::open(path_in_folder(folder_, s.relative_path));
     const std::string& path = file->path();
     if (!range_inside(s.offset, s.length, file->size())) {
       const auto end = checked_add(s.offset, s.length);
@@ -149,7 +146,7 @@ class dcp_reader {
 };
 
 dcp_metadata read_metadata(const std::string& folder) {
-  auto f = mapped_file::open(in_folder(folder, kMetadataFile));
+  auto f = mapped_file::open(path_in_folder(folder, kMetadataFile));
   dcp_metadata md = parse_dcp_metadata(f->data(), f->size(), f->path());
   f->release_pages();
   return md;
@@ -207,8 +204,7 @@ std::vector<std::pair<const dcp_entry*, std::string>> select(const dcp_metadata&
 
 bool is_dcp_folder(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
-  return ::stat(in_folder(path, kMetadataFile).c_str(), &st) == 0;
+  return is_folder(path) && ::stat(path_in_folder(path, kMetadataFile).c_str(), &st) == 0;
 }
 
 state_dict read_dcp_folder(const std::string& folder, const std::string& key) {
@@ -249,10 +245,10 @@ state_dict read_dcp_folder(const std::string& folder, const std::string& key) {
 
 std::vector<std::string> dcp_files(const std::string& folder) {
   const dcp_metadata md = read_metadata(folder);
-  std::vector<std::string> out{in_folder(folder, kMetadataFile)};
+  std::vector<std::string> out{path_in_folder(folder, kMetadataFile)};
   std::unordered_set<std::string> seen;
   auto add = [&](const dcp_storage& s) {
-    if (seen.insert(s.relative_path).second) out.push_back(in_folder(folder, s.relative_path));
+    if (seen.insert(s.relative_path).second) out.push_back(path_in_folder(folder, s.relative_path));
   };
   for (const auto& e : md.entries) {
     if (!e.is_tensor) add(e.storage);

@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fmt/format.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <map>
@@ -16,6 +15,7 @@
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
+#include "util/paths.h"
 #include "util/read_file.h"
 
 namespace swavg {
@@ -25,29 +25,11 @@ constexpr uint64_t kMaxLatestBytes = 4096;
 constexpr uint64_t kMaxRanks = uint64_t{1} << 20;
 constexpr const char* kZero12States = "mp_rank_00_model_states.pt";
 
-bool is_dir(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-bool is_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-std::string in_folder(const std::string& folder, const std::string& name) {
-  return !folder.empty() && folder.back() == '/' ? folder + name : folder + "/" + name;
-}
-
-std::string without_slash(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  return path;
-}
-
 std::string zero3_states(size_t rank) { return fmt::format("zero_pp_rank_{}_mp_rank_00_model_states.pt", rank); }
 
 bool holds_model_states(const std::string& folder) {
-  return is_file(in_folder(folder, kZero12States)) || is_file(in_folder(folder, zero3_states(0)));
+  return is_regular_file(path_in_folder(folder, kZero12States)) ||
+         is_regular_file(path_in_folder(folder, zero3_states(0)));
 }
 
 // The rank of a ZeRO-3 file name ("zero_pp_rank_<r>_mp_rank_00_<suffix>", optionally "bf16_" first).
@@ -218,7 +200,7 @@ tensor_piece flat_piece(const tensor_view& v, uint64_t first, uint64_t count, ui
 
 // ZeRO stage 0-2: the weights are the model states' `module`.
 state_dict read_zero12(const std::string& path, const std::string& tag) {
-  const std::string file = in_folder(tag, kZero12States);
+  const std::string file = path_in_folder(tag, kZero12States);
   const auto mapped = mapped_file::open(file);
   {
     const opened o = open_mapped(mapped, "a DeepSpeed model states file");
@@ -273,7 +255,7 @@ class zero3_reader {
     if (!optims_.count(0))
       throw input_error(fmt::format("{}: a ZeRO-3 checkpoint without zero_pp_rank_0_mp_rank_00_optim_states.pt", tag_));
     ranks_.emplace_back();
-    optim0_ = in_folder(tag_, optims_.at(0));
+    optim0_ = path_in_folder(tag_, optims_.at(0));
     ranks_[0].optim = open_file(optim0_, "a DeepSpeed optimizer states file");
   }
 
@@ -307,9 +289,9 @@ class zero3_reader {
   void read_rank(uint64_t r) {
     if (r > 0) ranks_.emplace_back();
     zero3_rank& z = ranks_[r];
-    const std::string optim = in_folder(tag_, optims_.at(r));
+    const std::string optim = path_in_folder(tag_, optims_.at(r));
     if (r > 0) z.optim = open_file(optim, "a DeepSpeed optimizer states file");
-    z.model = open_file(in_folder(tag_, models_.at(r)), "a DeepSpeed model states file");
+    z.model = open_file(path_in_folder(tag_, models_.at(r)), "a DeepSpeed model states file");
     const pickle_node* osd = required(z.optim.root, "optimizer_state_dict", pickle_kind::dict, "a dict", optim);
     const pickle_node* stage = entry(osd, "zero_stage");
     if (int_value(stage) != 3)
@@ -354,7 +336,7 @@ class zero3_reader {
 
   // Rank 0's model states: which parameters lie in the partitions, buffers, frozen and tied ones.
   void read_layout() {
-    states0_ = in_folder(tag_, models_.at(0));
+    states0_ = path_in_folder(tag_, models_.at(0));
     const pickle_node* root0 = ranks_[0].model.root;
     buffer_names_ = required(root0, "buffer_names", pickle_kind::list, "a list of names", states0_);
     module_ = required(root0, "module", pickle_kind::dict, "a dict", states0_);
@@ -394,7 +376,7 @@ class zero3_reader {
     std::vector<tensor_view> fragments;
     uint64_t have = 0;
     for (uint64_t r = 0; r < world_; ++r) {
-      const std::string file = in_folder(tag_, models_.at(r));
+      const std::string file = path_in_folder(tag_, models_.at(r));
       const pickle_node* all = entry(ranks_[r].model.root, "frozen_param_fragments");
       const pickle_node* f = entry(all, name);
       if (!f)
@@ -573,10 +555,10 @@ std::vector<zero3_slice> zero3_slices(const zero3_param& p, const std::vector<ui
 }
 
 std::string deepspeed_tag_folder(const std::string& path) {
-  if (!is_dir(path)) return "";
-  if (holds_model_states(path)) return without_slash(path);
-  const std::string latest = in_folder(path, "latest");
-  if (!is_file(latest)) return "";
+  if (!is_folder(path)) return "";
+  if (holds_model_states(path)) return without_trailing_slash(path);
+  const std::string latest = path_in_folder(path, "latest");
+  if (!is_regular_file(latest)) return "";
   std::string tag = read_text_file(latest, kMaxLatestBytes);
   const auto first = tag.find_first_not_of(" \t\r\n\f\v");
   tag = first == std::string::npos ? "" : tag.substr(first, tag.find_last_not_of(" \t\r\n\f\v") - first + 1);
@@ -584,8 +566,8 @@ std::string deepspeed_tag_folder(const std::string& path) {
       tag.find('\0') != std::string::npos || tag.size() > 255)
     throw input_error(fmt::format("{}: names the tag '{}', expected the name of a folder beside it", latest,
                                   tag.size() > 255 ? tag.substr(0, 255) + "..." : tag));
-  const std::string folder = in_folder(path, tag);
-  if (!is_dir(folder))
+  const std::string folder = path_in_folder(path, tag);
+  if (!is_folder(folder))
     throw input_error(fmt::format("{}: names the tag '{}' but {} is not a folder", latest, tag, folder));
   if (!holds_model_states(folder))
     throw input_error(fmt::format("{}: holds neither {} (ZeRO stage 0-2) nor {} (ZeRO-3); {} names it", folder,
@@ -600,10 +582,10 @@ state_dict read_deepspeed_checkpoint(const std::string& path, const std::string&
   const std::string tag = deepspeed_tag_folder(path);
   if (tag.empty()) throw input_error(fmt::format("{}: not a DeepSpeed checkpoint folder", path));
   for (const char* other : {"mp_rank_01_model_states.pt", "zero_pp_rank_0_mp_rank_01_model_states.pt"})
-    if (is_file(in_folder(tag, other)))
+    if (is_regular_file(path_in_folder(tag, other)))
       throw input_error(fmt::format(
           "{}: holds {}: model-parallel DeepSpeed checkpoints (more than one mp_rank) are not read", tag, other));
-  state_dict sd = is_file(in_folder(tag, kZero12States)) ? read_zero12(path, tag) : zero3_reader(path, tag).read();
+  state_dict sd = is_regular_file(path_in_folder(tag, kZero12States)) ? read_zero12(path, tag) : zero3_reader(path, tag).read();
   sd.key = "module";
   return sd;
 }
@@ -611,13 +593,13 @@ state_dict read_deepspeed_checkpoint(const std::string& path, const std::string&
 std::vector<std::string> deepspeed_files(const std::string& path) {
   const std::string tag = deepspeed_tag_folder(path);
   std::vector<std::string> files;
-  if (tag != without_slash(path)) files.push_back(in_folder(path, "latest"));
-  if (is_file(in_folder(tag, kZero12States))) {
-    files.push_back(in_folder(tag, kZero12States));
+  if (tag != without_trailing_slash(path)) files.push_back(path_in_folder(path, "latest"));
+  if (is_regular_file(path_in_folder(tag, kZero12States))) {
+    files.push_back(path_in_folder(tag, kZero12States));
     return files;
   }
   for (const char* suffix : {"model_states.pt", "optim_states.pt"})
-    for (const auto& [rank, name] : rank_files(tag, suffix)) files.push_back(in_folder(tag, name));
+    for (const auto& [rank, name] : rank_files(tag, suffix)) files.push_back(path_in_folder(tag, name));
   return files;
 }
 

@@ -1,11 +1,11 @@
 #include "formats/megatron_checkpoint.h"
 
 #include <fmt/format.h>
-#include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
+#include "util/paths.h"
 #include "util/read_file.h"
 
 namespace swavg {
@@ -13,20 +13,11 @@ namespace {
 
 constexpr uint64_t kMaxMetadataBytes = 1 << 20;
 
-bool is_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-std::string in_folder(const std::string& folder, const std::string& name) {
-  return !folder.empty() && folder.back() == '/' ? folder + name : folder + "/" + name;
-}
-
 }  // namespace
 
 std::string megatron_backend(const std::string& path) {
-  const std::string metadata = in_folder(path, "metadata.json");
-  if (!is_file(metadata) || !is_file(in_folder(path, "common.pt"))) return "";
+  const std::string metadata = path_in_folder(path, "metadata.json");
+  if (!is_regular_file(metadata) || !is_regular_file(path_in_folder(path, "common.pt"))) return "";
   const nlohmann::json doc = nlohmann::json::parse(read_text_file(metadata, kMaxMetadataBytes), nullptr, false);
   if (!doc.is_object() || !doc.contains("sharded_backend") || !doc["sharded_backend"].is_string()) return "";
   return doc["sharded_backend"].get<std::string>();

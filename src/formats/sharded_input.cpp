@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -19,7 +18,9 @@
 #include "formats/json_dom.h"
 #include "util/checked.h"
 #include "util/error.h"
+#include "util/listing.h"
 #include "util/mapped_file.h"
+#include "util/paths.h"
 #include "util/printable.h"
 #include "util/read_file.h"
 
@@ -30,7 +31,6 @@ using json = nlohmann::json;
 
 constexpr int kMaxJsonDepth = 128;
 constexpr size_t kMaxListedProblems = 20;
-constexpr size_t kMaxListedEntries = 10;
 constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;  // a config.json read for "transformers_weights"
 
 std::string in_quotes(const std::string& s) { return fmt::format("'{}'", printable(s)); }
@@ -47,11 +47,7 @@ class problems {
   void throw_if_any(const std::string& head) const {
     if (list_.empty()) return;
     if (list_.size() == 1) throw input_error(fmt::format("{}: {}", head, list_.front()));
-    std::string text = fmt::format("{}: {} problems:", head, list_.size());
-    for (size_t i = 0; i < std::min(list_.size(), kMaxListedProblems); ++i) text += "\n  " + list_[i];
-    if (list_.size() > kMaxListedProblems)
-      text += fmt::format("\n  ... and {} more", list_.size() - kMaxListedProblems);
-    throw input_error(text);
+    throw input_error(fmt::format("{}: {} problems:{}", head, list_.size(), listed_lines(list_, kMaxListedProblems)));
   }
 
  private:
@@ -207,26 +203,9 @@ std::optional<uint64_t> metadata_count(const std::string& path, const json& meta
   throw bad(t.is_string() ? "a string" : t.type_name());
 }
 
-std::string folder_of(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-bool is_regular(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
 bool exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
-}
-
-bool is_directory(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 std::vector<std::string> folder_entries(const std::string& folder) {
@@ -240,21 +219,12 @@ std::vector<std::string> folder_entries(const std::string& folder) {
   return names;
 }
 
-std::string listed(const std::vector<std::string>& names) {
-  if (names.empty()) return "nothing";
-  std::vector<std::string> shown;
-  for (size_t i = 0; i < std::min(names.size(), kMaxListedEntries); ++i) shown.push_back(in_quotes(names[i]));
-  std::string text = fmt::format("{}", fmt::join(shown, ", "));
-  if (names.size() > kMaxListedEntries) text += fmt::format(" and {} more", names.size() - kMaxListedEntries);
-  return text;
-}
-
 // The weights config.json names as "transformers_weights", which from_pretrained reads before any
 // other file: a .safetensors file or index inside the folder. A config.json that is not JSON is the
 // library's to refuse; swavg reads no other field.
 std::optional<std::string> explicit_weights(const std::string& folder) {
   const std::string config = path_in_folder(folder, "config.json");
-  if (!is_regular(config)) return std::nullopt;
+  if (!is_regular_file(config)) return std::nullopt;
   const nlohmann::json j = nlohmann::json::parse(read_text_file(config, kMaxConfigBytes), nullptr, false);
   if (!j.is_object() || !j.contains("transformers_weights") || j["transformers_weights"].is_null()) return std::nullopt;
   const nlohmann::json& named = j["transformers_weights"];
@@ -269,7 +239,7 @@ std::optional<std::string> explicit_weights(const std::string& folder) {
         fmt::format("{}: \"transformers_weights\" must name a .safetensors file or index inside the "
                     "folder, found {}",
                     config, printable(named.dump())));
-  if (!is_regular(path_in_folder(folder, name)))
+  if (!is_regular_file(path_in_folder(folder, name)))
     throw io_error(fmt::format("{}: names \"transformers_weights\": \"{}\", which is not a file in {}", config,
                                printable(name), folder));
   return name;
@@ -301,7 +271,7 @@ std::vector<weight_candidate> weight_candidates(const weights_naming& naming) {
 bool holds_weights(const std::string& folder) {
   for (const weights_names n : kAllWeightsNames)
     for (const auto& c : weight_candidates(n))
-      if (is_regular(path_in_folder(folder, c.name))) return true;
+      if (is_regular_file(path_in_folder(folder, c.name))) return true;
   return false;
 }
 
@@ -312,24 +282,19 @@ constexpr const char* kPipelineIndexName = "model_index.json";  // a diffusers p
   if (std::find(names.begin(), names.end(), kPipelineIndexName) != names.end()) {
     std::vector<std::string> components;
     for (const auto& name : names)
-      if (is_directory(path_in_folder(folder, name)) && holds_weights(path_in_folder(folder, name)))
+      if (is_folder(path_in_folder(folder, name)) && holds_weights(path_in_folder(folder, name)))
         components.push_back(name + "/");
     throw input_error(fmt::format(
         "{}: a diffusers pipeline ({} found), not one model's weights: average its component folders one by one "
         "instead ({}{}), each to its own output folder",
         folder, kPipelineIndexName, components.empty() ? "none holds weights; it holds " : "",
-        components.empty() ? listed(names) : listed(components)));
+        components.empty() ? quoted_list(names) : quoted_list(components)));
   }
   throw input_error(fmt::format(
       "{}: a folder without a checkpoint: looked for {}, {}, {} and {} (and diffusers' {}.*, PEFT's {}.*); it holds {}",
       folder, kSafetensorsSingleName, kSafetensorsIndexName, kTorchSingleName, kTorchIndexName,
       weights_stem(file_format::safetensors, weights_names::diffusers),
-      weights_stem(file_format::safetensors, weights_names::peft), listed(names)));
-}
-
-std::string base_name(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
+      weights_stem(file_format::safetensors, weights_names::peft), quoted_list(names)));
 }
 
 // The names a file argument has: its library's and variant when it is one of their weight files
@@ -349,9 +314,9 @@ bool in_library_folder(const std::string& path, const weights_naming& naming) {
   const bool library_name = std::any_of(std::begin(formats), std::end(formats),
                                         [&](file_format f) { return name == single_file_name(f, naming); });
   if (!library_name) return false;
-  const std::string folder = folder_of(path);
-  return is_regular(path_in_folder(folder, "config.json")) ||
-         (naming.names == weights_names::peft && is_regular(path_in_folder(folder, "adapter_config.json")));
+  const std::string folder = parent_dir(path);
+  return is_regular_file(path_in_folder(folder, "config.json")) ||
+         (naming.names == weights_names::peft && is_regular_file(path_in_folder(folder, "adapter_config.json")));
 }
 
 // The variants of the single files and indexes a folder holds ("fp16", "bf16"), each with the
@@ -378,7 +343,7 @@ bool choose_weights(checkpoint_location& at, const std::string& path, const std:
     const weight_candidate* first = nullptr;
     const std::vector<weight_candidate> candidates = weight_candidates(weights_naming(n, variant));
     for (const auto& c : candidates)
-      if (is_regular(path_in_folder(path, c.name))) {
+      if (is_regular_file(path_in_folder(path, c.name))) {
         present.push_back(c.name);
         if (!first) first = &c;
       }
@@ -391,13 +356,13 @@ bool choose_weights(checkpoint_location& at, const std::string& path, const std:
     at.names = weights_naming(n, variant);
     (first->index ? at.index : at.file) = path_in_folder(path, chosen);
     if (present.size() > 1)
-      spdlog::info("{}: holds {}; reading {}, as {} does", at.folder, listed(present), chosen,
+      spdlog::info("{}: holds {}; reading {}, as {} does", at.folder, quoted_list(present), chosen,
                    n == weights_names::transformers ? "transformers' from_pretrained"
                    : n == weights_names::diffusers  ? "diffusers' from_pretrained"
                                                     : "PEFT");
   }
   if (!others.empty())
-    spdlog::info("{}: holds weights under other names too ({}); reading {}", at.folder, listed(others), chosen);
+    spdlog::info("{}: holds weights under other names too ({}); reading {}", at.folder, quoted_list(others), chosen);
   return !chosen.empty();
 }
 
@@ -405,25 +370,20 @@ bool choose_weights(checkpoint_location& at, const std::string& path, const std:
 
 bool is_index_name(const std::string& path) { return is_index_file_name(base_name(path)); }
 
-std::string path_in_folder(const std::string& folder, const std::string& name) {
-  if (folder.empty() || folder == ".") return name;
-  return folder.back() == '/' ? folder + name : folder + "/" + name;
-}
-
 checkpoint_location locate_checkpoint(const std::string& path) {
   checkpoint_location at;
-  if (!is_directory(path)) {
+  if (!is_folder(path)) {
     if (is_index_name(path)) {
       at.index = path;
-      at.folder = folder_of(path);
+      at.folder = parent_dir(path);
     } else {
       at.file = path;
     }
     at.names = naming_of_file(path);
-    if (at.index.empty() && in_library_folder(path, at.names)) at.folder = folder_of(path);
+    if (at.index.empty() && in_library_folder(path, at.names)) at.folder = parent_dir(path);
     return at;
   }
-  at.folder = path.size() > 1 && path.back() == '/' ? path.substr(0, path.size() - 1) : path;
+  at.folder = without_trailing_slash(path);
   if (const auto named = explicit_weights(at.folder)) {
     (is_index_name(*named) ? at.index : at.file) = path_in_folder(path, *named);
     at.names = naming_of_file(*named);
@@ -443,14 +403,14 @@ checkpoint_location locate_checkpoint(const std::string& path) {
       spdlog::info(
           "{}: holds the variant{} {} too; reading the plain weights, as from_pretrained without "
           "variant= does (pass a variant's file or index by name to average it)",
-          at.folder, variants.size() == 1 ? "" : "s", listed(variant_names));
+          at.folder, variants.size() == 1 ? "" : "s", quoted_list(variant_names));
     return at;
   }
   if (variants.size() > 1)
     throw input_error(
         fmt::format("{}: holds the weights of {} variants ({}: {}) and no plain ones: pass the file or index of the "
                     "variant to average by name, e.g. {}",
-                    at.folder, variants.size(), listed(variant_names), listed(variant_files),
+                    at.folder, variants.size(), quoted_list(variant_names), quoted_list(variant_files),
                     path_in_folder(at.folder, variant_files.front())));
   if (variants.empty() || !choose_weights(at, path, variant_names.front())) throw_no_checkpoint(at.folder);
   return at;
@@ -512,7 +472,7 @@ std::vector<std::string> shard_names(const hf_index& index) {
 
 state_dict load_sharded(const std::string& path, const std::string& index_path, const hf_index& index,
                         const shard_loader& load) {
-  const std::string folder = folder_of(index_path);
+  const std::string folder = parent_dir(index_path);
   const std::vector<std::string> shards = shard_names(index);
   std::unordered_map<std::string, size_t> shard_of;  // tensor -> position in shards
   std::vector<const std::string*> first_tensor;      // the first tensor listed in each shard

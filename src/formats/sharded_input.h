@@ -18,6 +18,7 @@
 
 #include "formats/hf_index.h"
 #include "tensor/state_dict.h"
+#include "util/paths.h"  // path_in_folder, which names the shards beside an index
 
 namespace swavg {
 
@@ -50,8 +51,6 @@ hf_index parse_hf_index(const std::string& path, std::string_view bytes);
 hf_index read_hf_index(const std::string& path);
 // The index's shard files, each once, in the order they first appear in the weight map.
 std::vector<std::string> shard_names(const hf_index& index);
-// `folder`/`name`.
-std::string path_in_folder(const std::string& folder, const std::string& name);
 
 // Reads one shard file (any single-file format, with its own checks).
 using shard_loader = std::function<state_dict(const std::string& path)>;

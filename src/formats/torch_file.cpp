@@ -11,6 +11,7 @@
 #include "formats/zip_reader.h"
 #include "util/checked.h"
 #include "util/error.h"
+#include "util/listing.h"
 #include "util/mapped_file.h"
 
 namespace swavg {
@@ -22,7 +23,6 @@ namespace {
 
 constexpr int kMaxWalkDepth = 64;
 constexpr size_t kMaxListedOpaque = 1000;
-constexpr size_t kMaxListed = 20;
 constexpr size_t kMaxPathPart = 200;  // bytes of one key in a listed path or message
 
 bool is_tensor(const pickle_node* n) { return n && n->kind == pickle_kind::tensor; }
@@ -91,17 +91,6 @@ std::string scalar_text(const pickle_node& n) {
   }
 }
 
-// Appends `part`, cut to kMaxPathPart bytes (between UTF-8 characters) and marked "..." if longer.
-void append_cut(std::string& out, std::string_view part) {
-  if (part.size() <= kMaxPathPart) {
-    out.append(part);
-    return;
-  }
-  size_t cut = kMaxPathPart;
-  while (cut > 0 && (static_cast<unsigned char>(part[cut]) & 0xc0) == 0x80) --cut;
-  out.append(part.substr(0, cut)).append("...");
-}
-
 // Lists every opaque object with its dotted path, without recursion past kMaxWalkDepth and without
 // visiting a node twice (memo sharing and cycles). The path is one buffer extended and cut back per
 // step, each part at most kMaxPathPart bytes, so a walk costs O(nodes), not O(nodes x path length).
@@ -121,7 +110,7 @@ void append_path_part(std::string& path, const pickle_node* k, size_t index) {
     number = pickle_key_text(k);
     part = number;
   }
-  append_cut(path, part);
+  path += cut_text(part, kMaxPathPart);
   if (k && (k->kind == pickle_kind::opaque)) path += '>';
 }
 
@@ -207,17 +196,6 @@ std::string pickle_key_text(const pickle_node* k) {
     case pickle_kind::integer: return std::to_string(k->int_value);
     default: return "<" + pickle_type_name(*k) + ">";
   }
-}
-
-std::string quoted_list(const std::vector<std::string>& items) {
-  std::string s;
-  for (size_t i = 0; i < items.size() && i < kMaxListed; ++i) {
-    s += i ? ", '" : "'";
-    append_cut(s, items[i]);
-    s += "'";
-  }
-  if (items.size() > kMaxListed) s += ", ... (" + std::to_string(items.size()) + " in all)";
-  return s.empty() ? "none" : s;
 }
 
 const pickle_node* resolve_pickle_path(const pickle_node* root, const std::string& dotted, const std::string& file,

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "tensor/state_dict.h"
+#include "util/listing.h"  // quoted_list, for the messages of the readers that include this
 
 namespace swavg {
 
@@ -96,8 +97,6 @@ const pickle_node* resolve_pickle_path(const pickle_node* root, const std::strin
                                        const std::string& option);
 // How a dict key or list index reads in a path: the string, the integer, else "<type>".
 std::string pickle_key_text(const pickle_node* key);
-// "'a', 'b', ... (N in all)" for messages, each item cut at 200 bytes; "none" when empty.
-std::string quoted_list(const std::vector<std::string>& items);
 
 // The state dict in an unpickled torch.save object, chosen as described above (`key` a dotted path,
 // empty for automatic), its tensors viewed through `reader`; `doc` is kept when entries other than

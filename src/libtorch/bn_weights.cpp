@@ -15,22 +15,11 @@
 #include "libtorch/module.h"
 #include "libtorch/tensor_bridge.h"
 #include "util/error.h"
+#include "util/listing.h"
 
 namespace swavg {
-namespace {
 
 using torch::jit::Module;
-
-constexpr size_t kMaxListed = 20;
-
-std::string list_text(const std::vector<std::string>& items) {
-  std::string s;
-  for (size_t i = 0; i < items.size() && i < kMaxListed; ++i) s += (i ? ", '" : "'") + items[i] + "'";
-  if (items.size() > kMaxListed) s += fmt::format(", ... ({} in all)", items.size());
-  return s.empty() ? "none" : s;
-}
-
-}  // namespace
 
 void load_weights(Module& module, const std::vector<named_tensor>& weights, const std::string& source) {
   const auto targets = state_of(module);
@@ -55,7 +44,7 @@ void load_weights(Module& module, const std::vector<named_tensor>& weights, cons
   if (!missing.empty() || !unexpected.empty())
     throw mismatch_error(
         fmt::format("{}: its tensor names do not match the model's: {} missing ({}), {} unexpected ({})", source,
-                    missing.size(), list_text(missing), unexpected.size(), list_text(unexpected)));
+                    missing.size(), quoted_list(missing), unexpected.size(), quoted_list(unexpected)));
   c10::NoGradGuard no_grad;
   for (const auto& [name, t] : targets) {
     auto it = given.find(name);

@@ -35,8 +35,8 @@ void fsync_path(const std::string& path) {
 
 std::string sibling(const std::string& target, const char* marker) {
   std::random_device rd;
-  return parent_dir(target) + "/." + base_name(target) + marker + std::to_string(::getpid()) + "-" +
-         std::to_string(rd() % 1000000);
+  return path_in_folder(parent_dir(target), "." + base_name(target) + marker + std::to_string(::getpid()) + "-" +
+                                                std::to_string(rd() % 1000000));
 }
 
 void remove_stale_stages(const std::string& target) {
@@ -44,7 +44,7 @@ void remove_stale_stages(const std::string& target) {
   const std::string prefix = "." + base_name(target) + kStageMarker;
   for (const auto& name : list_dir(dir)) {
     if (name.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string path = dir + "/" + name;
+    const std::string path = path_in_folder(dir, name);
     const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) continue;
     if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
@@ -58,20 +58,6 @@ void remove_stale_stages(const std::string& target) {
 bool is_empty_dir(const std::string& path) { return list_dir(path).empty(); }
 
 }  // namespace
-
-std::string without_trailing_slash(const std::string& path) {
-  std::string p = path;
-  for (;;) {
-    while (p.size() > 1 && p.back() == '/') p.pop_back();
-    if (p.size() > 2 && p.compare(p.size() - 2, 2, "/.") == 0)
-      p.resize(p.size() - 1);
-    else
-      break;
-  }
-  const bool relative_part =
-      p == "." || p == "/." || p == ".." || (p.size() > 3 && p.compare(p.size() - 3, 3, "/..") == 0);
-  return relative_part ? real_path(p) : p;
-}
 
 std::vector<std::string> list_dir(const std::string& path) {
   DIR* d = ::opendir(path.c_str());
@@ -96,7 +82,7 @@ void remove_tree(const std::string& path) {
     } catch (const error& e) {
       spdlog::warn("{}", e.what());
     }
-    for (const auto& n : names) remove_tree(path + "/" + n);
+    for (const auto& n : names) remove_tree(path_in_folder(path, n));
     if (::rmdir(path.c_str()) != 0) spdlog::warn("{}: cannot remove: {}", path, errno_text(errno));
   } else if (::unlink(path.c_str()) != 0) {
     spdlog::warn("{}: cannot remove: {}", path, errno_text(errno));
@@ -109,8 +95,7 @@ void ensure_dir(const std::string& path) {
     return;
   }
   const int err = errno;
-  struct stat st {};
-  if (err == EEXIST && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return;
+  if (err == EEXIST && is_folder(path)) return;
   throw io_error(fmt::format("{}: cannot create the folder: {}", path,
                              err == EEXIST ? "it exists and is not a folder" : errno_text(err)));
 }

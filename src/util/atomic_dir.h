@@ -14,12 +14,9 @@
 #include <string>
 #include <vector>
 
-namespace swavg {
+#include "util/paths.h"  // without_trailing_slash, which names the folders staged here
 
-// A folder's path without trailing slashes or "." parts ("out/" and "out/./." -> "out"; "/" stays).
-// One whose last part is ".." (or that is "."), which names a folder by where it sits, is resolved:
-// "ckpts/.." -> its real path, so that OUT.partial/ and the staging folder are its siblings.
-std::string without_trailing_slash(const std::string& path);
+namespace swavg {
 
 class staged_dir {
  public:

@@ -42,7 +42,7 @@ void remove_stale_temps(const std::string& dir, const std::string& target_base) 
   while (dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
     if (name.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string path = dir + "/" + name;
+    const std::string path = path_in_folder(dir, name);
     const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) continue;
     struct stat held {
@@ -76,9 +76,7 @@ void write_all(int fd, const char* p, uint64_t n, const std::string& path) {
 
 atomic_file::atomic_file(std::string target) : target_(std::move(target)) {
   const std::string dir = parent_dir(target_);
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw io_error(fmt::format("{}: output folder '{}' does not exist", target_, dir));
+  if (!is_folder(dir)) throw io_error(fmt::format("{}: output folder '{}' does not exist", target_, dir));
   remove_stale_temps(dir, base_name(target_));
   create_temp();
   buffer_.reserve(kAtomicFileBufferBytes);
@@ -178,7 +176,8 @@ void atomic_file::commit() {
 }
 
 std::string temp_path_beside(const std::string& target, const std::string& tag) {
-  return parent_dir(target) + "/." + base_name(target) + kTempMarker + std::to_string(::getpid()) + "-" + tag;
+  return path_in_folder(parent_dir(target),
+                        "." + base_name(target) + kTempMarker + std::to_string(::getpid()) + "-" + tag);
 }
 
 held_temp::~held_temp() {
@@ -207,9 +206,7 @@ std::string file_type(mode_t mode) {
 
 void check_output_path(const std::string& output, const std::vector<std::string>& inputs, bool force) {
   const std::string dir = parent_dir(output);
-  struct stat d {};
-  if (::stat(dir.c_str(), &d) != 0 || !S_ISDIR(d.st_mode))
-    throw io_error(fmt::format("{}: output folder '{}' does not exist", output, dir));
+  if (!is_folder(dir)) throw io_error(fmt::format("{}: output folder '{}' does not exist", output, dir));
   const std::string folder = parent_dir(folder_resolved(output));
   for (const char* special : {"/dev", "/proc", "/sys"})
     if (folder == special || (std::strcmp(special, "/dev") != 0 && is_under(folder, special)))
@@ -223,8 +220,7 @@ void check_output_path(const std::string& output, const std::vector<std::string>
       throw usage_error(fmt::format("{}: the output is the input '{}'; swavg never overwrites its inputs", output, in));
   }
   for (const auto& in : inputs) {
-    struct stat st {};
-    if (::stat(in.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && is_under(folder_resolved(output), real_path(in)))
+    if (is_folder(in) && is_under(folder_resolved(output), real_path(in)))
       throw usage_error(
           fmt::format("{}: inside the input folder '{}'; swavg never writes into what it reads, even "
                       "with --force",
