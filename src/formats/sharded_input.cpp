@@ -80,7 +80,7 @@ class index_parser : public json_dom_parser {
   }
 
   bool start_object(std::size_t n) override {
-    if (dom_.open.size() == 1 && dom_.key == "weight_map" && !skip_) {
+    if (depth() == 1 && dom_.key == "weight_map") {  // the top level's, not a tensor of that name in it
       map_seen_ = true;
       map_depth_ = depth() + 1;
       enter();
