@@ -1,6 +1,6 @@
 // DCP folders (formats/dcp_input.h) as torch writes them: every tensor's bytes against torch's own
 // consolidation (dcp_to_torch_save, CRC-32s in the fixture manifests), --key, the non-tensor
-// entries carried, and the hostile folders refused as input errors.
+// entries carried, and the hostile folders (the malformed-input suite's dcp_*) refused as input errors.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -84,7 +84,7 @@ TEST_CASE("hostile DCP folders are input errors", "[dcp_input][fixtures]") {
   for (const char* name : {"overlap", "missing_chunk", "past_end", "offset_past_end", "dtype", "shape",
                            "off_allow_list", "payload", "chunk_payload", "escape"}) {
     INFO(name);
-    CHECK_THROWS_AS(read_dcp_folder(folder(std::string("hostile_") + name), ""), input_error);
+    CHECK_THROWS_AS(read_dcp_folder(test::fixture(std::string("hostile/dcp_") + name), ""), input_error);
   }
 }
 

@@ -93,6 +93,8 @@ TEST_CASE("bad indexes are refused with what is wrong", "[sharded_input]") {
       {R"({"weight_map": {"a": null}})", "tensor 'a' maps to null"},
       {R"({"weight_map": {"a": ["s"]}})", "tensor 'a' maps to an array"},
       {R"({"weight_map": {"a": {"s": "t"}}})", "tensor 'a' maps to an object"},
+      {R"({"weight_map": {"weight_map": {"a": "s"}}})", "tensor 'weight_map' maps to an object"},
+      {R"({"weight_map": {"weight_map": {}}})", "tensor 'weight_map' maps to an object"},
       {R"({"weight_map": {"a": "s", "a": "s"}})", "lists tensor 'a' twice"},
       {R"({"weight_map": {"a": "s"}, "weight_map": {"b": "s"}})", "duplicate key 'weight_map'"},
       {R"({"weight_map": {"": "s"}})", "empty tensor name"},

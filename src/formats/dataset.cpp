@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "formats/pickle.h"
+#include "formats/pickle_query.h"
 #include "formats/safetensors.h"
 #include "formats/torch_file.h"
 #include "formats/zip_reader.h"
@@ -202,9 +203,6 @@ dataset read_npy(const std::shared_ptr<const mapped_file>& file) {
   d.samples.mapping = file.get();
   return d;
 }
-
-bool is_tensor(const pickle_node* n) { return n && n->kind == pickle_kind::tensor; }
-bool is_sequence(const pickle_node* n) { return n && (n->kind == pickle_kind::list || n->kind == pickle_kind::tuple); }
 
 dataset read_torch_data(const std::shared_ptr<const mapped_file>& file, const std::string& key) {
   const std::string& path = file->path();

@@ -9,6 +9,7 @@
 
 #include "formats/dcp_metadata.h"
 #include "formats/pickle.h"
+#include "formats/pickle_query.h"
 #include "formats/torch_file.h"
 #include "formats/zip_reader.h"
 #include "util/checked.h"
@@ -37,22 +38,16 @@ std::string short_value(const pickle_node& n) {
   }
 }
 
+// Whether a tensor or a storage lies anywhere in `root` (object keys aside).
 bool holds_tensors(const pickle_node* root) {
-  std::vector<const pickle_node*> todo{root};
-  std::unordered_set<const pickle_node*> seen;
-  while (!todo.empty()) {
-    const pickle_node* n = todo.back();
-    todo.pop_back();
-    if (!n || !seen.insert(n).second) continue;
-    if (n->kind == pickle_kind::tensor || n->kind == pickle_kind::storage) return true;
-    for (const pickle_node* c : n->items) todo.push_back(c);
-    for (const auto& [k, v] : n->entries) todo.push_back(v);
-    if (n->call) {
-      for (const pickle_node* a : n->call->args) todo.push_back(a);
-      todo.push_back(n->call->state);
-    }
-  }
-  return false;
+  bool found = false;
+  walk_pickle(root,
+              [&](const pickle_node& n, const pickle_place&) {
+                found = n.kind == pickle_kind::tensor || n.kind == pickle_kind::storage;
+                return found ? pickle_visit::stop : pickle_visit::enter;
+              },
+              {-1, false});
+  return found;
 }
 
 class dcp_reader {

@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "formats/pickle.h"
+#include "formats/pickle_query.h"
 #include "tensor/tensor_view.h"
 #include "util/checked.h"
 #include "util/error.h"
@@ -131,10 +132,7 @@ class reader {
 
   // A dataclass field: its BUILD state's entry, or nullptr when absent (the class default).
   static const pickle_node* field(const pickle_node* obj, std::string_view name) {
-    if (!obj || !obj->call || !obj->call->state || obj->call->state->kind != pickle_kind::dict) return nullptr;
-    for (const auto& [k, v] : obj->call->state->entries)
-      if (k && k->kind == pickle_kind::string && k->text == name) return v;
-    return nullptr;
+    return obj && obj->call ? find_entry(obj->call->state, name) : nullptr;
   }
 
   const pickle_node* required(const pickle_node* obj, const char* name, const std::string& where) const {
@@ -162,8 +160,7 @@ class reader {
       if (n->call->args.size() != 1) fail(where, "torch.Size takes one tuple");
       t = n->call->args[0];
     }
-    if (!t || (t->kind != pickle_kind::tuple && t->kind != pickle_kind::list))
-      fail(where, fmt::format("expected a torch.Size, found {}", type_of(n)));
+    if (!is_sequence(t)) fail(where, fmt::format("expected a torch.Size, found {}", type_of(n)));
     std::vector<int64_t> out;
     for (const pickle_node* d : t->items) out.push_back(static_cast<int64_t>(count(d, where)));
     return out;
@@ -195,8 +192,7 @@ class reader {
     s.offset = count(required(info, "offset", where), where + ": offset");
     s.length = count(required(info, "length", where), where + ": length");
     if (const pickle_node* t = field(info, "transform_descriptors")) {
-      const bool none = t->kind == pickle_kind::none ||
-                        ((t->kind == pickle_kind::list || t->kind == pickle_kind::tuple) && t->items.empty());
+      const bool none = t->kind == pickle_kind::none || (is_sequence(t) && t->items.empty());
       if (!none)
         fail(where,
              "the chunk was written through storage extensions (transform_descriptors, e.g. compression); "
@@ -419,8 +415,7 @@ std::map<std::string, std::vector<dcp_path_part>> read_planner_data(const reader
   const pickle_node* pd = reader::field(root, "planner_data");
   if (!pd || pd->kind != pickle_kind::dict) return paths;
   for (const auto& [k, v] : pd->entries) {
-    if (!k || k->kind != pickle_kind::string || !v || (v->kind != pickle_kind::tuple && v->kind != pickle_kind::list))
-      continue;
+    if (!k || k->kind != pickle_kind::string || !is_sequence(v)) continue;
     std::vector<dcp_path_part> p;
     for (const pickle_node* c : v->items) {
       if (c->kind == pickle_kind::string)
@@ -455,8 +450,7 @@ void read_tensor_entry(const reader& r, const pickle_node* v, const dcp_stored& 
   e.type = r.dtype_of(props, where);
   e.size = r.dims(r.required(v, "size", where), where + ": size");
   const pickle_node* chunks = r.required(v, "chunks", where);
-  if (chunks->kind != pickle_kind::list && chunks->kind != pickle_kind::tuple)
-    r.fail(where, fmt::format("chunks: expected a list, found {}", reader::type_of(chunks)));
+  if (!is_sequence(chunks)) r.fail(where, fmt::format("chunks: expected a list, found {}", reader::type_of(chunks)));
   for (size_t i = 0; i < chunks->items.size(); ++i) {
     const std::string cw = fmt::format("{}: chunk {}", where, i);
     const pickle_node* c = r.instance(chunks->items[i], "ChunkStorageMetadata", cw);

@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "formats/pickle.h"
+#include "formats/pickle_query.h"
 #include "formats/torch_file.h"
 #include "util/checked.h"
 #include "util/error.h"
@@ -63,18 +64,11 @@ std::map<uint64_t, std::string> rank_files(const std::string& folder, const std:
   return out;
 }
 
-const pickle_node* entry(const pickle_node* d, const std::string& key) {
-  if (!d || d->kind != pickle_kind::dict) return nullptr;
-  for (const auto& [k, v] : d->entries)
-    if (k && k->kind == pickle_kind::string && k->text == key) return v;
-  return nullptr;
-}
-
 std::string type_of(const pickle_node* n) { return n ? pickle_type_name(*n) : "missing"; }
 
 const pickle_node* required(const pickle_node* d, const std::string& key, pickle_kind kind, const char* expected,
                             const std::string& file) {
-  const pickle_node* v = entry(d, key);
+  const pickle_node* v = find_entry(d, key);
   if (!v || v->kind != kind)
     throw input_error(
         fmt::format("{}: '{}' is {}, expected {} (not a DeepSpeed checkpoint file?)", file, key, type_of(v), expected));
@@ -105,7 +99,6 @@ std::optional<int64_t> int_value(const pickle_node* n) {
 }
 
 bool is_none(const pickle_node* n) { return !n || n->kind == pickle_kind::none; }
-bool is_sequence(const pickle_node* n) { return n && (n->kind == pickle_kind::list || n->kind == pickle_kind::tuple); }
 
 // A torch.Size (pickled as torch.Size((d0, d1, ...))) or a plain tuple/list of ints.
 std::vector<int64_t> shape_of(const pickle_node* n, const std::string& what) {
@@ -204,7 +197,7 @@ state_dict read_zero12(const std::string& path, const std::string& tag) {
   const auto mapped = mapped_file::open(file);
   {
     const opened o = open_mapped(mapped, "a DeepSpeed model states file");
-    const pickle_node* module = entry(o.root, "module");
+    const pickle_node* module = find_entry(o.root, "module");
     if (!module || module->kind != pickle_kind::dict)
       throw input_error(
           fmt::format("{}: DeepSpeed model states whose 'module' is {}, expected a dict of tensors (pipeline-parallel "
@@ -263,7 +256,7 @@ class zero3_reader {
   void read_world_size() {
     const pickle_node* osd0 =
         required(ranks_[0].optim.root, "optimizer_state_dict", pickle_kind::dict, "a dict", optim0_);
-    const pickle_node* count = entry(osd0, "partition_count");
+    const pickle_node* count = find_entry(osd0, "partition_count");
     world_ = partition_world(count);
     if (world_ == 0 || world_ > kMaxRanks)
       throw input_error(fmt::format("{}: partition_count is {}, expected a world size from 1 to {}", optim0_,
@@ -293,16 +286,16 @@ class zero3_reader {
     if (r > 0) z.optim = open_file(optim, "a DeepSpeed optimizer states file");
     z.model = open_file(path_in_folder(tag_, models_.at(r)), "a DeepSpeed model states file");
     const pickle_node* osd = required(z.optim.root, "optimizer_state_dict", pickle_kind::dict, "a dict", optim);
-    const pickle_node* stage = entry(osd, "zero_stage");
+    const pickle_node* stage = find_entry(osd, "zero_stage");
     if (int_value(stage) != 3)
       throw input_error(fmt::format("{}: zero_stage is {}, expected 3 beside {}", optim,
                                     int_value(stage) ? std::to_string(*int_value(stage)) : type_of(stage),
                                     zero3_states(0)));
-    const pickle_node* c = entry(osd, "partition_count");
+    const pickle_node* c = find_entry(osd, "partition_count");
     if (r > 0 && partition_world(c) != world_)
       throw input_error(fmt::format("{}: partition_count is {}, but rank 0's is {} (files of two runs?)", optim,
                                     partition_text(c), world_));
-    read_flat_groups(r, entry(osd, "fp32_flat_groups"), optim);
+    read_flat_groups(r, find_entry(osd, "fp32_flat_groups"), optim);
   }
 
   // Rank r's fp32_flat_groups: flat partitions of rank 0's type, as many and as long as rank 0's.
@@ -340,13 +333,13 @@ class zero3_reader {
     const pickle_node* root0 = ranks_[0].model.root;
     buffer_names_ = required(root0, "buffer_names", pickle_kind::list, "a list of names", states0_);
     module_ = required(root0, "module", pickle_kind::dict, "a dict", states0_);
-    const pickle_node* shapes = entry(root0, "param_shapes");
+    const pickle_node* shapes = find_entry(root0, "param_shapes");
     if (is_sequence(shapes)) {
       for (const pickle_node* group : shapes->items) read_shapes(group, states0_, "param_shapes", params_);
     } else {
       read_shapes(shapes, states0_, "param_shapes", params_);
     }
-    const pickle_node* frozen_shapes = entry(root0, "frozen_param_shapes");
+    const pickle_node* frozen_shapes = find_entry(root0, "frozen_param_shapes");
     if (!is_none(frozen_shapes)) read_shapes(frozen_shapes, states0_, "frozen_param_shapes", frozen_);
     shared_ = required(root0, "shared_params", pickle_kind::dict, "a dict", states0_);
   }
@@ -377,8 +370,8 @@ class zero3_reader {
     uint64_t have = 0;
     for (uint64_t r = 0; r < world_; ++r) {
       const std::string file = path_in_folder(tag_, models_.at(r));
-      const pickle_node* all = entry(ranks_[r].model.root, "frozen_param_fragments");
-      const pickle_node* f = entry(all, name);
+      const pickle_node* all = find_entry(ranks_[r].model.root, "frozen_param_fragments");
+      const pickle_node* f = find_entry(all, name);
       if (!f)
         throw input_error(fmt::format("{}: frozen_param_fragments holds no '{}' (frozen_param_shapes in {} lists it)",
                                       file, name, states0_));
@@ -585,7 +578,8 @@ state_dict read_deepspeed_checkpoint(const std::string& path, const std::string&
     if (is_regular_file(path_in_folder(tag, other)))
       throw input_error(fmt::format(
           "{}: holds {}: model-parallel DeepSpeed checkpoints (more than one mp_rank) are not read", tag, other));
-  state_dict sd = is_regular_file(path_in_folder(tag, kZero12States)) ? read_zero12(path, tag) : zero3_reader(path, tag).read();
+  state_dict sd =
+      is_regular_file(path_in_folder(tag, kZero12States)) ? read_zero12(path, tag) : zero3_reader(path, tag).read();
   sd.key = "module";
   return sd;
 }

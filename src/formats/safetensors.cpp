@@ -116,68 +116,27 @@ struct entry {
   uint64_t end = 0;
 };
 
-// Builds the header's DOM through nlohmann's SAX interface (its callback parser is quadratic in the
-// number of entries), refusing duplicate keys, which nlohmann would silently overwrite, and nesting
-// deeper than the reference allows.
-class header_parser : public nlohmann::json_sax<json> {
+// Builds the header's DOM (json_dom.h), refusing duplicate keys, with the entry they are in, and
+// nesting deeper than the reference allows.
+class header_parser : public json_dom_parser {
  public:
-  explicit header_parser(std::string path) : path_(std::move(path)) {}
-
-  json parse(const char* begin, const char* end) {
-    json::sax_parse(begin, end, this);
-    return std::move(dom_.root);
-  }
-
-  [[noreturn]] void fail(const std::string& message) const { throw input_error(fmt::format("{}: {}", path_, message)); }
-
-  bool null() override { return add(nullptr); }
-  bool boolean(bool v) override { return add(v); }
-  bool number_integer(number_integer_t v) override { return add(v); }
-  bool number_unsigned(number_unsigned_t v) override { return add(v); }
-  bool number_float(number_float_t v, const string_t&) override { return add(v); }
-  bool string(string_t& v) override { return add(std::move(v)); }
-  bool binary(binary_t& v) override { return add(json::binary(std::move(v))); }
-
-  bool start_object(std::size_t) override { return open(json::object()); }
-  bool end_object() override { return close(); }
-  bool start_array(std::size_t) override { return open(json::array()); }
-  bool end_array() override { return close(); }
+  explicit header_parser(std::string path)
+      : json_dom_parser(std::move(path), kMaxJsonDepth,
+                        fmt::format("header nests JSON deeper than {} levels", kMaxJsonDepth),
+                        "header is not valid JSON: ") {}
 
   bool key(string_t& k) override {
     if (dom_.open.size() == 1) top_key_ = k;
-    if (dom_.open.back()->contains(k)) {
-      if (dom_.open.size() > 1)
-        fail(fmt::format("duplicate key {} in the entry of {}", quote_name(k), quote_name(top_key_)));
-      fail(k == kMetadataKey ? std::string("duplicate key '__metadata__'") : "duplicate tensor name " + quote_name(k));
-    }
-    dom_.key = std::move(k);
-    return true;
-  }
-
-  bool parse_error(std::size_t, const std::string&, const json::exception& e) override {
-    fail("header is not valid JSON: " + json_error_text(e));
+    return json_dom_parser::key(k);
   }
 
  private:
-  bool add(json&& v) {
-    dom_.place(std::move(v));
-    return true;
+  std::string duplicate_key(const std::string& k) const override {
+    if (dom_.open.size() > 1)
+      return fmt::format("duplicate key {} in the entry of {}", quote_name(k), quote_name(top_key_));
+    return k == kMetadataKey ? std::string("duplicate key '__metadata__'") : "duplicate tensor name " + quote_name(k);
   }
 
-  bool open(json&& container) {
-    if (dom_.open.size() >= static_cast<size_t>(kMaxJsonDepth))
-      fail(fmt::format("header nests JSON deeper than {} levels", kMaxJsonDepth));
-    dom_.open.push_back(dom_.place(std::move(container)));
-    return true;
-  }
-
-  bool close() {
-    dom_.open.pop_back();
-    return true;
-  }
-
-  std::string path_;
-  json_dom dom_;
   std::string top_key_;
 };
 
@@ -285,7 +244,7 @@ safetensors_content read_safetensors(const std::shared_ptr<const mapped_file>& f
     p.fail(fmt::format("header is not valid JSON: NUL byte at byte {} of the file",
                        8 + (static_cast<const uint8_t*>(nul) - header)));
   const char* text = reinterpret_cast<const char*>(header);
-  json doc = p.parse(text, text + n);
+  json doc = p.parse(std::string_view(text, n));
   if (!doc.is_object()) p.fail(fmt::format("header is {}, expected a JSON object", type_with_article(doc)));
 
   safetensors_content out;

@@ -57,24 +57,16 @@ class problems {
 // Builds the index's DOM through nlohmann's SAX interface, except for the entries of the top-level
 // "weight_map", which are kept in the file's order (nlohmann's objects are sorted) with duplicates
 // and non-string shard names noted as problems. A duplicate key elsewhere is refused.
-class index_parser : public nlohmann::json_sax<json> {
+class index_parser : public json_dom_parser {
  public:
-  index_parser(std::string path, problems& found) : path_(std::move(path)), found_(found) {}
+  index_parser(std::string path, problems& found)
+      : json_dom_parser(std::move(path), kMaxJsonDepth, fmt::format("JSON nests deeper than {} levels", kMaxJsonDepth),
+                        "not valid JSON: "),
+        found_(found) {}
 
-  json parse(std::string_view text) {
-    json::sax_parse(text.data(), text.data() + text.size(), this);
-    return std::move(dom_.root);
-  }
   std::vector<std::pair<std::string, std::string>>& entries() { return entries_; }
   bool saw_map() const { return map_seen_; }
 
-  [[noreturn]] void fail(const std::string& message) const { throw input_error(fmt::format("{}: {}", path_, message)); }
-
-  bool null() override { return add(nullptr); }
-  bool boolean(bool v) override { return add(v); }
-  bool number_integer(number_integer_t v) override { return add(v); }
-  bool number_unsigned(number_unsigned_t v) override { return add(v); }
-  bool number_float(number_float_t v, const string_t&) override { return add(v); }
   bool string(string_t& v) override {
     if (in_map_value()) {
       entries_.emplace_back(std::move(dom_.key), std::move(v));
@@ -82,85 +74,72 @@ class index_parser : public nlohmann::json_sax<json> {
     }
     return add(std::move(v));
   }
-  bool binary(binary_t& v) override { return add(json::binary(std::move(v))); }
 
-  bool start_object(std::size_t) override {
-    if (dom_.open.size() == 1 && dom_.key == "weight_map" && !skip_) {
+  bool start_object(std::size_t n) override {
+    if (depth() == 1 && dom_.key == "weight_map") {  // the top level's, not a tensor of that name in it
       map_seen_ = true;
-      map_depth_ = depth_ + 1;
-      ++depth_;
+      map_depth_ = depth() + 1;
+      enter();
       dom_.place(json::object());  // a placeholder: the entries go to entries_
       return true;
     }
-    return open(json::object());
+    return json_dom_parser::start_object(n);
   }
-  bool end_object() override { return close(); }
-  bool start_array(std::size_t) override { return open(json::array()); }
-  bool end_array() override { return close(); }
 
   bool key(string_t& k) override {
     if (skip_) return true;
-    if (depth_ == map_depth_) {
+    if (depth() == map_depth_) {
       if (!map_keys_.insert(k).second) found_.add(fmt::format("weight_map lists tensor {} twice", in_quotes(k)));
       dom_.key = std::move(k);
       return true;
     }
-    if (dom_.open.back()->contains(k)) fail(fmt::format("duplicate key {}", in_quotes(k)));
-    dom_.key = std::move(k);
-    return true;
-  }
-
-  bool parse_error(std::size_t, const std::string&, const json::exception& e) override {
-    fail("not valid JSON: " + json_error_text(e));
+    return json_dom_parser::key(k);
   }
 
  private:
-  bool in_map_value() const { return !skip_ && depth_ == map_depth_; }
+  std::string duplicate_key(const std::string& k) const override {
+    return fmt::format("duplicate key {}", in_quotes(k));
+  }
+
+  bool in_map_value() const { return !skip_ && depth() == map_depth_; }
 
   void not_a_name(const char* type) {
     found_.add(fmt::format("weight_map: tensor {} maps to {}, expected a shard file name (a string)",
                            in_quotes(dom_.key), type));
   }
 
-  bool add(json&& v) {
+  bool add(json&& v) override {
     if (skip_) return true;
     if (in_map_value()) {
       not_a_name(v.type_name());
       return true;
     }
-    dom_.place(std::move(v));
+    return json_dom_parser::add(std::move(v));
+  }
+
+  // A container inside a weight-map value is counted (and bounded) but not built.
+  bool open(json&& container) override {
+    if (!skip_ && depth() != map_depth_) return json_dom_parser::open(std::move(container));
+    enter();
+    if (!skip_) not_a_name(container.is_array() ? "an array" : "an object");
+    ++skip_;
     return true;
   }
 
-  bool open(json&& container) {
-    if (depth_ >= kMaxJsonDepth) fail(fmt::format("JSON nests deeper than {} levels", kMaxJsonDepth));
-    ++depth_;
-    if (skip_ || (depth_ - 1 == map_depth_)) {
-      if (!skip_) not_a_name(container.is_array() ? "an array" : "an object");
-      ++skip_;
-      return true;
-    }
-    dom_.open.push_back(dom_.place(std::move(container)));
-    return true;
-  }
-
-  bool close() {
-    if (depth_ == map_depth_) {
+  bool close() override {
+    if (depth() == map_depth_) {
       map_depth_ = -1;
     } else if (skip_) {
       --skip_;
     } else {
-      dom_.open.pop_back();
+      return json_dom_parser::close();
     }
-    --depth_;
+    leave();
     return true;
   }
 
-  std::string path_;
   problems& found_;
-  json_dom dom_;
-  int depth_ = 0;       // containers open, the weight map and skipped ones included
-  int map_depth_ = -1;  // depth_ inside the weight map, -1 outside it
+  int map_depth_ = -1;  // depth() inside the weight map, -1 outside it
   int skip_ = 0;        // open containers inside a weight-map value
   bool map_seen_ = false;
   std::unordered_set<std::string> map_keys_;

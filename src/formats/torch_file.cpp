@@ -8,6 +8,7 @@
 
 #include "formats/legacy_torch_file.h"
 #include "formats/pickle.h"
+#include "formats/pickle_query.h"
 #include "formats/zip_reader.h"
 #include "util/checked.h"
 #include "util/error.h"
@@ -25,10 +26,8 @@ constexpr int kMaxWalkDepth = 64;
 constexpr size_t kMaxListedOpaque = 1000;
 constexpr size_t kMaxPathPart = 200;  // bytes of one key in a listed path or message
 
-bool is_tensor(const pickle_node* n) { return n && n->kind == pickle_kind::tensor; }
 bool is_dict(const pickle_node* n) { return n && n->kind == pickle_kind::dict; }
 bool is_string(const pickle_node* n) { return n && n->kind == pickle_kind::string; }
-bool is_sequence(const pickle_node* n) { return n && (n->kind == pickle_kind::list || n->kind == pickle_kind::tuple); }
 
 std::string join(const std::string& path, const std::string& part) { return path.empty() ? part : path + "." + part; }
 
@@ -44,13 +43,6 @@ bool has_tensors(const pickle_node* n) {
   for (const auto& [k, v] : n->entries)
     if (is_tensor(v)) return true;
   return false;
-}
-
-const pickle_node* dict_get(const pickle_node* d, const std::string& key) {
-  if (!is_dict(d)) return nullptr;
-  for (const auto& [k, v] : d->entries)
-    if (is_string(k) && k->text == key) return v;
-  return nullptr;
 }
 
 std::vector<std::string> entry_names(const pickle_node* n) {
@@ -91,9 +83,8 @@ std::string scalar_text(const pickle_node& n) {
   }
 }
 
-// Lists every opaque object with its dotted path, without recursion past kMaxWalkDepth and without
-// visiting a node twice (memo sharing and cycles). The path is one buffer extended and cut back per
-// step, each part at most kMaxPathPart bytes, so a walk costs O(nodes), not O(nodes x path length).
+// Appends the part of a dotted path that names where a walk met a node: the dict key, `<module.name>`
+// for a key that is an object, or the index.
 void append_path_part(std::string& path, const pickle_node* k, size_t index) {
   if (!path.empty()) path += '.';
   std::string_view part;
@@ -114,33 +105,26 @@ void append_path_part(std::string& path, const pickle_node* k, size_t index) {
   if (k && (k->kind == pickle_kind::opaque)) path += '>';
 }
 
-void collect_opaque_at(const pickle_node* n, std::string& path, int depth, std::unordered_set<const pickle_node*>& seen,
-                       std::vector<other_entry>& out) {
-  if (!n || depth > kMaxWalkDepth || out.size() >= kMaxListedOpaque || !seen.insert(n).second) return;
-  if (n->kind == pickle_kind::opaque) {
-    out.push_back(other_entry{path.empty() ? "<top level>" : path, n->text, {}});
-    return;
-  }
-  auto visit = [&](const pickle_node* child, const pickle_node* key, size_t index) {
-    const size_t length = path.size();
-    append_path_part(path, key, index);
-    collect_opaque_at(child, path, depth + 1, seen, out);
-    path.resize(length);
-  };
-  if (n->kind == pickle_kind::dict) {
-    for (const auto& [k, v] : n->entries) {
-      if (k && k->kind == pickle_kind::opaque) visit(k, k, 0);  // an object as a key is listed too
-      visit(v, k, 0);
-    }
-  } else if (n->kind == pickle_kind::list || n->kind == pickle_kind::tuple || n->kind == pickle_kind::set) {
-    for (size_t i = 0; i < n->items.size(); ++i) visit(n->items[i], nullptr, i);
-  }
-}
-
-void collect_opaque(const pickle_node* n, const std::string& path, int depth,
-                    std::unordered_set<const pickle_node*>& seen, std::vector<other_entry>& out) {
-  std::string buffer = path;
-  collect_opaque_at(n, buffer, depth, seen, out);
+// Lists every opaque object (at most kMaxListedOpaque) with its dotted path, kMaxWalkDepth deep at
+// most. The path is one buffer cut back to the parent's part and extended per node, each part at
+// most kMaxPathPart bytes, so a walk costs O(nodes), not O(nodes x path length).
+std::vector<other_entry> collect_opaque(const pickle_node* root) {
+  std::vector<other_entry> out;
+  std::string path;
+  std::vector<size_t> ends;  // the path's length after the part of the node last met at each depth
+  walk_pickle(root,
+              [&](const pickle_node& n, const pickle_place& at) {
+                if (out.size() >= kMaxListedOpaque) return pickle_visit::stop;
+                path.resize(at.depth == 0 ? 0 : ends[at.depth - 1]);
+                if (at.depth > 0) append_path_part(path, at.key, at.index);
+                ends.resize(at.depth + 1);
+                ends[at.depth] = path.size();
+                if (n.kind != pickle_kind::opaque) return pickle_visit::enter;
+                out.push_back(other_entry{path.empty() ? "<top level>" : path, n.text, {}});
+                return pickle_visit::skip;
+              },
+              {kMaxWalkDepth, true});
+  return out;
 }
 
 // What a tensor that is not a dense, strided one is, by the function torch.save rebuilds it with;
@@ -325,8 +309,7 @@ state_dict take_state_dict(const std::string& path, std::unique_ptr<pickle_docum
   state_dict sd;
   sd.path = path;
   sd.format = file_format::torch;
-  std::unordered_set<const pickle_node*> seen;
-  collect_opaque(doc->root(), "", 0, seen, sd.opaque);
+  sd.opaque = collect_opaque(doc->root());
 
   const pickle_node* root = doc->root();
   const pickle_node* chosen = nullptr;
@@ -340,7 +323,7 @@ state_dict take_state_dict(const std::string& path, std::unique_ptr<pickle_docum
     chosen = root;
   } else {
     for (const auto& k : kStateDictKeys) {
-      const pickle_node* v = dict_get(root, k);
+      const pickle_node* v = find_entry(root, k);
       if (has_tensors(v)) {
         chosen = v;
         sd.key = k;
