@@ -26,19 +26,27 @@ bool is_folder(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-bool folder_is_empty(const std::string& path) {
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// A folder holding what a Hugging Face library loads: weights (*.safetensors, *.bin, an index) or
+// a config.json / model_index.json. One holding none is claimed by no row (its lookup,
+// locate_checkpoint, says what it looked for).
+bool holds_hf_files(const std::string& path) {
   DIR* dir = ::opendir(path.c_str());
-  if (!dir) return false;  // unreadable: its reader says why
-  bool empty = true;
+  if (!dir) return false;
+  bool found = false;
   while (const dirent* e = ::readdir(dir)) {
     const std::string name = e->d_name;
-    if (name != "." && name != "..") {
-      empty = false;
+    if (name == "config.json" || name == "model_index.json" || ends_with(name, ".safetensors") ||
+        ends_with(name, ".bin") || is_index_name(name)) {
+      found = true;
       break;
     }
   }
   ::closedir(dir);
-  return empty;
+  return found;
 }
 
 std::string leading_bytes(const mapped_file& f) {
@@ -77,7 +85,10 @@ std::vector<std::string> megatron_files(const std::string& path) {
   return {};
 }
 
-bool dcp_claims(const input_probe& p) { return p.folder && is_dcp_folder(p.path); }
+// Megatron-core's torch_dist folders hold .metadata too: theirs is the Megatron row.
+bool dcp_claims(const input_probe& p) {
+  return p.folder && is_dcp_folder(p.path) && !megatron_backend(p.path).has_value();
+}
 state_dict dcp_read(const input_probe& p, const load_options& o) { return read_dcp_folder(p.path, o.key); }
 
 bool deepspeed_claims(const input_probe& p) { return p.folder && !deepspeed_tag_folder(p.path).empty(); }
@@ -85,7 +96,7 @@ state_dict deepspeed_read(const input_probe& p, const load_options& o) {
   return read_deepspeed_checkpoint(p.path, o.key);
 }
 
-bool hf_claims(const input_probe& p) { return p.folder ? !folder_is_empty(p.path) : is_index_name(p.path); }
+bool hf_claims(const input_probe& p) { return p.folder ? holds_hf_files(p.path) : is_index_name(p.path); }
 state_dict hf_read(const input_probe& p, const load_options& o) {
   const checkpoint_location at = locate_checkpoint(p.path);
   if (at.index.empty()) {
@@ -144,33 +155,31 @@ state_dict legacy_read(const input_probe& p, const load_options& o) {
 const std::vector<input_row> kRows = {
     {input_kind::megatron, "megatron", "a Megatron-core distributed checkpoint",
      "a folder whose metadata.json is a JSON object with a string \"sharded_backend\" (refused)", megatron_claims,
-     megatron_read, megatron_files, false},
-    {input_kind::dcp, "dcp", "a PyTorch DCP folder", "a folder holding .metadata", dcp_claims, dcp_read, dcp_files,
-     false},
+     megatron_read, megatron_files, false, false},
+    {input_kind::dcp, "dcp", "a PyTorch DCP folder", "a folder holding .metadata (and no Megatron-core metadata.json)",
+     dcp_claims, dcp_read, dcp_files, false, false},
     {input_kind::deepspeed, "deepspeed", "a DeepSpeed checkpoint",
      "a tag folder holding DeepSpeed's model states, or the folder whose `latest` names one", deepspeed_claims,
-     deepspeed_read, deepspeed_files, false},
-    {input_kind::hf, "hf", "a Hugging Face checkpoint", "any other folder not empty, or a file named *.index.json",
-     hf_claims, hf_read, hf_files, true},
+     deepspeed_read, deepspeed_files, false, false},
+    {input_kind::hf, "hf", "a Hugging Face checkpoint",
+     "a folder holding *.safetensors, *.bin, an index, config.json or model_index.json, or a file named *.index.json",
+     hf_claims, hf_read, hf_files, true, false},
     {input_kind::torch, "torch", "a torch.save checkpoint", "a ZIP archive without code/", torch_claims, torch_read,
-     the_file, true},
+     the_file, true, true},
     {input_kind::torchscript, "torchscript", "a TorchScript archive", "a ZIP archive with code/", torchscript_claims,
-     torchscript_read, the_file, true},
+     torchscript_read, the_file, true, true},
     {input_kind::safetensors, "safetensors", "a safetensors file",
      "an 8-byte header length then '{', or a file named *.safetensors", safetensors_claims, safetensors_read, the_file,
-     true},
+     true, true},
     {input_kind::torch_legacy, "torch-legacy", "a legacy torch.save checkpoint",
      "a pickle stream (torch.save before PyTorch 1.6, or _use_new_zipfile_serialization=False)", legacy_claims,
-     legacy_read, the_file, true},
+     legacy_read, the_file, true, true},
 };
 
-bool is_weight_file_kind(input_kind k) {
-  return k == input_kind::torch || k == input_kind::torchscript || k == input_kind::safetensors ||
-         k == input_kind::torch_legacy;
-}
-
 [[noreturn]] void unclaimed(const input_probe& p) {
-  if (p.folder) throw input_error(p.path + ": empty folder, expected a checkpoint");
+  // A folder: Hugging Face's lookup says what it looked for and what the folder holds.
+  if (p.folder) locate_checkpoint(p.path);
+  if (p.folder) throw input_error(p.path + ": a folder without a checkpoint");
   if (p.file->size() == 0) throw input_error(p.path + ": empty file, expected a checkpoint");
   throw input_error(
       fmt::format("{}: not a PyTorch checkpoint, TorchScript archive or safetensors file (starts with {})", p.path,
@@ -183,7 +192,7 @@ state_dict read_weight_file(const std::string& path, const load_options& options
   p.path = path;
   p.file = mapped_file::open(path);
   for (const input_row& row : kRows) {
-    if (!is_weight_file_kind(row.kind) || !row.claims(p)) continue;
+    if (!row.weight_file || !row.claims(p)) continue;
     state_dict sd = row.read(p, options);
     sd.kind = row.kind;
     p.file->release_pages();
@@ -220,5 +229,15 @@ const input_row& claim_input(const input_probe& probe) {
 }
 
 input_kind detect_input_kind(const std::string& path) { return claim_input(probe_input(path)).kind; }
+
+const input_row* claim_by_path(const std::string& path) {
+  input_probe p;
+  p.path = path;
+  p.folder = is_folder(path);
+  for (const input_row& row : kRows)
+    if (!row.weight_file && row.claims(p)) return &row;
+  if (p.folder) unclaimed(p);
+  return nullptr;
+}
 
 }  // namespace swavg

@@ -48,6 +48,9 @@ struct input_row {
   // Whether the checkpoint's other files (config.json, ...) sit beside it, for a folder output to
   // copy (output_source_of): a Hugging Face folder's do; a DCP or DeepSpeed folder's are the run's.
   bool has_source_folder;
+  // Claimed by a file's first bytes: one weight file (also a Hugging Face checkpoint's shard), the
+  // one file its read opens.
+  bool weight_file;
 };
 
 // The rows, in probe order, one per input_kind.
@@ -62,5 +65,9 @@ const char* input_kind_description(input_kind kind);  // "a torch.save checkpoin
 const input_row& claim_input(const input_probe& probe);
 input_probe probe_input(const std::string& path);
 input_kind detect_input_kind(const std::string& path);
+// The row a path claims by its name and its folder alone, without reading a file's bytes: a folder
+// kind or an index file; nullptr for any other file (one of the weight_file rows, which read that
+// file alone). Throws input_error for a folder no row claims.
+const input_row* claim_by_path(const std::string& path);
 
 }  // namespace swavg

@@ -41,11 +41,13 @@ state_dict load_state_dict(const std::string& path, const load_options& options)
 }
 
 std::vector<std::string> checkpoint_files(const std::string& path) {
-  return claim_input(probe_input(path)).files(path);
+  const input_row* row = claim_by_path(path);
+  return row ? row->files(path) : std::vector<std::string>{path};
 }
 
 checkpoint_location output_source_of(const std::string& path) {
-  if (!claim_input(probe_input(path)).has_source_folder) return {};
+  const input_row* row = claim_by_path(path);
+  if (row && !row->has_source_folder) return {};
   return locate_checkpoint(path);
 }
 
