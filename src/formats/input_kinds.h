@@ -5,8 +5,10 @@
  * reads. The rows are in probe order, written once here: the folder kinds first (a Megatron-core
  * folder before DCP, whose folder it also is; DeepSpeed; a Hugging Face folder or index), then the
  * file kinds by their first bytes (a ZIP archive is torch.save or, with code/, TorchScript; a
- * safetensors header, or a .safetensors name; a legacy pickle stream). A path is claimed by the
- * first row that claims it; one no row claims is an input_error naming it. A refused kind
+ * safetensors header, or a .safetensors name; a legacy pickle stream). The claims exclude each
+ * other (tests/test_input_kinds.cpp checks every row against every row's fixture); a path is
+ * answered by the first row that claims it, one no row claims is an input_error naming it (an
+ * unclaimed folder gets the Hugging Face lookup's account of what it holds). A refused kind
  * (Megatron-core) has a row too: claimed like any other, its read throws, saying what to do.
  */
 #pragma once
