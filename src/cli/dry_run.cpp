@@ -11,6 +11,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "formats/input_kinds.h"
 #include "util/error.h"
 #include "util/printable.h"
 #include "util/standard_output.h"
@@ -18,15 +19,6 @@
 
 namespace swavg {
 namespace {
-
-const char* file_format_name(file_format f) {
-  switch (f) {
-    case file_format::torch: return "torch";
-    case file_format::torchscript: return "torchscript";
-    case file_format::safetensors: return "safetensors";
-  }
-  return "torch";
-}
 
 // "12.3 MB", powers of 10 as --max-shard-size counts them.
 std::string human_bytes(uint64_t n) {
@@ -80,7 +72,7 @@ uint64_t spec_data_bytes(const tensor_spec& t) {
 }
 
 dry_run_input dry_run_input_of(const state_dict& sd) {
-  return dry_run_input{sd.path, sd.key, file_format_name(sd.format)};
+  return dry_run_input{sd.path, sd.key, input_kind_name(sd.kind)};
 }
 
 void dry_run::note_working_set(uint64_t bytes, const std::string& tensor) {

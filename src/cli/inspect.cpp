@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/load_options.h"
+#include "formats/input_kinds.h"
 #include "formats/load.h"
 #include "util/printable.h"
 
@@ -40,7 +41,7 @@ std::string human_bytes(uint64_t n) {
 nlohmann::ordered_json to_json(const state_dict& sd) {
   nlohmann::ordered_json j;
   j["file"] = printable(sd.path);
-  j["format"] = format_name(sd.format);
+  j["format"] = input_kind_name(sd.kind);
   j["key"] = printable(sd.key);
   uint64_t total_bytes = 0;
   int64_t total_elements = 0;
@@ -71,7 +72,7 @@ nlohmann::ordered_json to_json(const state_dict& sd) {
 }
 
 void print_text(const state_dict& sd) {
-  std::cout << printable(sd.path) << ": " << format_name(sd.format) << ", state dict at "
+  std::cout << printable(sd.path) << ": " << input_kind_name(sd.kind) << ", state dict at "
             << (sd.key.empty() ? "the top level" : fmt::format("'{}'", printable(sd.key))) << "\n";
   std::vector<std::string> names;
   names.reserve(sd.tensors.size());

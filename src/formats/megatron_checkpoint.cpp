@@ -15,23 +15,25 @@ constexpr uint64_t kMaxMetadataBytes = 1 << 20;
 
 }  // namespace
 
-std::string megatron_backend(const std::string& path) {
+std::optional<std::string> megatron_backend(const std::string& path) {
   const std::string metadata = path_in_folder(path, "metadata.json");
-  if (!is_regular_file(metadata) || !is_regular_file(path_in_folder(path, "common.pt"))) return "";
+  if (!is_regular_file(metadata)) return std::nullopt;
   const nlohmann::json doc = nlohmann::json::parse(read_text_file(metadata, kMaxMetadataBytes), nullptr, false);
-  if (!doc.is_object() || !doc.contains("sharded_backend") || !doc["sharded_backend"].is_string()) return "";
+  if (!doc.is_object() || !doc.contains("sharded_backend") || !doc["sharded_backend"].is_string()) return std::nullopt;
   return doc["sharded_backend"].get<std::string>();
 }
 
 void refuse_megatron_checkpoint(const std::string& path) {
-  const std::string backend = megatron_backend(path);
-  if (backend.empty()) return;
+  const std::optional<std::string> backend = megatron_backend(path);
+  if (!backend) return;
+  const bool common_pt = is_regular_file(path_in_folder(path, "common.pt"));
   throw input_error(fmt::format(
-      "{}: a Megatron-core distributed checkpoint (metadata.json: sharded_backend '{}', common.pt); swavg does not "
-      "read this layout (read as plain DCP, its common.pt, the state Megatron keeps outside the sharded tensors, "
+      "{}: a Megatron-core distributed checkpoint (metadata.json: sharded_backend '{}', {}); swavg does not "
+      "read this layout (read as plain DCP, its common state, what Megatron keeps outside the sharded tensors, "
       "would be left out): convert it with Megatron-LM first (run the training script with --ckpt-convert-format "
       "torch --ckpt-convert-save DIR) and average each DIR/iter_*/mp_rank_*/model_optim_rng.pt with --key model",
-      path, backend.size() > 100 ? backend.substr(0, 100) + "..." : backend));
+      path, backend->size() > 100 ? backend->substr(0, 100) + "..." : *backend,
+      common_pt ? "common.pt" : "the common state among its DCP items"));
 }
 
 }  // namespace swavg

@@ -1,22 +1,28 @@
 /*
- * Megatron-core distributed checkpoints (megatron.core.dist_checkpointing): a folder with
- * `metadata.json` naming the sharded backend ("torch_dist": PyTorch DCP files; "zarr") and
- * `common.pt` (the non-sharded state), as dist_checkpointing.save writes them (common.pt first,
- * metadata.json last). swavg does not read them; it recognises the layout, both files present,
- * before any other (a torch_dist folder is a DCP folder too) so that such a folder is refused,
- * named, with what to do, instead of being averaged without its common.pt.
+ * Megatron-core distributed checkpoints (megatron.core.dist_checkpointing): a folder whose
+ * `metadata.json` is the CheckpointingConfig dist_checkpointing.save writes last, a JSON object
+ * naming the sharded backend ({"sharded_backend": "torch_dist", "sharded_backend_version": 1};
+ * "zarr" in old ones). With torch_dist the tensors are PyTorch DCP files (.metadata,
+ * __<rank>_<n>.distcp); the non-sharded ("common") state is common.pt, a torch.save file written
+ * first, in checkpoints of megatron-core before NVIDIA/Megatron-LM#5160 (whose metadata.json also
+ * has common_backend fields), and since then a "common_state" item among the DCP items, no
+ * common.pt. swavg does not read them: its input table (formats/input_kinds.h) claims such a folder
+ * by its metadata.json, common.pt or not, before DCP (a torch_dist folder is a DCP folder too), and
+ * refuses it, named, with what to do, instead of averaging it without its common state.
  */
 #pragma once
 
+#include <optional>
 #include <string>
 
 namespace swavg {
 
 // The sharded backend a Megatron-core checkpoint folder names in its metadata.json ("torch_dist",
-// "zarr", ...), "" when `path` is not such a folder.
-std::string megatron_backend(const std::string& path);
+// "zarr", ...; "" when it names an empty one), nullopt when `path` is not such a folder. Throws
+// input_error for a metadata.json over 1 MiB.
+std::optional<std::string> megatron_backend(const std::string& path);
 
-// Throws input_error naming the layout when `path` is a Megatron-core checkpoint folder.
+// Throws input_error naming the layout and what to do when `path` is a Megatron-core checkpoint folder.
 void refuse_megatron_checkpoint(const std::string& path);
 
 }  // namespace swavg

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <unordered_set>
 
-#include "formats/load.h"
+#include "formats/input_kinds.h"
 #include "libtorch/module.h"
 #include "libtorch/tensor_bridge.h"
 #include "util/error.h"
@@ -64,12 +64,12 @@ std::shared_ptr<Module> load_module(const std::string& path) {
 }
 
 std::shared_ptr<Module> load_model(const std::string& path) {
-  const file_format format = detect_format(path);
-  if (format != file_format::torchscript)
+  const input_kind kind = detect_input_kind(path);
+  if (kind != input_kind::torchscript)
     throw input_error(
-        fmt::format("{}: is a {}, not a TorchScript module: --model needs a file written by torch.jit.save "
+        fmt::format("{}: is {}, not a TorchScript module: --model needs a file written by torch.jit.save "
                     "(of torch.jit.script or torch.jit.trace)",
-                    path, format == file_format::torch ? "torch.save checkpoint" : "safetensors file"));
+                    path, input_kind_description(kind)));
   return load_module(path);
 }
 

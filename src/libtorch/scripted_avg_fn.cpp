@@ -28,7 +28,7 @@
 
 #include "fold/avg_fn.h"
 #include "fold/int_average.h"
-#include "formats/load.h"
+#include "formats/input_kinds.h"
 #include "libtorch/module.h"
 #include "libtorch/tensor_bridge.h"
 #include "util/error.h"
@@ -284,15 +284,14 @@ std::unique_ptr<avg_function> load_avg_fn(const avg_fn_spec& spec) {
   const std::string expected = fmt::format(
       "expected TorchScript with {} ({})", expected_signature(spec.kind),
       spec.kind == avg_fn_kind::avg_fn ? "torch.jit.script(f).save(FILE)" : "torch.jit.script(module).save(FILE)");
-  file_format format = file_format::torch;
+  input_kind kind = input_kind::torch;
   try {
-    format = detect_format(spec.path);
+    kind = detect_input_kind(spec.path);
   } catch (const input_error& e) {
     throw usage_error(fmt::format("{}: {}, found something else: {}", what, expected, e.what()));
   }
-  if (format != file_format::torchscript)
-    throw usage_error(fmt::format("{}: {}, found a {}", what, expected,
-                                  format == file_format::torch ? "torch.save checkpoint" : "safetensors file"));
+  if (kind != input_kind::torchscript)
+    throw usage_error(fmt::format("{}: {}, found {}", what, expected, input_kind_description(kind)));
   std::shared_ptr<torch::jit::Module> module;
   try {
     module = load_module(spec.path);

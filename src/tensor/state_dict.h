@@ -15,8 +15,14 @@
 
 namespace swavg {
 
+// How a weight file's bytes are encoded (a shard's, a Hugging Face file's name): torch.save (ZIP or
+// legacy), TorchScript, safetensors.
 enum class file_format { torch, torchscript, safetensors };
 const char* format_name(file_format f);  // "torch", "torchscript", "safetensors"
+
+// What kind of input a state dict was read from: one row of the input table (formats/input_kinds.h,
+// which names them). megatron is a refused kind.
+enum class input_kind { torch, torch_legacy, torchscript, safetensors, hf, dcp, deepspeed, megatron };
 
 enum class tensor_kind { unknown, parameter, buffer };
 const char* kind_name(tensor_kind k);  // "unknown", "parameter", "buffer"
@@ -58,9 +64,10 @@ struct object_entry {
 void rename_entry(object_entry& e, std::string name);
 
 struct state_dict {
-  std::string path;  // the file it came from
-  file_format format = file_format::torch;
-  std::string key;  // dotted path of the dict taken ("" for the top level)
+  std::string path;                         // the file it came from
+  file_format format = file_format::torch;  // the encoding of its weight files
+  input_kind kind = input_kind::torch;      // the input it was read as (set by formats/input_kinds.h)
+  std::string key;                          // dotted path of the dict taken ("" for the top level)
   std::vector<named_tensor> tensors;
   std::vector<other_entry> others;                  // non-tensor entries inside the dict taken
   std::vector<object_entry> objects;                // the same entries as pickle data, for writers

@@ -170,40 +170,44 @@ class DcpTest(TempDirTest):
 
 class MegatronTest(TempDirTest):
     """A Megatron-core torch_dist folder (scripts/fixtures/hostile_dcp.py lays it out as
-    dist_checkpointing.save does: common.pt, the DCP files, metadata.json) is refused by every
-    command that reads it, naming it and what to do; without common.pt it is a plain DCP folder."""
+    dist_checkpointing.save does: the DCP files, metadata.json, and common.pt in the layout before
+    Megatron-LM#5160, the common state among the DCP items since) is refused by every command that
+    reads it, naming it and what to do; without metadata.json it is a plain DCP folder."""
 
-    def setUp(self):
-        super().setUp()
+    def make(self, common_pt):
         sys.path.insert(0, SCRIPTS)
         from fixtures.hostile_dcp import megatron_folder
+        shutil.rmtree(self.path("run"), ignore_errors=True)
         self.folders = []
         for i in range(2):
             g = torch.Generator().manual_seed(i)
             state = {"decoder.layers.0.weight": torch.randn(4, 3, generator=g), "embedding": torch.randn(5, generator=g)}
             folder = self.path("run/iter_%07d" % (i + 1))
-            megatron_folder(folder, state, i + 1)
+            megatron_folder(folder, state, i + 1, common_pt=common_pt)
             self.folders.append(folder)
 
     def test_refused_by_every_command(self):
         out = self.path("out.pt")
-        for args in (["average", *self.folders, "-o", out], ["ema", "--decay", "0.9", *self.folders, "-o", out],
-                     ["convert", self.folders[1], "-o", out], ["inspect", self.folders[0]],
-                     ["average", *self.folders, "--format", "dcp", "-o", self.path("out/")]):
-            with self.subTest(command=args[0]):
-                p = swavg(*args, check=False)
-                self.assertEqual(p.returncode, 3, p.stderr)
-                self.assertIn("swavg: error: %s: a Megatron-core distributed checkpoint (metadata.json: sharded_backend "
-                              "'torch_dist', common.pt)" % (self.folders[1] if args[0] == "convert" else self.folders[0]),
-                              p.stderr)
-                self.assertIn("--ckpt-convert-format torch", p.stderr)
-                self.assertEqual(p.stdout, "")
-                self.assertEqual(sorted(os.listdir(self.tmp)), ["run"])
+        for common_pt, common in ((True, "common.pt"), (False, "the common state among its DCP items")):
+            self.make(common_pt)
+            for args in (["average", *self.folders, "-o", out], ["ema", "--decay", "0.9", *self.folders, "-o", out],
+                         ["convert", self.folders[1], "-o", out], ["inspect", self.folders[0]],
+                         ["average", *self.folders, "--format", "dcp", "-o", self.path("out/")]):
+                with self.subTest(command=args[0], common_pt=common_pt):
+                    p = swavg(*args, check=False)
+                    self.assertEqual(p.returncode, 3, p.stderr)
+                    self.assertIn("swavg: error: %s: a Megatron-core distributed checkpoint (metadata.json: "
+                                  "sharded_backend 'torch_dist', %s)"
+                                  % (self.folders[1] if args[0] == "convert" else self.folders[0], common), p.stderr)
+                    self.assertIn("--ckpt-convert-format torch", p.stderr)
+                    self.assertEqual(p.stdout, "")
+                    self.assertEqual(sorted(os.listdir(self.tmp)), ["run"])
 
-    def test_without_common_pt_it_is_plain_dcp(self):
-        # megatron-core always writes common.pt; a folder without it is read as the DCP folder it is
+    def test_without_metadata_json_it_is_plain_dcp(self):
+        # metadata.json, written last, is what makes it Megatron's; without it the folder is the DCP folder it is
+        self.make(True)
         for f in self.folders:
-            os.remove(os.path.join(f, "common.pt"))
+            os.remove(os.path.join(f, "metadata.json"))
         out = self.path("avg.pt")
         swavg("average", *self.folders, "-o", out)
         from torch.distributed.checkpoint.format_utils import dcp_to_torch_save

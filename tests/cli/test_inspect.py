@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import unittest
 import zipfile
@@ -318,6 +319,51 @@ class AmplificationTest(unittest.TestCase):
                     self.assertIn(needle, r.stderr, detail)
                 bound = a["rss_base"] + a["rss_per_byte"] * a["pickle_bytes"]
                 self.assertLess(int(rss_kb) * 1024, bound, detail)
+
+
+
+class InputKindTest(TempDirTest):
+    """inspect (text and --json) and --dry-run (text and --json) name the input's kind, one row of the
+    input table each (formats/input_kinds.h): a DCP folder is "dcp", a ZeRO checkpoint "deepspeed", a
+    Hugging Face folder "hf", a legacy torch.save file "torch-legacy"; a Megatron-core folder is refused,
+    with or without common.pt (megatron-core writes none since Megatron-LM#5160)."""
+    KINDS = [("torch", "dtypes.pt"), ("torch-legacy", "legacy/plain.pt"), ("torchscript", "scripted.ts"),
+             ("safetensors", "st_mixed.safetensors"), ("hf", "hf_stack/llama/st/run_0"), ("dcp", "dcp/flat_0"),
+             ("deepspeed", "deepspeed/zero2_w1")]
+
+    def test_inspect_and_dry_run_name_the_kind(self):
+        for kind, name in self.KINDS:
+            with self.subTest(kind=kind):
+                path = fixture(name)
+                self.assertEqual(inspect_json(path)["format"], kind)
+                self.assertTrue(swavg("inspect", path).stdout.startswith("%s: %s, state dict at " % (path, kind)))
+                out = self.path("out.pt")
+                plan = json.loads(swavg("convert", path, "-o", out, "--dry-run", "--json").stdout)
+                self.assertEqual(plan["inputs"], [{"path": path, "key": plan["inputs"][0]["key"], "format": kind}])
+                text = swavg("convert", path, "-o", out, "--dry-run").stdout
+                self.assertIn("%s  (%s, state dict at" % (path, kind), text)
+                self.assertFalse(os.path.exists(out))
+
+    def megatron_folders(self):
+        legacy = fixture("hostile/megatron_torch_dist/iter_0000003")
+        current = self.path("iter_0000007")  # as megatron-core writes it today: no common.pt
+        shutil.copytree(fixture("dcp/flat_0"), current)
+        with open(os.path.join(current, "metadata.json"), "w") as f:
+            json.dump({"sharded_backend": "torch_dist", "sharded_backend_version": 1}, f)
+        return [(legacy, "common.pt"), (current, "the common state among its DCP items")]
+
+    def test_megatron_refused(self):
+        for path, common in self.megatron_folders():
+            for args in (["inspect", "--json", path], ["inspect", path],
+                         ["convert", path, "-o", self.path("o.pt"), "--dry-run", "--json"],
+                         ["convert", path, "-o", self.path("o.pt"), "--dry-run"]):
+                with self.subTest(path=path, args=args):
+                    p = swavg(*args, check=False)
+                    self.assertEqual(p.returncode, 3, p.stderr)
+                    self.assertEqual(p.stdout, "")
+                    self.assertIn("swavg: error: %s: a Megatron-core distributed checkpoint (metadata.json: "
+                                  "sharded_backend 'torch_dist', %s)" % (path, common), p.stderr)
+                    self.assertIn("--ckpt-convert-format torch", p.stderr)
 
 
 if __name__ == "__main__":

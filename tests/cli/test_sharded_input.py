@@ -154,7 +154,7 @@ class ShardedInputTest(TempDirTest):
         _, folders, groups = self.folders("cnn", "safetensors")
         p = swavg("inspect", folders[0], "--json")
         report = json.loads(p.stdout)
-        self.assertEqual(report["format"], "safetensors")
+        self.assertEqual(report["format"], "hf")  # the input's kind: a Hugging Face folder
         self.assertEqual(len(report["tensors"]), sum(len(g) for g in groups))
 
 
