@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 
@@ -17,14 +16,10 @@
 #include "formats/zip_reader.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
+#include "util/paths.h"
 
 namespace swavg {
 namespace {
-
-bool is_folder(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
