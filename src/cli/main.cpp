@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
   } catch (const stdout_closed&) {
     return 0;  // the reader has gone (swavg ... | head -1): quietly, as Unix tools end
   } catch (const needs_libtorch& e) {
+    release_reports();
     return hand_over(argc, argv, e);
   } catch (const error& e) {
     // Messages quote names from files: their control characters, direction overrides and bytes

@@ -153,6 +153,8 @@ void reserve_report(const std::string& report_file) {
     reserved_reports()[report_file] = std::make_unique<atomic_file>(report_file);
 }
 
+void release_reports() { reserved_reports().clear(); }
+
 void emit_report(const std::string& json, const std::string& report_file, bool to_stdout) {
   const std::string text = json_text_unmarked(json);
   if (!report_file.empty()) {

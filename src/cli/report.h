@@ -74,6 +74,9 @@ std::string report_text(const nlohmann::ordered_json& j, int indent = -1);
 // Creates the report's temp file now, before the output is published, so that a report that cannot
 // be written fails the run before its output appears; emit_report writes and commits it.
 void reserve_report(const std::string& report_file);
+// Drops every reservation (their temp files removed): before swavg hands the run over to
+// swavg-torch, which reserves them again.
+void release_reports();
 
 // Writes `json` (marked text) in the final form and a newline to `report_file` (unless empty) and
 // to stdout when `to_stdout`.

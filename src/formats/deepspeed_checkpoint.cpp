@@ -386,13 +386,7 @@ class zero3_reader {
     if (have < numel)
       throw input_error(fmt::format("{} of shape {} needs {} elements but the ranks' fragments hold {}", what,
                                     shape_string(shape), numel, have));
-    if (static_cast<uint64_t>(fragments[0].numel()) >= numel) {
-      tensor_view v = fragments[0];
-      v.shape = shape;
-      v.strides = contiguous_strides(shape);
-      add(name, std::move(v));
-      return;
-    }
+    if (static_cast<uint64_t>(fragments[0].numel()) >= numel) return add_slice(name, fragments[0], 0, shape);
     std::vector<tensor_piece> pieces;
     uint64_t done = 0;
     for (const tensor_view& f : fragments) {
@@ -401,6 +395,14 @@ class zero3_reader {
       done += take;
     }
     add(name, make_pieced_view(fragments[0].type, shape, std::move(pieces), "zero3-frozen/" + name));
+  }
+
+  // `shape`'s elements of the flat `flat` from element `offset`, as tensor `name`.
+  void add_slice(const std::string& name, tensor_view flat, uint64_t offset, const std::vector<int64_t>& shape) {
+    flat.offset += static_cast<int64_t>(offset);
+    flat.shape = shape;
+    flat.strides = contiguous_strides(shape);
+    add(name, std::move(flat));
   }
 
   // The partitioned parameters: each one slice of a rank's group, or a pieced view of several.
@@ -417,11 +419,7 @@ class zero3_reader {
       const auto& [name, shape] = params_[i];
       const std::vector<zero3_slice> slices = zero3_slices(plan[i], group_starts, world_);
       if (slices.size() == 1) {
-        tensor_view v = ranks_[slices[0].rank].groups[slices[0].group];
-        v.offset += static_cast<int64_t>(slices[0].offset);
-        v.shape = shape;
-        v.strides = contiguous_strides(shape);
-        add(name, std::move(v));
+        add_slice(name, ranks_[slices[0].rank].groups[slices[0].group], slices[0].offset, shape);
         continue;
       }
       std::vector<tensor_piece> pieces;

@@ -548,144 +548,189 @@ bool holds_published_folder(const std::string& out) {
   return std::none_of(names.begin(), names.end(), [](const std::string& n) { return is_job_file_name(n); });
 }
 
+// finalize, read top to bottom as run() calls it: lock, read the job's files, check them against the
+// plan, finish from a killed finalize's record, or check OUT.partial/ and publish it.
+class finalizer {
+ public:
+  finalizer(const std::string& out, bool verify, bool force)
+      : out_(without_trailing_slash(out)),
+        partial_(partial_dir_of(out_)),
+        record_path_(out_ + kFinalizeRecordSuffix),
+        verify_(verify),
+        force_(force) {}
+
+  finalize_result run() {
+    if (!lock()) {
+      finalize_result done;
+      done.already_published = true;
+      return done;
+    }
+    read_job_files();
+    r_.files = check_manifests(partial_, r_.plan, r_.plan_hash, texts_);
+    if (record_ && finish_from_record()) return std::move(r_);
+    refuse_output();
+    check_partial();
+    publish();
+    return std::move(r_);
+  }
+
+ private:
+  // Locks OUT.partial/ (or, with only a record left, the record); false when there is nothing left
+  // to finalize and OUT/ is published.
+  bool lock() {
+    const std::string busy = fmt::format(
+        "{}/: another swavg holds it (a worker writing its part, or another finalize); nothing published; run "
+        "finalize again once it is done",
+        partial_);
+    struct stat st {};
+    if (::lstat(partial_.c_str(), &st) == 0) {
+      refuse_partial_link(partial_);
+      if (!S_ISDIR(st.st_mode)) throw usage_error(fmt::format("{}: exists and is not a folder", partial_));
+      lock_ = lock_path(partial_, LOCK_EX, true, busy);
+      if (lock_.get() >= 0 && !same_file(lock_.get(), partial_))
+        throw incomplete_error(
+            fmt::format("{}/: published or replaced by another swavg while this finalize locked it", partial_));
+    }
+    have_partial_ = lock_.get() >= 0;
+    record_ = read_job_file(record_path_, kMaxRecordBytes);
+    if (!have_partial_) {
+      if (!record_) {
+        if (holds_published_folder(out_)) return false;
+        throw incomplete_error(
+            fmt::format("{}/ does not exist: no worker has written its part of {}/ yet", partial_, out_));
+      }
+      lock_ = lock_path(record_path_, LOCK_EX, false, busy);
+    }
+    step("locked");
+    return true;
+  }
+
+  // The plan and the manifests: from the record, or from OUT.partial/.
+  void read_job_files() {
+    if (record_) {
+      texts_ = parse_record(*record_, record_path_);
+    } else {
+      texts_.plan_source = partial_ + "/" + kPlanName;
+      const auto plan = read_job_file(texts_.plan_source, kMaxJobFileBytes);
+      if (!plan)
+        throw incomplete_error(fmt::format("{}: missing: no worker has planned the job yet", texts_.plan_source));
+      texts_.plan = *plan;
+    }
+    r_.plan = parse_plan(texts_.plan, texts_.plan_source);
+    r_.plan_hash = sha256_hex(texts_.plan.data(), texts_.plan.size());
+    if (record_) {
+      if (texts_.manifests.size() != r_.plan.workers)
+        throw input_error(fmt::format("{}: {} manifests for a plan of {} workers", record_path_,
+                                      texts_.manifests.size(), r_.plan.workers));
+      return;
+    }
+    for (size_t i = 0; i < r_.plan.workers; ++i) {
+      texts_.manifest_sources.push_back(partial_ + "/" + manifest_name(i, r_.plan.workers));
+      texts_.manifests.push_back(read_job_file(texts_.manifest_sources.back(), kMaxJobFileBytes));
+    }
+  }
+
+  // A killed finalize's record: true when OUT/ is what it published (the leftovers are removed).
+  bool finish_from_record() {
+    const shard_layout& layout = r_.plan.layout;
+    if (have_partial_) {
+      const auto plan_there = read_job_file(partial_ + "/" + kPlanName, kMaxJobFileBytes);
+      if (plan_there && *plan_there != texts_.plan)
+        throw mismatch_error(fmt::format("{}: records a finalize of another plan than {}/{}; remove one of them",
+                                         record_path_, partial_, kPlanName));
+    }
+    if (published_as(out_, r_.files, layout.index_name, layout.index_bytes, verify_)) {
+      // Killed after the rename: with --force the folder replaced may be left as OUT.partial/.
+      if (have_partial_) remove_tree(partial_);
+      unlink_if_there(record_path_);
+      fsync_folder(parent_dir(out_));
+      if (layout.indexed())
+        r_.files.push_back(written_file{layout.index_name, layout.index_bytes.size(),
+                                        sha256_hex(layout.index_bytes.data(), layout.index_bytes.size())});
+      return true;
+    }
+    if (!have_partial_)
+      throw io_error(fmt::format("{}: records a finalize of {}/, but {}/ is gone and {}/ is not what it published",
+                                 record_path_, out_, partial_, out_));
+    return false;
+  }
+
+  void refuse_output() const {
+    struct stat st {};
+    if (::lstat(out_.c_str(), &st) != 0) return;
+    if (!S_ISDIR(st.st_mode)) throw usage_error(fmt::format("{}: exists and is not a folder", out_));
+    refuse_non_empty_folder(out_, out_, force_);
+  }
+
+  // OUT.partial/ holds the job's files, each of its planned size (and digest), and stale temps only.
+  void check_partial() {
+    std::set<std::string> known{kPlanName};
+    for (size_t i = 0; i < r_.plan.workers; ++i) known.insert(manifest_name(i, r_.plan.workers));
+    for (const auto& f : r_.files) known.insert(f.name);
+    if (r_.plan.layout.indexed()) known.insert(r_.plan.layout.index_name);
+    std::vector<std::string> unknown;
+    for (const auto& name : list_dir(partial_)) {
+      if (known.count(name)) continue;
+      if (!is_temp_name(name)) {
+        unknown.push_back(name);
+      } else if (!temp_is_stale(partial_ + "/" + name)) {
+        throw incomplete_error(fmt::format("{}/{}: a worker is still writing it; nothing published", partial_, name));
+      } else {
+        stale_.push_back(name);
+      }
+    }
+    if (!unknown.empty())
+      throw mismatch_error(fmt::format("{}/ holds files no manifest lists: {}; remove them or rerun the job", partial_,
+                                       quoted_list(unknown)));
+    for (const auto& f : r_.files)
+      if (const std::string problem = file_problem(partial_, f, verify_); !problem.empty()) throw io_error(problem);
+    step("checked");
+  }
+
+  // The index, the record, the job's files removed, OUT.partial/ renamed to OUT/, the record removed.
+  void publish() {
+    for (const auto& name : stale_) {
+      ::unlink((partial_ + "/" + name).c_str());
+      r_.removed_temps.push_back(name);
+    }
+    step("temps");
+    if (r_.plan.layout.indexed()) r_.files.push_back(write_index(partial_, r_.plan.layout));
+    step("index");
+    if (!record_) {
+      const std::string record = record_json(texts_);
+      atomic_file file(record_path_);
+      file.write(record.data(), record.size());
+      file.commit();
+    }
+    step("record");
+    for (size_t i = 0; i < r_.plan.workers; ++i) {
+      unlink_if_there(partial_ + "/" + manifest_name(i, r_.plan.workers));
+      if (i == 0) step("manifest");
+    }
+    step("manifests");
+    unlink_if_there(partial_ + "/" + kPlanName);
+    step("plan");
+    fsync_fd(lock_.get(), partial_);
+    publish_dir(partial_, out_, force_);
+    step("renamed");
+    unlink_if_there(record_path_);
+    fsync_folder(parent_dir(out_));
+  }
+
+  const std::string out_, partial_, record_path_;
+  const bool verify_, force_;
+  fd_holder lock_;
+  bool have_partial_ = false;
+  std::optional<std::string> record_;
+  job_texts texts_;
+  std::vector<std::string> stale_;
+  finalize_result r_;
+};
+
 }  // namespace
 
-finalize_result finalize_partial(const std::string& out_arg, bool verify, bool force) {
-  const std::string out = without_trailing_slash(out_arg);
-  const std::string partial = partial_dir_of(out);
-  const std::string record_path = out + kFinalizeRecordSuffix;
-  const std::string busy = fmt::format(
-      "{}/: another swavg holds it (a worker writing its part, or another finalize); nothing published; run "
-      "finalize again once it is done",
-      partial);
-  struct stat st {};
-  fd_holder lock;
-  if (::lstat(partial.c_str(), &st) == 0) {
-    refuse_partial_link(partial);
-    if (!S_ISDIR(st.st_mode)) throw usage_error(fmt::format("{}: exists and is not a folder", partial));
-    lock = lock_path(partial, LOCK_EX, true, busy);
-    if (lock.get() >= 0 && !same_file(lock.get(), partial))
-      throw incomplete_error(
-          fmt::format("{}/: published or replaced by another swavg while this finalize locked it", partial));
-  }
-  const bool have_partial = lock.get() >= 0;
-  const auto record_text = read_job_file(record_path, kMaxRecordBytes);
-  if (!have_partial) {
-    if (!record_text) {
-      if (holds_published_folder(out)) {
-        finalize_result done;
-        done.already_published = true;
-        return done;
-      }
-      throw incomplete_error(
-          fmt::format("{}/ does not exist: no worker has written its part of {}/ yet", partial, out));
-    }
-    lock = lock_path(record_path, LOCK_EX, false, busy);
-  }
-  step("locked");
-
-  job_texts texts;
-  finalize_result r;
-  if (record_text) {
-    texts = parse_record(*record_text, record_path);
-  } else {
-    texts.plan_source = partial + "/" + kPlanName;
-    const auto plan = read_job_file(texts.plan_source, kMaxJobFileBytes);
-    if (!plan) throw incomplete_error(fmt::format("{}: missing: no worker has planned the job yet", texts.plan_source));
-    texts.plan = *plan;
-  }
-  r.plan = parse_plan(texts.plan, texts.plan_source);
-  r.plan_hash = sha256_hex(texts.plan.data(), texts.plan.size());
-  if (record_text) {
-    if (texts.manifests.size() != r.plan.workers)
-      throw input_error(fmt::format("{}: {} manifests for a plan of {} workers", record_path, texts.manifests.size(),
-                                    r.plan.workers));
-  } else {
-    for (size_t i = 0; i < r.plan.workers; ++i) {
-      texts.manifest_sources.push_back(partial + "/" + manifest_name(i, r.plan.workers));
-      texts.manifests.push_back(read_job_file(texts.manifest_sources.back(), kMaxJobFileBytes));
-    }
-  }
-  r.files = check_manifests(partial, r.plan, r.plan_hash, texts);
-  const std::string& index_name = r.plan.layout.index_name;
-  const bool indexed = r.plan.layout.indexed();
-  const std::string& index_text = r.plan.layout.index_bytes;
-
-  if (record_text) {
-    if (have_partial) {
-      const auto plan_there = read_job_file(partial + "/" + kPlanName, kMaxJobFileBytes);
-      if (plan_there && *plan_there != texts.plan)
-        throw mismatch_error(fmt::format("{}: records a finalize of another plan than {}/{}; remove one of them",
-                                         record_path, partial, kPlanName));
-    }
-    if (published_as(out, r.files, index_name, index_text, verify)) {
-      // Killed after the rename: with --force the folder replaced may be left as OUT.partial/.
-      if (have_partial) remove_tree(partial);
-      unlink_if_there(record_path);
-      fsync_folder(parent_dir(out));
-      if (indexed)
-        r.files.push_back(
-            written_file{index_name, index_text.size(), sha256_hex(index_text.data(), index_text.size())});
-      return r;
-    }
-    if (!have_partial)
-      throw io_error(fmt::format("{}: records a finalize of {}/, but {}/ is gone and {}/ is not what it published",
-                                 record_path, out, partial, out));
-  }
-  if (::lstat(out.c_str(), &st) == 0) {
-    if (!S_ISDIR(st.st_mode)) throw usage_error(fmt::format("{}: exists and is not a folder", out));
-    refuse_non_empty_folder(out, out, force);
-  }
-
-  std::set<std::string> known{kPlanName};
-  for (size_t i = 0; i < r.plan.workers; ++i) known.insert(manifest_name(i, r.plan.workers));
-  for (const auto& f : r.files) known.insert(f.name);
-  if (indexed) known.insert(index_name);
-  std::vector<std::string> stale, unknown;
-  for (const auto& name : list_dir(partial)) {
-    if (known.count(name)) continue;
-    if (!is_temp_name(name)) {
-      unknown.push_back(name);
-    } else if (!temp_is_stale(partial + "/" + name)) {
-      throw incomplete_error(fmt::format("{}/{}: a worker is still writing it; nothing published", partial, name));
-    } else {
-      stale.push_back(name);
-    }
-  }
-  if (!unknown.empty())
-    throw mismatch_error(fmt::format("{}/ holds files no manifest lists: {}; remove them or rerun the job", partial,
-                                     quoted_list(unknown)));
-  for (const auto& f : r.files)
-    if (const std::string problem = file_problem(partial, f, verify); !problem.empty()) throw io_error(problem);
-  step("checked");
-
-  for (const auto& name : stale) {
-    ::unlink((partial + "/" + name).c_str());
-    r.removed_temps.push_back(name);
-  }
-  step("temps");
-  if (indexed) r.files.push_back(write_index(partial, r.plan.layout));
-  step("index");
-  if (!record_text) {
-    const std::string record = record_json(texts);
-    atomic_file file(record_path);
-    file.write(record.data(), record.size());
-    file.commit();
-  }
-  step("record");
-  for (size_t i = 0; i < r.plan.workers; ++i) {
-    unlink_if_there(partial + "/" + manifest_name(i, r.plan.workers));
-    if (i == 0) step("manifest");
-  }
-  step("manifests");
-  unlink_if_there(partial + "/" + kPlanName);
-  step("plan");
-  fsync_fd(lock.get(), partial);
-  publish_dir(partial, out, force);
-  step("renamed");
-  unlink_if_there(record_path);
-  fsync_folder(parent_dir(out));
-  return r;
+finalize_result finalize_partial(const std::string& out, bool verify, bool force) {
+  return finalizer(out, verify, force).run();
 }
 
 }  // namespace swavg

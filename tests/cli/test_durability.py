@@ -106,6 +106,17 @@ class DurabilityTest(TempDirTest):
         self.assertEqual(temp_files(self.tmp), [])
         torch.load(out)
 
+    def test_report_reserved_before_hand_over(self):
+        """A run handed over to swavg-torch (complex tensors) drops its report's reservation before
+        the exec: swavg-torch does not find it as a temp file of a killed run, and none is left."""
+        for i in range(2):
+            torch.save({"z": torch.full((3,), complex(i, -i), dtype=torch.complex64)}, self.path(f"c{i}.pt"))
+        p = swavg("-v", "average", self.path("c0.pt"), self.path("c1.pt"), "-o", self.path("avg.pt"),
+                  "--report", self.path("r.json"))
+        self.assertIn("swavg-torch", p.stderr)  # handed over
+        self.assertNotIn("removed a temp file", p.stderr)
+        self.assertEqual(sorted(os.listdir(self.tmp)), ["avg.pt", "c0.pt", "c1.pt", "r.json"])
+
     def test_file_size_limit(self):
         out = self.path("out.pt")
         limit = 1 << 20

@@ -349,7 +349,7 @@ class HfStackTest(TempDirTest):
         for i in (1, 0):
             swavg("average", *inputs, "-o", parallel, "--max-shard-size", "50KB", "--shard", "%d/2" % i)
         with open(os.path.join(parallel[:-1] + ".partial", "swavg-plan.json")) as f:
-            self.assertEqual(json.load(f)["weights_names"], "diffusers")
+            self.assertEqual(json.load(f)["index"]["name"], "diffusion_pytorch_model.safetensors.index.json")
         swavg("finalize", parallel)
         self.assertEqual(sorted(os.listdir(plain)), sorted(os.listdir(parallel)))
         for name in os.listdir(plain):
