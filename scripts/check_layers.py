@@ -17,6 +17,9 @@
 6. Every header has a .cpp of its stem in its folder, or is listed in the table under the heading
    "Seams and header-only files" of src/ARCHITECTURE.md (its first column, `folder/name.h`); a
    listed file must be a header of src/ without such a .cpp.
+7. Every source (src/**/*.cpp) has one row in the table under the heading "Which tests cover which
+   file" of CONTRIBUTING.md (its first column, `folder/name.cpp`), and every row there names a
+   source of src/ (no row for a file split, renamed or removed since).
 
 Usage: scripts/check_layers.py [ROOT]   (ROOT: the checkout, default: this script's parent folder)
 """
@@ -30,6 +33,8 @@ LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 STAND_IN_FILE = "libtorch/without_libtorch.cpp"
 ARCHITECTURE = "ARCHITECTURE.md"
 HEADER_TABLE = "Seams and header-only files"
+CONTRIBUTING = "CONTRIBUTING.md"
+TEST_MAP = "Which tests cover which file"
 # A definition at namespace scope: a line starting (unindented) with a return type and the name,
 # whose parameter list ends in an opening brace.
 DEFINITION = r'^[A-Za-z_][\w:<>,\s\*&]*?[\s\*&:]{name}\([^;{{]*\)\s*(?:const\s*)?\{{'
@@ -51,24 +56,53 @@ def parent(rel):
     return rel.rsplit("/", 1)[0] if "/" in rel else ""
 
 
-def listed_headers(text):
-    """The files in the first column of the table under the heading HEADER_TABLE (None without it)."""
+def first_column(text, heading):
+    """The first cells of the rows of the first table under `heading` (a Markdown heading), header
+    and separator rows left out; None without such a table."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines)
-                  if line.lstrip().startswith("#") and HEADER_TABLE.lower() in line.lower()), None)
+                  if line.lstrip().startswith("#") and heading.lower() in line.lower()), None)
     if start is None:
         return None
-    rows, in_table = [], False
+    cells, in_table = [], False
     for line in lines[start + 1:]:
         if line.lstrip().startswith("|"):
             in_table = True
-            first = line.strip().strip("|").split("|")[0].strip()
-            m = re.fullmatch(r"`([^`]+)`", first)
-            if m:
-                rows.append(m.group(1))
+            cells.append(line.strip().strip("|").split("|")[0].strip())
         elif in_table or line.lstrip().startswith("#"):
             break
-    return rows if in_table else None
+    if not in_table:
+        return None
+    separator = next((i for i, cell in enumerate(cells) if re.fullmatch(r":?-+:?", cell)), None)
+    return cells[separator + 1:] if separator is not None else cells
+
+
+def listed_headers(text):
+    """The files in the first column of the table under the heading HEADER_TABLE (None without it)."""
+    cells = first_column(text, HEADER_TABLE)
+    if cells is None:
+        return None
+    return [m.group(1) for m in (re.fullmatch(r"`([^`]+)`", cell) for cell in cells) if m]
+
+
+def map_problems(root, files):
+    """Rule 7: a row of CONTRIBUTING.md's test map for every source of src/, and no other row."""
+    contributing = root / CONTRIBUTING
+    rows = first_column(contributing.read_text(), TEST_MAP) if contributing.is_file() else None
+    if rows is None:
+        return [f"{CONTRIBUTING}: no table under a heading \"{TEST_MAP}\""]
+    rows = [row.strip("`") for row in rows]
+    problems = []
+    for rel in (rel for rel in files if rel.endswith(".cpp") and rel not in rows):
+        problems.append(f"src/{rel}: no row in {CONTRIBUTING}'s table \"{TEST_MAP}\" (name the tests that "
+                        f"cover it)")
+    for rel in sorted(set(rows)):
+        if not rel.endswith(".cpp") or rel not in files:
+            problems.append(f"{CONTRIBUTING}: \"{TEST_MAP}\" has a row for {rel}, which is no source of src/ "
+                            f"(split, renamed or removed: update or drop the row)")
+        elif rows.count(rel) > 1:
+            problems.append(f"{CONTRIBUTING}: \"{TEST_MAP}\" has {rows.count(rel)} rows for {rel}")
+    return problems
 
 
 def main():
@@ -185,6 +219,7 @@ def main():
         elif cpp in present:
             problems.append(f"src/{ARCHITECTURE}: \"{HEADER_TABLE}\" lists {rel}, which has {cpp}: "
                             f"only headers without a .cpp of their stem are listed")
+    problems += map_problems(root, files)
 
     for p in problems:
         print(p)

@@ -1,5 +1,6 @@
-"""scripts/check_layers.py: the real tree passes, and each rule of src/ARCHITECTURE.md, broken on a
-copy of the tree, is reported (a check that cannot fail checks nothing)."""
+"""scripts/check_layers.py: the real tree passes, and each rule of src/ARCHITECTURE.md (and the test
+map of CONTRIBUTING.md), broken on a copy of the tree, is reported (a check that cannot fail checks
+nothing)."""
 import os
 import shutil
 import subprocess
@@ -28,6 +29,26 @@ def create(path, text):
 
 def remove(path):
     return lambda root: os.remove(os.path.join(root, path))
+
+
+def replace(path, old, new):
+    def change(root):
+        with open(os.path.join(root, path)) as f:
+            text = f.read()
+        assert old in text, (path, old)
+        with open(os.path.join(root, path), "w") as f:
+            f.write(text.replace(old, new, 1))
+    return change
+
+
+def both(*changes):
+    def change(root):
+        for c in changes:
+            c(root)
+    return change
+
+
+MAP_ROW = "| util/sigbus_guard.cpp |"
 
 
 # (what, change to the copy, a line the check must print)
@@ -64,7 +85,33 @@ VIOLATIONS = [
      'lists util/checked.h, which has util/checked.cpp'),
     ("no table of seams and header-only files", remove("src/ARCHITECTURE.md"),
      'src/ARCHITECTURE.md: no table under a heading "Seams and header-only files"'),
+    ("a source without a row in the test map", create("src/fold/orphan.cpp", "namespace swavg {}\n"),
+     'src/fold/orphan.cpp: no row in CONTRIBUTING.md\'s table "Which tests cover which file"'),
+    ("a row of the test map for a file that does not exist",
+     replace("CONTRIBUTING.md", MAP_ROW, "| util/gone.cpp | test_gone | faults |\n" + MAP_ROW),
+     'CONTRIBUTING.md: "Which tests cover which file" has a row for util/gone.cpp, which is no source of src/'),
+    ("a row of the test map whose file was removed", remove("src/util/sigbus_guard.cpp"),
+     "has a row for util/sigbus_guard.cpp, which is no source of src/"),
+    ("a row of the test map twice", replace("CONTRIBUTING.md", MAP_ROW, MAP_ROW + " — | faults |\n" + MAP_ROW),
+     'CONTRIBUTING.md: "Which tests cover which file" has 2 rows for util/sigbus_guard.cpp'),
+    ("no test map", remove("CONTRIBUTING.md"), 'CONTRIBUTING.md: no table under a heading "Which tests cover which file"'),
 ]
+
+# Changes after which the copy still passes.
+KEPT = [
+    ("a new source with its row in the test map",
+     both(create("src/fold/orphan.cpp", "namespace swavg {}\n"),
+          replace("CONTRIBUTING.md", MAP_ROW, "| fold/orphan.cpp | test_orphan | average |\n" + MAP_ROW))),
+]
+
+
+def copy_tree(tmp, change):
+    """The parts of the checkout the check reads, copied to `tmp` and changed by `change`."""
+    shutil.copytree(os.path.join(ROOT, "src"), os.path.join(tmp, "src"))
+    shutil.copytree(os.path.join(ROOT, "tests", "fuzz"), os.path.join(tmp, "tests", "fuzz"))
+    shutil.copy(os.path.join(ROOT, "CONTRIBUTING.md"), tmp)
+    change(tmp)
+    return tmp
 
 
 def run_check(root):
@@ -80,12 +127,16 @@ class LayersTest(unittest.TestCase):
     def test_each_violation_is_reported(self):
         for what, change, expected in VIOLATIONS:
             with self.subTest(what), tempfile.TemporaryDirectory() as tmp:
-                shutil.copytree(os.path.join(ROOT, "src"), os.path.join(tmp, "src"))
-                shutil.copytree(os.path.join(ROOT, "tests", "fuzz"), os.path.join(tmp, "tests", "fuzz"))
-                change(tmp)
-                p = run_check(tmp)
+                p = run_check(copy_tree(tmp, change))
                 self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
                 self.assertIn(expected, p.stdout)
+
+    def test_a_complete_copy_passes(self):
+        for what, change in [("the copy as it is", lambda root: None)] + KEPT:
+            with self.subTest(what), tempfile.TemporaryDirectory() as tmp:
+                p = run_check(copy_tree(tmp, change))
+                self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+                self.assertIn(": OK", p.stdout)
 
 
 if __name__ == "__main__":
