@@ -149,8 +149,9 @@ state_dict legacy_read(const input_probe& p, const load_options& o) {
 
 const std::vector<input_row> kRows = {
     {input_kind::megatron, "megatron", "a Megatron-core distributed checkpoint",
-     "a folder whose metadata.json is a JSON object with a string \"sharded_backend\" (refused)", megatron_claims,
-     megatron_read, megatron_files, false, false},
+     "a folder whose metadata.json (beside .metadata or common.pt) is a JSON object with a string "
+     "\"sharded_backend\" (refused)",
+     megatron_claims, megatron_read, megatron_files, false, false},
     {input_kind::dcp, "dcp", "a PyTorch DCP folder", "a folder holding .metadata (and no Megatron-core metadata.json)",
      dcp_claims, dcp_read, dcp_files, false, false},
     {input_kind::deepspeed, "deepspeed", "a DeepSpeed checkpoint",

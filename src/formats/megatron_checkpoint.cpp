@@ -16,8 +16,12 @@ constexpr uint64_t kMaxMetadataBytes = 1 << 20;
 }  // namespace
 
 std::optional<std::string> megatron_backend(const std::string& path) {
+  // Megatron-core writes metadata.json beside DCP files (torch_dist: .metadata) or common.pt (older
+  // layouts); another folder's metadata.json (a dataset's, say) is none of its business.
   const std::string metadata = path_in_folder(path, "metadata.json");
-  if (!is_regular_file(metadata)) return std::nullopt;
+  if (!is_regular_file(metadata) ||
+      !(is_regular_file(path_in_folder(path, ".metadata")) || is_regular_file(path_in_folder(path, "common.pt"))))
+    return std::nullopt;
   const nlohmann::json doc = nlohmann::json::parse(read_text_file(metadata, kMaxMetadataBytes), nullptr, false);
   if (!doc.is_object() || !doc.contains("sharded_backend") || !doc["sharded_backend"].is_string()) return std::nullopt;
   return doc["sharded_backend"].get<std::string>();

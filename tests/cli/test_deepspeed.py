@@ -241,6 +241,18 @@ class MegatronTest(TempDirTest):
                     self.assertIn("1048576", p.stderr)
                 self.assertFalse(os.path.exists(self.path("o.pt")))
 
+    def test_another_folders_metadata_json_is_not_read(self):
+        # A Hugging Face folder holding a large metadata.json of its own (no .metadata, no common.pt).
+        import torch
+        from safetensors.torch import save_file
+        folder = self.path("hf")
+        os.makedirs(folder)
+        save_file({"w": torch.ones(3)}, os.path.join(folder, "model.safetensors"))
+        with open(os.path.join(folder, "metadata.json"), "w") as f:
+            f.write('{"sharded_backend": "torch_dist", "pad": "%s"}' % ("x" * (2 << 20)))
+        swavg("average", folder, folder, "-o", self.path("o.safetensors"))
+        self.assertTrue(os.path.exists(self.path("o.safetensors")))
+
 
 if __name__ == "__main__":
     unittest.main()
