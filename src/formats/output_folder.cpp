@@ -41,9 +41,8 @@ bool is_weight_file_name(const std::string& name) {
 folder_files classify_folder(const std::string& folder) {
   folder_files out;
   for (const auto& name : list_dir(folder)) {
-    struct stat st {};
-    const std::string path = folder + "/" + name;
-    const bool skip = ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || is_weight_file_name(name);
+    const std::string path = path_in_folder(folder, name);
+    const bool skip = !is_regular_file(path) || is_weight_file_name(name);
     if (!skip && is_job_file_name(name) && name.find(".swavg-tmp-") == std::string::npos)
       spdlog::warn("{}: not copied: named like a file of swavg's own (a plan, a manifest or finalize's record)", path);
     if (skip || is_job_file_name(name))
@@ -82,9 +81,7 @@ std::vector<std::string> output_folder::folders() const {
 
 void output_folder::refuse_missing_parent() const {
   const std::string parent = parent_dir(out_);
-  struct stat st {};
-  if (::stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw io_error(fmt::format("{}/: output folder '{}' does not exist", out_, parent));
+  if (!is_folder(parent)) throw io_error(fmt::format("{}/: output folder '{}' does not exist", out_, parent));
 }
 
 void output_folder::refuse_not_folder(const std::string& hint) const {
@@ -97,15 +94,15 @@ void output_folder::refuse_not_folder(const std::string& hint) const {
 void output_folder::refuse_inputs_inside(const std::vector<std::string>& inputs) const {
   const std::vector<std::string> written = folders();
   for (const auto& arg : inputs) {
-    struct stat st {};
-    if (::stat(arg.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    const bool folder_arg = is_folder(arg);
+    if (folder_arg)
       for (const auto& folder : written)
         if (is_under(folder_resolved(folder), real_path(arg)))
           throw usage_error(
               fmt::format("{}/: inside the input folder '{}'; swavg never writes into what it reads, even with --force",
                           folder, arg));
     std::vector<std::string> files =
-        S_ISDIR(st.st_mode) || S_ISREG(st.st_mode) ? checkpoint_files(arg) : std::vector<std::string>{};
+        folder_arg || is_regular_file(arg) ? checkpoint_files(arg) : std::vector<std::string>{};
     files.push_back(arg);
     for (const auto& f : files)
       for (const auto& folder : written)
