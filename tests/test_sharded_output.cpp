@@ -508,3 +508,12 @@ TEST_CASE("output_folder's steps out of order are internal errors, never a null 
   CHECK(code_of([&] { out.finish(); }) == exit_code::internal);  // twice
   remove_tree(dir);
 }
+
+TEST_CASE("hf_folder_writer: at most kMaxShards shards, at the edge", "[sharded_output]") {
+  const hf_folder_writer writer(hf_writer_options{"out", output_format::safetensors, 1, {}, ""});
+  std::vector<tensor_spec> specs;
+  for (size_t i = 0; i < kMaxShards; ++i) specs.push_back(spec("t" + std::to_string(i), 1));
+  CHECK(writer.plan(specs, {}).shards.size() == kMaxShards);  // the last valid count
+  specs.push_back(spec("one.more", 1));
+  CHECK_THROWS_WITH(writer.plan(specs, {}), Catch::Contains("makes 100000 shards, more than the 99999"));
+}
