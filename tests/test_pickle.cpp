@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/pickle.h"
+#include "formats/unpickler.h"
 #include "util/error.h"
 
 using namespace swavg;

@@ -6,7 +6,6 @@
 #include <algorithm>
 
 #include "fold/name_mismatch.h"
-#include "fold/native_fold.h"
 #include "util/error.h"
 #include "util/listing.h"
 #include "util/log.h"

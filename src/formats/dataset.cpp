@@ -252,7 +252,7 @@ dataset read_torch_data(const std::shared_ptr<const mapped_file>& file, const st
   }
 
   const pickle_tensor_ref& t = *chosen->tensor;
-  d.samples = torch_storage_reader(archive).view_of("the input tensor", t);
+  d.samples = archive_storages(archive).view_of("the input tensor", t);
   if (t.shape.empty())
     throw input_error(path + ": the input tensor is 0-dimensional; expected samples along the first dimension");
   return d;

@@ -79,7 +79,7 @@ class dcp_reader {
     if (!root || root->kind != pickle_kind::tensor)
       throw input_error(fmt::format("{}: {}: holds a {}, expected the chunk's tensor", path, what,
                                     root ? pickle_type_name(*root) : "nothing"));
-    torch_storage_reader reader(a);
+    torch_storage_reader reader = archive_storages(a);
     tensor_view v = reader.view_of(what, *root->tensor);
     if (v.type != e.type)
       throw input_error(fmt::format("{}: {}: holds {}, but .metadata declares {}", path, what, dtype_name(v.type),

@@ -11,11 +11,12 @@
 
 #include "formats/pickle.h"
 #include "formats/pickle_query.h"
+#include "formats/unpickler.h"
 #include "tensor/tensor_view.h"
+#include "util/atomic_dir.h"
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
-#include "util/atomic_dir.h"
 
 namespace swavg {
 namespace {

@@ -164,7 +164,7 @@ opened open_mapped(const std::shared_ptr<const mapped_file>& file, const char* e
   const std::string& path = file->path();
   opened o;
   o.archive = std::make_unique<torch_archive>(open_torch_archive(file, expected));
-  o.reader = std::make_unique<torch_storage_reader>(*o.archive);
+  o.reader = std::make_unique<torch_storage_reader>(archive_storages(*o.archive));
   o.root = o.archive->doc->root();
   if (!o.root || o.root->kind != pickle_kind::dict)
     throw input_error(fmt::format("{}: holds {}, expected the dict DeepSpeed saves", path, type_of(o.root)));

@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "formats/pickle.h"
-#include "formats/torch_file.h"
+#include "formats/torch_state_dict.h"
+#include "formats/unpickler.h"
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/mapped_file.h"

@@ -1,8 +1,5 @@
-// The pickle document (its arena of nodes), type names for messages, and unpickle(), which runs
-// the stack machine of unpickler.h.
+// The pickle document (its arena of nodes) and type names for messages.
 #include "formats/pickle.h"
-
-#include "formats/unpickler.h"
 
 namespace swavg {
 
@@ -39,13 +36,6 @@ std::string pickle_type_name(const pickle_node& n) {
     case pickle_kind::opaque: return n.text;
   }
   return "unknown";
-}
-
-std::unique_ptr<pickle_document> unpickle(const uint8_t* data, size_t size, const std::string& context,
-                                          const unpickle_limits& limits) {
-  if (!data) size = 0;
-  static const uint8_t kEmpty = 0;
-  return unpickler(data ? data : &kEmpty, size, context, limits).run();
 }
 
 }  // namespace swavg

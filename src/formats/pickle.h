@@ -164,12 +164,6 @@ struct unpickle_limits {
   uint64_t max_bytes = uint64_t{8} << 30;
 };
 
-// Parses `size` bytes of pickle data. `context` (e.g. "ckpt.pt: archive/data.pkl") starts every
-// error message. Throws input_error for malformed data: truncation, unknown opcode, stack underflow,
-// bad memo index, a persistent id that is not a storage, bad tensor arguments. Never executes code.
-std::unique_ptr<pickle_document> unpickle(const uint8_t* data, size_t size, const std::string& context,
-                                          const unpickle_limits& limits = {});
-
 // "str", "int", "dict", "OrderedDict", "argparse.Namespace", "tensor", ... for messages and inspect.
 std::string pickle_type_name(const pickle_node& n);
 

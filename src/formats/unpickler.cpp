@@ -1,4 +1,4 @@
-// The unpickler's stack machine: one case per opcode (step), the allow-listed callables, the memo,
+// unpickle() and its stack machine: one case per opcode (step), the allow-listed callables, the memo,
 // interned keys and the memory budget (see unpickler.h and pickle.h).
 #include "formats/unpickler.h"
 
@@ -14,6 +14,13 @@
 #include "util/error.h"
 
 namespace swavg {
+
+std::unique_ptr<pickle_document> unpickle(const uint8_t* data, size_t size, const std::string& context,
+                                          const unpickle_limits& limits) {
+  if (!data) size = 0;
+  static const uint8_t kEmpty = 0;
+  return unpickler(data ? data : &kEmpty, size, context, limits).run();
+}
 
 using namespace pickle_op;
 

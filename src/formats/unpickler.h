@@ -1,9 +1,9 @@
 /*
- * The stack machine behind unpickle() (formats/pickle.h): one object per parse, run once. It reads
+ * unpickle() and the stack machine behind it (the nodes it builds: formats/pickle.h): one object per parse, run once. It reads
  * the opcodes one after the other, builds nodes in the document's arena, interns dict keys and set
  * members (formats/pickle_keys.h), decodes literals through formats/pickle_literals.h, and counts
- * everything it allocates against the memory budget of unpickle_limits. Internal to formats/: callers
- * use unpickle().
+ * everything it allocates against the memory budget of unpickle_limits. Callers use unpickle(), which
+ * runs one.
  */
 #pragma once
 
@@ -20,6 +20,12 @@
 #include "formats/pickle_keys.h"
 
 namespace swavg {
+
+// Parses `size` bytes of pickle data. `context` (e.g. "ckpt.pt: archive/data.pkl") starts every
+// error message. Throws input_error for malformed data: truncation, unknown opcode, stack underflow,
+// bad memo index, a persistent id that is not a storage, bad tensor arguments. Never executes code.
+std::unique_ptr<pickle_document> unpickle(const uint8_t* data, size_t size, const std::string& context,
+                                          const unpickle_limits& limits = {});
 
 class unpickler {
  public:

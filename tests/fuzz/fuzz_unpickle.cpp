@@ -2,8 +2,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "fuzz_common.h"
 #include "formats/pickle.h"
+#include "formats/unpickler.h"
+#include "fuzz_common.h"
 #include "util/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
