@@ -292,7 +292,11 @@ std::string module_label(const std::string& prefix) {
 class module_walker {
  public:
   module_walker(const torch_archive& archive, class_index& classes, int max_depth, state_dict& out)
-      : path_(archive.file->path()), reader_(archive_storages(archive)), classes_(classes), max_depth_(max_depth), out_(out) {}
+      : path_(archive.file->path()),
+        reader_(archive_storages(archive)),
+        classes_(classes),
+        max_depth_(max_depth),
+        out_(out) {}
 
   void walk(const pickle_node* object, const std::string& prefix, int depth) {
     if (depth > max_depth_)

@@ -1,9 +1,9 @@
 /*
- * unpickle() and the stack machine behind it (the nodes it builds: formats/pickle.h): one object per parse, run once. It reads
- * the opcodes one after the other, builds nodes in the document's arena, interns dict keys and set
- * members (formats/pickle_keys.h), decodes literals through formats/pickle_literals.h, and counts
- * everything it allocates against the memory budget of unpickle_limits. Callers use unpickle(), which
- * runs one.
+ * unpickle() and the stack machine behind it (the nodes it builds: formats/pickle.h): one object
+ * per parse, run once. It reads the opcodes one after the other, builds nodes in the document's
+ * arena, interns dict keys and set members (formats/pickle_keys.h), decodes literals through
+ * formats/pickle_literals.h, and counts everything it allocates against the memory budget of
+ * unpickle_limits.
  */
 #pragma once
 
