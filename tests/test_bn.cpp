@@ -6,13 +6,13 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 
-#include "formats/dataset.h"
-#include "libtorch/module.h"
+#include "formats/dataset/dataset.h"
+#include "formats/io/load.h"
 #include "libtorch/bn_replay.h"
+#include "libtorch/module.h"
 #include "libtorch/tensor_bridge.h"
-#include "formats/load.h"
-#include "util/crc32.h"
 #include "support.h"
+#include "util/crc32.h"
 #include "util/error.h"
 
 using namespace swavg;

@@ -1,13 +1,13 @@
-// DCP folders (formats/dcp_input.h) as torch writes them: every tensor's bytes against torch's own
+// DCP folders (formats/dcp/dcp_input.h) as torch writes them: every tensor's bytes against torch's own
 // consolidation (dcp_to_torch_save, CRC-32s in the fixture manifests), --key, the non-tensor
 // entries carried, and the hostile folders (the malformed-input suite's dcp_*) refused as input errors.
 #include <catch2/catch.hpp>
 
 #include <string>
 
-#include "formats/dcp_input.h"
-#include "formats/dcp_output.h"
-#include "formats/worker_files.h"
+#include "formats/dcp/dcp_input.h"
+#include "formats/dcp/dcp_output.h"
+#include "formats/io/worker_files.h"
 #include "support.h"
 #include "util/crc32.h"
 #include "util/error.h"

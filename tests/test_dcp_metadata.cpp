@@ -1,4 +1,4 @@
-// DCP .metadata (formats/dcp_metadata.h): torch's own files against what torch reads from them,
+// DCP .metadata (formats/dcp/dcp_metadata.h): torch's own files against what torch reads from them,
 // hand-made pickles as data (the allow list, malformed fields), and chunk tilings at their edges.
 #include <catch2/catch.hpp>
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/dcp_metadata.h"
+#include "formats/dcp/dcp_metadata.h"
 #include "support.h"
 #include "util/error.h"
 #include "util/mapped_file.h"

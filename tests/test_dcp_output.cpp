@@ -1,4 +1,4 @@
-// DCP output (formats/dcp_output.h) read back by swavg's own DCP reader: chunks split along dim 1
+// DCP output (formats/dcp/dcp_output.h) read back by swavg's own DCP reader: chunks split along dim 1
 // over two rank files, two chunks of one tensor in one file (the tensor held, written in two
 // passes), bytes arriving one at a time, empty and 0-dim tensors, the archive sizes planned against
 // what zip_writer writes, the worker split and a shape that disagrees with the first input.
@@ -9,10 +9,10 @@
 
 #include <string>
 
-#include "formats/dcp_input.h"
-#include "formats/dcp_output.h"
-#include "formats/save.h"
-#include "formats/worker_files.h"
+#include "formats/dcp/dcp_input.h"
+#include "formats/dcp/dcp_output.h"
+#include "formats/file/save.h"
+#include "formats/io/worker_files.h"
 #include "support.h"
 #include "util/error.h"
 

@@ -1,11 +1,11 @@
-// The ZeRO-3 reconstruction arithmetic of formats/deepspeed_checkpoint.h at its exact edges. The
+// The ZeRO-3 reconstruction arithmetic of formats/deepspeed/deepspeed_checkpoint.h at its exact edges. The
 // files themselves (written by DeepSpeed) are checked by tests/cli/test_deepspeed.py.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <ctime>
 
-#include "formats/deepspeed_checkpoint.h"
+#include "formats/deepspeed/deepspeed_checkpoint.h"
 #include "util/error.h"
 
 using namespace swavg;

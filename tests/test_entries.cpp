@@ -12,7 +12,7 @@
 #include "fold/plan.h"
 #include "fold/resume.h"
 #include "fold/rules.h"
-#include "formats/pickle.h"
+#include "formats/pickle/pickle.h"
 
 using namespace swavg;
 

@@ -14,8 +14,8 @@
 #include "fold/execute.h"
 #include "fold/native_kernels.h"
 #include "fold/resume.h"
-#include "formats/load.h"
 #include "fold_support.h"
+#include "formats/io/load.h"
 #include "support.h"
 #include "util/error.h"
 

@@ -13,8 +13,8 @@
 #include <map>
 #include <set>
 
-#include "formats/input_kinds.h"
-#include "formats/load.h"
+#include "formats/io/input_kinds.h"
+#include "formats/io/load.h"
 #include "support.h"
 #include "util/error.h"
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "formats/legacy_torch_file.h"
-#include "formats/load.h"
-#include "formats/torch_file.h"
+#include "formats/io/load.h"
+#include "formats/torch/legacy_torch_file.h"
+#include "formats/torch/torch_file.h"
 #include "support.h"
 #include "util/crc32.h"
 #include "util/error.h"

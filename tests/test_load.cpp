@@ -7,10 +7,10 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 
+#include "formats/io/load.h"
 #include "libtorch/tensor_bridge.h"
-#include "formats/load.h"
-#include "util/crc32.h"
 #include "support.h"
+#include "util/crc32.h"
 #include "util/error.h"
 
 using namespace swavg;

@@ -16,8 +16,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "formats/pickle.h"
-#include "formats/unpickler.h"
+#include "formats/pickle/pickle.h"
+#include "formats/pickle/unpickler.h"
 #include "util/error.h"
 
 using namespace swavg;

@@ -1,10 +1,10 @@
-// The deny list (formats/pickle_deny_list.cpp): globals that run code when a pickle calls them,
+// The deny list (formats/pickle/pickle_deny_list.cpp): globals that run code when a pickle calls them,
 // matched by whole module or by module and name.
 #include <catch2/catch.hpp>
 
 #include <vector>
 
-#include "formats/pickle_deny_list.h"
+#include "formats/pickle/pickle_deny_list.h"
 
 using namespace swavg;
 

@@ -1,4 +1,4 @@
-// The keys of pickle scalars (formats/pickle_keys.cpp) alone: equal where Python's == is, distinct
+// The keys of pickle scalars (formats/pickle/pickle_keys.cpp) alone: equal where Python's == is, distinct
 // elsewhere, none where a node is a key by identity.
 #include <catch2/catch.hpp>
 
@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "formats/pickle_keys.h"
+#include "formats/pickle/pickle_keys.h"
 
 using namespace swavg;
 using namespace std::string_literals;

@@ -1,4 +1,4 @@
-// The pickle literal decoders (formats/pickle_literals.cpp) alone: numbers, quoted and escaped
+// The pickle literal decoders (formats/pickle/pickle_literals.cpp) alone: numbers, quoted and escaped
 // text and memo indexes as Python's unpickler reads them, each bound at its edge, each refusal with
 // its reason.
 #include <catch2/catch.hpp>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/pickle_literals.h"
+#include "formats/pickle/pickle_literals.h"
 
 using namespace swavg;
 using namespace swavg::pickle_literal;

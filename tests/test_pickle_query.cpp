@@ -6,8 +6,8 @@
 #include <utility>
 #include <vector>
 
-#include "formats/pickle.h"
-#include "formats/pickle_query.h"
+#include "formats/pickle/pickle.h"
+#include "formats/pickle/pickle_query.h"
 
 using namespace swavg;
 

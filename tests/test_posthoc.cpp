@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "fold/posthoc.h"
-#include "formats/load.h"
+#include "formats/io/load.h"
 #include "support.h"
 #include "util/error.h"
 

@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "formats/safetensors.h"
-#include "formats/save.h"
+#include "formats/file/save.h"
+#include "formats/safetensors/safetensors.h"
 #include "util/atomic_file.h"
 #include "util/checked.h"
 #include "util/error.h"

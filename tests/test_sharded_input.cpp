@@ -1,4 +1,4 @@
-// Sharded inputs (formats/sharded_input.h): index validation as data, folder resolution, the checks
+// Sharded inputs (formats/hf/sharded_input.h): index validation as data, folder resolution, the checks
 // of shards against the weight map, and the order and provenance of the merged state dict.
 #include <catch2/catch.hpp>
 
@@ -14,10 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "formats/load.h"
-#include "formats/sharded_input.h"
-#include "util/error.h"
+#include "formats/hf/sharded_input.h"
+#include "formats/io/load.h"
 #include "support.h"
+#include "util/error.h"
 #include "util/mapped_file.h"
 
 using namespace swavg;

@@ -1,10 +1,10 @@
 // torch.save archives written by real PyTorch, read by swavg and compared with what Python read.
 #include <catch2/catch.hpp>
 
-#include "formats/torch_file.h"
-#include "formats/save.h"
-#include "formats/torch_writer.h"
-#include "formats/zip_reader.h"
+#include "formats/file/save.h"
+#include "formats/torch/torch_file.h"
+#include "formats/torch/torch_writer.h"
+#include "formats/zip/zip_reader.h"
 #include "support.h"
 #include "util/atomic_file.h"
 #include "util/crc32.h"

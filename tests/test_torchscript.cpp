@@ -1,4 +1,4 @@
-// The TorchScript reader (formats/torchscript.cpp) against PyTorch: for each archive the fixture
+// The TorchScript reader (formats/torch/torchscript.cpp) against PyTorch: for each archive the fixture
 // script wrote (scripted and traced torchvision models, tied and shared submodules, every kind of
 // attribute, the BatchNorm fixtures), the same names in the same order, the same parameter/buffer
 // split, dtypes, shapes, strides and bytes as torch.jit.load(f).state_dict() in Python and as
@@ -14,8 +14,8 @@
 #include <algorithm>
 #include <set>
 
-#include "formats/torchscript.h"
-#include "formats/zip_reader.h"
+#include "formats/torch/torchscript.h"
+#include "formats/zip/zip_reader.h"
 #include "support.h"
 #include "util/crc32.h"
 #include "util/error.h"

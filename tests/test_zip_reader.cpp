@@ -1,4 +1,4 @@
-// The ZIP reader (formats/zip_reader.cpp): PyTorch's and zipfile's archives read as zipfile reads
+// The ZIP reader (formats/zip/zip_reader.cpp): PyTorch's and zipfile's archives read as zipfile reads
 // them, malformed and ambiguous archives refused with a message naming the problem.
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/zip_reader.h"
+#include "formats/zip/zip_reader.h"
 #include "util/checked.h"
 #include "util/crc32.h"
 #include "util/error.h"

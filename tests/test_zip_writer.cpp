@@ -1,4 +1,4 @@
-// The ZIP writer (formats/zip_writer.cpp): its archives read back aligned, zipfile and PyTorch read
+// The ZIP writer (formats/zip/zip_writer.cpp): its archives read back aligned, zipfile and PyTorch read
 // them, and misusing it is an internal error.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "formats/zip_reader.h"
-#include "formats/zip_writer.h"
+#include "formats/zip/zip_reader.h"
+#include "formats/zip/zip_writer.h"
 #include "util/atomic_file.h"
 #include "util/crc32.h"
 #include "util/error.h"

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "formats/zip_reader.h"
-#include "formats/zip_writer.h"
+#include "formats/zip/zip_reader.h"
+#include "formats/zip/zip_writer.h"
 #include "util/atomic_file.h"
 #include "util/checked.h"
 #include "util/error.h"

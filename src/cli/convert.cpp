@@ -10,15 +10,15 @@
 
 #include <fmt/format.h>
 
-#include "formats/load.h"
-#include "formats/folder_writers.h"
-#include "formats/output_folder.h"
-#include "formats/save.h"
-#include "formats/sharded_input.h"
-#include "util/log.h"
+#include "formats/file/save.h"
+#include "formats/hf/sharded_input.h"
+#include "formats/io/folder_writers.h"
+#include "formats/io/load.h"
+#include "formats/io/output_folder.h"
+#include "util/atomic_dir.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
-#include "util/atomic_dir.h"
+#include "util/log.h"
 
 namespace swavg {
 namespace {
@@ -67,7 +67,7 @@ dry_run describe_convert(const convert_options& o, const state_dict& sd, output_
   return d;
 }
 
-// Resharding: the state dict as a Hugging Face folder (formats/output_folder.h), staged and published.
+// Resharding: the state dict as a Hugging Face folder (formats/io/output_folder.h), staged and published.
 void convert_to_folder(const convert_options& o) {
   const uint64_t limit = o.max_shard_size.empty() ? kDefaultMaxShardSize : parse_shard_size(o.max_shard_size);
   if (!o.max_shard_size.empty() && o.format) refuse_shard_size(o.output, *o.format);

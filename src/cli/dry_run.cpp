@@ -11,11 +11,11 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "formats/input_kinds.h"
+#include "formats/io/input_kinds.h"
 #include "util/error.h"
+#include "util/json_bytes.h"
 #include "util/printable.h"
 #include "util/standard_output.h"
-#include "util/json_bytes.h"
 
 namespace swavg {
 namespace {

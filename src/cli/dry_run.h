@@ -16,8 +16,8 @@
 
 #include "cli/pipeline.h"
 #include "fold/plan.h"
-#include "formats/save.h"
-#include "formats/shard_layout.h"
+#include "formats/file/save.h"
+#include "formats/hf/shard_layout.h"
 #include "util/atomic_file.h"
 
 namespace swavg {

@@ -1,6 +1,6 @@
 /*
  * `swavg finalize OUT/`: publishes what shard-parallel workers left in OUT.partial/ once every one of
- * them is done (formats/worker_files.h checks the plan, the manifests and the files, and makes it safe
+ * them is done (formats/io/worker_files.h checks the plan, the manifests and the files, and makes it safe
  * to run again, concurrently or after a kill).
  */
 #include <CLI/CLI.hpp>
@@ -8,7 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/report.h"
-#include "formats/worker_files.h"
+#include "formats/io/worker_files.h"
 #include "util/atomic_dir.h"
 #include "util/log.h"
 

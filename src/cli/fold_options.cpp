@@ -11,10 +11,10 @@
 #include "cli/dry_run.h"
 #include "cli/load_options.h"
 #include "cli/options.h"
-#include "formats/save.h"
-#include "util/log.h"
+#include "formats/file/save.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/log.h"
 
 namespace swavg {
 namespace {

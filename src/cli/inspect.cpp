@@ -8,8 +8,8 @@
 
 #include "cli/commands.h"
 #include "cli/load_options.h"
-#include "formats/input_kinds.h"
-#include "formats/load.h"
+#include "formats/io/input_kinds.h"
+#include "formats/io/load.h"
 #include "util/printable.h"
 
 // Every string from the file (and the path from the command line) goes through printable(), in

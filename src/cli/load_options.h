@@ -7,7 +7,7 @@
  */
 #pragma once
 
-#include "formats/load.h"
+#include "formats/io/load.h"
 
 namespace CLI {
 class App;

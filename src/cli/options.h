@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "formats/save.h"
+#include "formats/file/save.h"
 #include "tensor/device.h"
 #include "tensor/dtype.h"
 #include "util/progress.h"

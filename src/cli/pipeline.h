@@ -24,12 +24,12 @@
 #include "cli/worker.h"
 #include "fold/config.h"
 #include "fold/execute.h"
-#include "formats/dataset.h"
-#include "formats/load.h"
-#include "formats/output_folder.h"
-#include "formats/save.h"
-#include "formats/shard_layout.h"
-#include "formats/sharded_input.h"
+#include "formats/dataset/dataset.h"
+#include "formats/file/save.h"
+#include "formats/hf/shard_layout.h"
+#include "formats/hf/sharded_input.h"
+#include "formats/io/load.h"
+#include "formats/io/output_folder.h"
 #include "libtorch/bn_replay.h"
 
 namespace swavg {

@@ -25,7 +25,7 @@
 #include "fold/config.h"
 #include "fold/phema.h"
 #include "fold/posthoc.h"
-#include "formats/load.h"
+#include "formats/io/load.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/json_bytes.h"

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "formats/load.h"
-#include "formats/output_folder.h"
+#include "formats/io/load.h"
+#include "formats/io/output_folder.h"
 #include "util/atomic_dir.h"
 #include "util/atomic_file.h"
 #include "util/error.h"

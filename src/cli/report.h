@@ -14,8 +14,8 @@
 #include "fold/config.h"
 #include "fold/execute.h"
 #include "fold/plan.h"
-#include "formats/save.h"
-#include "formats/worker_files.h"
+#include "formats/file/save.h"
+#include "formats/io/worker_files.h"
 #include "libtorch/bn_replay.h"
 #include "util/error.h"
 

@@ -12,13 +12,13 @@
 #include "cli/read_set.h"
 #include "cli/report.h"
 #include "fold/config.h"
-#include "formats/load.h"
-#include "formats/save.h"
+#include "formats/file/save.h"
+#include "formats/io/load.h"
 #include "libtorch/bn_replay.h"
 #include "libtorch/save_module.h"
-#include "util/log.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/log.h"
 
 namespace swavg {
 namespace {

@@ -16,7 +16,7 @@
 #include <optional>
 #include <string>
 
-#include "formats/worker_files.h"  // kMaxWorkers
+#include "formats/io/worker_files.h"  // kMaxWorkers
 
 namespace swavg {
 

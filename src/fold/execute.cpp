@@ -17,7 +17,7 @@
 #include "fold/native_fold.h"
 #include "fold/native_kernels.h"
 #include "fold/prefetch.h"
-#include "formats/torch_file.h"
+#include "formats/torch/torch_file.h"
 #include "util/error.h"
 #include "util/paths.h"
 #include "util/printable.h"

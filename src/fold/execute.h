@@ -14,7 +14,7 @@
  * the number of checkpoints or the model size. The plan (plan.h) checks every input against the
  * others before the output is opened; nothing appears at the output unless the whole fold succeeds.
  * Non-tensor entries and tied tensors are accounted for as entries.h says. A folder output
- * (formats/output_folder.h) is written as shards, and a worker of several folds and reads only the
+ * (formats/io/output_folder.h) is written as shards, and a worker of several folds and reads only the
  * tensors its sink owns (its own shards). Everything here is one
  * pass over the tensors, hashed by name where it looks anything up.
  */
@@ -30,8 +30,8 @@
 #include "fold/entries.h"
 #include "fold/plan.h"
 #include "fold/resume.h"
-#include "formats/output_folder.h"
-#include "formats/save.h"
+#include "formats/file/save.h"
+#include "formats/io/output_folder.h"
 #include "tensor/state_dict.h"
 
 namespace swavg {

@@ -19,9 +19,6 @@
 
 namespace swavg {
 
-// Tensors are folded in slices of this many elements, so that memory stays flat.
-constexpr int64_t kFoldChunkElements = int64_t{1} << 18;
-
 // Takes one finished slice of a tensor's result (output dtype, contiguous, aligned), in order.
 using chunk_writer = std::function<void(const void* data, uint64_t bytes)>;
 

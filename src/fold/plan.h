@@ -35,6 +35,9 @@
 
 namespace swavg {
 
+// Tensors are folded in slices of this many elements, so that memory stays flat.
+constexpr int64_t kFoldChunkElements = int64_t{1} << 18;
+
 // Why a tensor gets its action (the list above): a rule (1), --buffers (2, 4), --int (3), the
 // default average (5); convert copies every tensor.
 enum class outcome_reason { rule, buffer, ints, by_default, convert };

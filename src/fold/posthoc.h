@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "fold/plan.h"
-#include "formats/save.h"
+#include "formats/file/save.h"
 #include "tensor/state_dict.h"
 
 namespace swavg {

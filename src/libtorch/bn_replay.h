@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/dataset.h"
+#include "formats/dataset/dataset.h"
 #include "tensor/device.h"
 #include "tensor/state_dict.h"
 

@@ -2,7 +2,7 @@
  * TorchScript through LibTorch, only where a model must run (update-bn, --save-module, --avg-fn):
  * loading an archive and reading the state of the loaded module (module.h); saving one is
  * save_module.cpp's. Reading TorchScript checkpoints (inspect, convert, average, ema, --model) is
- * formats/torchscript.cpp's, which runs nothing.
+ * formats/torch/torchscript.cpp's, which runs nothing.
  */
 #include <c10/util/Exception.h>
 #include <caffe2/serialize/read_adapter_interface.h>
@@ -14,7 +14,7 @@
 #include <cstring>
 #include <unordered_set>
 
-#include "formats/input_kinds.h"
+#include "formats/io/input_kinds.h"
 #include "libtorch/module.h"
 #include "libtorch/tensor_bridge.h"
 #include "util/error.h"

@@ -1,7 +1,7 @@
 /*
  * TorchScript modules through LibTorch's jit loader, only for what must run a model (update-bn and
  * --save-module): the loader compiles and runs the archive's code. Reading TorchScript checkpoints
- * is formats/torchscript.cpp's, without LibTorch. There is one torch::jit::load in swavg, in
+ * is formats/torch/torchscript.cpp's, without LibTorch. There is one torch::jit::load in swavg, in
  * load_module.
  */
 #pragma once

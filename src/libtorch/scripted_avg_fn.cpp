@@ -28,7 +28,7 @@
 
 #include "fold/avg_fn.h"
 #include "fold/int_average.h"
-#include "formats/input_kinds.h"
+#include "formats/io/input_kinds.h"
 #include "libtorch/module.h"
 #include "libtorch/tensor_bridge.h"
 #include "util/error.h"

@@ -3,7 +3,7 @@
  * the functions src/libtorch/ defines. LibTorch costs about half a second of start-up (its operator
  * registry is built by static initialisers), more than reading a large checkpoint, so `swavg` does
  * not load it: inspect, convert, average and ema run there (TorchScript files included: they are
- * read by formats/torchscript.cpp) whenever swavg's own kernels cover the job. Everything else
+ * read by formats/torch/torchscript.cpp) whenever swavg's own kernels cover the job. Everything else
  * (update-bn, GPUs, complex averages, --avg-fn) throws
  * needs_libtorch before any output is written, and main() hands the same command line to
  * swavg-torch, the same program linked with LibTorch. The fuzz drivers link this file too.

@@ -20,7 +20,7 @@ namespace swavg {
 enum class file_format { torch, torchscript, safetensors };
 const char* format_name(file_format f);  // "torch", "torchscript", "safetensors"
 
-// What kind of input a state dict was read from: one row of the input table (formats/input_kinds.h,
+// What kind of input a state dict was read from: one row of the input table (formats/io/input_kinds.h,
 // which names them). megatron is a refused kind.
 enum class input_kind { torch, torch_legacy, torchscript, safetensors, hf, dcp, deepspeed, megatron };
 
@@ -42,7 +42,7 @@ struct other_entry {
 };
 
 // Pickle data a torch.save reader keeps for a writer to emit again, never to interpret: defined by
-// formats/pickle.h, owned by the document the state dict holds.
+// formats/pickle/pickle.h, owned by the document the state dict holds.
 struct pickle_node;
 class pickle_document;
 
@@ -66,7 +66,7 @@ void rename_entry(object_entry& e, std::string name);
 struct state_dict {
   std::string path;                         // the file it came from
   file_format format = file_format::torch;  // the encoding of its weight files
-  input_kind kind = input_kind::torch;      // the input it was read as (set by formats/input_kinds.h)
+  input_kind kind = input_kind::torch;      // the input it was read as (set by formats/io/input_kinds.h)
   std::string key;                          // dotted path of the dict taken ("" for the top level)
   std::vector<named_tensor> tensors;
   std::vector<other_entry> others;                  // non-tensor entries inside the dict taken

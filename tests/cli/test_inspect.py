@@ -324,7 +324,7 @@ class AmplificationTest(unittest.TestCase):
 
 class InputKindTest(TempDirTest):
     """inspect (text and --json) and --dry-run (text and --json) name the input's kind, one row of the
-    input table each (formats/input_kinds.h): a DCP folder is "dcp", a ZeRO checkpoint "deepspeed", a
+    input table each (formats/io/input_kinds.h): a DCP folder is "dcp", a ZeRO checkpoint "deepspeed", a
     Hugging Face folder "hf", a legacy torch.save file "torch-legacy"; a Megatron-core folder is refused,
     with or without common.pt (megatron-core writes none since Megatron-LM#5160)."""
     KINDS = [("torch", "dtypes.pt"), ("torch-legacy", "legacy/plain.pt"), ("torchscript", "scripted.ts"),

@@ -1,10 +1,10 @@
-// libFuzzer target: a DCP folder's .metadata parser (formats/dcp_metadata.h) on arbitrary bytes.
+// libFuzzer target: a DCP folder's .metadata parser (formats/dcp/dcp_metadata.h) on arbitrary bytes.
 // Whatever it accepts must be self-consistent: every tensor's chunks tile it (checked again here)
 // and every storage names a plain file of the folder.
 #include <cstddef>
 #include <cstdint>
 
-#include "formats/dcp_metadata.h"
+#include "formats/dcp/dcp_metadata.h"
 #include "fuzz_common.h"
 #include "util/error.h"
 

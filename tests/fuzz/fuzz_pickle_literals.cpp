@@ -1,4 +1,4 @@
-// libFuzzer target: the pickle literal decoders (formats/pickle_literals.cpp) on arbitrary text.
+// libFuzzer target: the pickle literal decoders (formats/pickle/pickle_literals.cpp) on arbitrary text.
 // Each either decodes or refuses with pickle_literal_error; what they give back keeps its promises:
 // UNICODE's text is valid (surrogate-passing) UTF-8, STRING's bytes are no longer than the literal,
 // a LONG is minimal and round-trips, small decimals agree with std::from_chars.
@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "formats/pickle_literals.h"
+#include "formats/pickle/pickle_literals.h"
 #include "fuzz_common.h"
 
 namespace {

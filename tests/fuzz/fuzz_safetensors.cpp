@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "formats/safetensors/safetensors.h"
 #include "fuzz_common.h"
-#include "formats/safetensors.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
 

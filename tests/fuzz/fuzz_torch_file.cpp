@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "formats/torch/torch_file.h"
 #include "fuzz_common.h"
-#include "formats/torch_file.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "formats/torch/torchscript.h"
 #include "fuzz_common.h"
-#include "formats/torchscript.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
 

@@ -2,8 +2,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "formats/pickle.h"
-#include "formats/unpickler.h"
+#include "formats/pickle/pickle.h"
+#include "formats/pickle/unpickler.h"
 #include "fuzz_common.h"
 #include "util/error.h"
 

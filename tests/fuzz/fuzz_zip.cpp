@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "formats/zip/zip_reader.h"
 #include "fuzz_common.h"
-#include "formats/zip_reader.h"
 #include "util/crc32.h"
 #include "util/error.h"
 

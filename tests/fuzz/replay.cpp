@@ -1,6 +1,6 @@
 /*
  * swavg-replay: `swavg inspect` without LibTorch, for sanitizer builds. It opens a file through the
- * same code as swavg (formats/load.cpp: format detection, the torch.save and safetensors readers), reads
+ * same code as swavg (formats/io/load.cpp: format detection, the torch.save and safetensors readers), reads
  * every byte of every tensor it hands out, and prints what `swavg inspect --json` prints about
  * tensors and opaque objects. It links the seams' stand-ins (src/libtorch/without_libtorch.cpp), so
  * TorchScript archives are refused (they need LibTorch's loader: exit 1, needs LibTorch).
@@ -18,8 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "formats/io/load.h"
 #include "fuzz_common.h"
-#include "formats/load.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
 

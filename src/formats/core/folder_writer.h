@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "formats/output_format.h"
-#include "formats/output_sink.h"
+#include "formats/core/output_format.h"
+#include "formats/core/output_sink.h"
 
 namespace swavg {
 

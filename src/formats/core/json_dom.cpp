@@ -1,5 +1,5 @@
 // The DOM the bounded JSON readers build, and the SAX handler they share (see json_dom.h).
-#include "formats/json_dom.h"
+#include "formats/core/json_dom.h"
 
 #include <fmt/format.h>
 

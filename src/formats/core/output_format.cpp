@@ -1,4 +1,4 @@
-#include "formats/output_format.h"
+#include "formats/core/output_format.h"
 
 namespace swavg {
 

@@ -10,7 +10,7 @@
 
 namespace swavg {
 
-// dcp: a PyTorch Distributed Checkpoint folder (formats/dcp_output.h), folder outputs only.
+// dcp: a PyTorch Distributed Checkpoint folder (formats/dcp/dcp_output.h), folder outputs only.
 enum class output_format { torch, safetensors, dcp };
 
 const char* output_format_name(output_format f);  // "torch", "safetensors", "dcp"

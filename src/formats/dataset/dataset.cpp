@@ -1,4 +1,4 @@
-#include "formats/dataset.h"
+#include "formats/dataset/dataset.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -6,11 +6,11 @@
 #include <cstring>
 #include <string_view>
 
-#include "formats/pickle.h"
-#include "formats/pickle_query.h"
-#include "formats/safetensors.h"
-#include "formats/torch_file.h"
-#include "formats/zip_reader.h"
+#include "formats/pickle/pickle.h"
+#include "formats/pickle/pickle_query.h"
+#include "formats/safetensors/safetensors.h"
+#include "formats/torch/torch_file.h"
+#include "formats/zip/zip_reader.h"
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/mapped_file.h"

@@ -1,4 +1,4 @@
-#include "formats/dcp_input.h"
+#include "formats/dcp/dcp_input.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -7,11 +7,11 @@
 #include <map>
 #include <unordered_set>
 
-#include "formats/dcp_metadata.h"
-#include "formats/pickle.h"
-#include "formats/pickle_query.h"
-#include "formats/torch_file.h"
-#include "formats/zip_reader.h"
+#include "formats/dcp/dcp_metadata.h"
+#include "formats/pickle/pickle.h"
+#include "formats/pickle/pickle_query.h"
+#include "formats/torch/torch_file.h"
+#include "formats/zip/zip_reader.h"
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/mapped_file.h"

@@ -1,6 +1,6 @@
 /*
  * A PyTorch Distributed Checkpoint (DCP) folder read as one checkpoint: `.metadata`
- * (formats/dcp_metadata.h) says which chunks make each tensor and where each chunk lies; every
+ * (formats/dcp/dcp_metadata.h) says which chunks make each tensor and where each chunk lies; every
  * chunk is a torch.save archive at a recorded offset and length inside a `__<rank>_<n>.distcp` file
  * (torch.distributed.checkpoint.FileSystemWriter), read memory-mapped through the torch.save
  * reader's checks, and must hold the declared dtype and the chunk's sizes.

@@ -1,4 +1,4 @@
-#include "formats/dcp_metadata.h"
+#include "formats/dcp/dcp_metadata.h"
 
 #include <fmt/format.h>
 
@@ -9,9 +9,9 @@
 #include <string_view>
 #include <unordered_set>
 
-#include "formats/pickle.h"
-#include "formats/pickle_query.h"
-#include "formats/unpickler.h"
+#include "formats/pickle/pickle.h"
+#include "formats/pickle/pickle_query.h"
+#include "formats/pickle/unpickler.h"
 #include "tensor/tensor_view.h"
 #include "util/atomic_dir.h"
 #include "util/checked.h"

@@ -2,7 +2,7 @@
  * DCP output (dcp_output.h): the layout planned up front, `.metadata` pickled as torch 2.14 pickles
  * it, and the rank files streamed chunk archive by chunk archive.
  */
-#include "formats/dcp_output.h"
+#include "formats/dcp/dcp_output.h"
 
 #include <fmt/format.h>
 
@@ -12,10 +12,10 @@
 #include <set>
 #include <unordered_map>
 
-#include "formats/pickle_emitter.h"
-#include "formats/pickle_opcodes.h"
-#include "formats/dcp_input.h"
-#include "formats/zip_writer.h"
+#include "formats/dcp/dcp_input.h"
+#include "formats/pickle/pickle_emitter.h"
+#include "formats/pickle/pickle_opcodes.h"
+#include "formats/zip/zip_writer.h"
 #include "tensor/tensor_view.h"
 #include "util/atomic_dir.h"
 #include "util/atomic_file.h"

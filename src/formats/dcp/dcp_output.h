@@ -31,8 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "formats/dcp_metadata.h"
-#include "formats/folder_writer.h"
+#include "formats/core/folder_writer.h"
+#include "formats/dcp/dcp_metadata.h"
 
 namespace swavg {
 

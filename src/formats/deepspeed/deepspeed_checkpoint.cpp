@@ -1,4 +1,4 @@
-#include "formats/deepspeed_checkpoint.h"
+#include "formats/deepspeed/deepspeed_checkpoint.h"
 
 #include <dirent.h>
 #include <fmt/format.h>
@@ -10,9 +10,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "formats/pickle.h"
-#include "formats/pickle_query.h"
-#include "formats/torch_file.h"
+#include "formats/pickle/pickle.h"
+#include "formats/pickle/pickle_query.h"
+#include "formats/torch/torch_file.h"
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/mapped_file.h"

@@ -1,4 +1,4 @@
-#include "formats/megatron_checkpoint.h"
+#include "formats/deepspeed/megatron_checkpoint.h"
 
 #include <fmt/format.h>
 

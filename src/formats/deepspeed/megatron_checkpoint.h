@@ -6,7 +6,7 @@
  * __<rank>_<n>.distcp); the non-sharded ("common") state is common.pt, a torch.save file written
  * first, in checkpoints of megatron-core before NVIDIA/Megatron-LM#5160 (whose metadata.json also
  * has common_backend fields), and since then a "common_state" item among the DCP items, no
- * common.pt. swavg does not read them: its input table (formats/input_kinds.h) claims such a folder
+ * common.pt. swavg does not read them: its input table (formats/io/input_kinds.h) claims such a folder
  * by its metadata.json beside DCP's .metadata or a common.pt, before DCP (a torch_dist folder is a
  * DCP folder too), and refuses it, named, with what to do, instead of averaging it without its common state.
  */

@@ -1,13 +1,13 @@
-#include "formats/save.h"
+#include "formats/file/save.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "formats/safetensors.h"
-#include "formats/torch_file.h"
-#include "formats/torch_writer.h"
+#include "formats/safetensors/safetensors.h"
+#include "formats/torch/torch_file.h"
+#include "formats/torch/torch_writer.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 

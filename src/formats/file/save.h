@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "formats/output_format.h"
-#include "formats/output_sink.h"
+#include "formats/core/output_format.h"
+#include "formats/core/output_sink.h"
 #include "tensor/state_dict.h"
 
 namespace swavg {

@@ -1,4 +1,4 @@
-#include "formats/hf_index.h"
+#include "formats/hf/hf_index.h"
 
 #include <fmt/format.h>
 

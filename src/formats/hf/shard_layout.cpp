@@ -1,7 +1,7 @@
 /*
  * Sharded outputs' layout: shard sizes parsed, tensors packed, the index written (shard_layout.h).
  */
-#include "formats/shard_layout.h"
+#include "formats/hf/shard_layout.h"
 
 #include <fmt/format.h>
 
@@ -12,8 +12,8 @@
 #include <numeric>
 #include <optional>
 
-#include "formats/hf_index.h"
-#include "formats/torch_file.h"
+#include "formats/hf/hf_index.h"
+#include "formats/torch/torch_file.h"
 #include "util/checked.h"
 #include "util/error.h"
 

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "formats/folder_writer.h"
-#include "formats/hf_index.h"
+#include "formats/core/folder_writer.h"
+#include "formats/hf/hf_index.h"
 
 namespace swavg {
 

@@ -1,4 +1,4 @@
-#include "formats/sharded_input.h"
+#include "formats/hf/sharded_input.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "formats/json_dom.h"
+#include "formats/core/json_dom.h"
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/listing.h"

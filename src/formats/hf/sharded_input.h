@@ -1,5 +1,5 @@
 /*
- * Sharded checkpoints as inputs: a Hugging Face folder (formats/hf_index.h) or its index file read
+ * Sharded checkpoints as inputs: a Hugging Face folder (formats/hf/hf_index.h) or its index file read
  * as ONE state dict. The index is untrusted: its bytes are parsed and validated in one step
  * (parse_hf_index: a JSON object with a string -> string "weight_map", shard names that are plain
  * file names beside the index, an optional integer metadata.total_size) before any shard is opened.
@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "formats/hf_index.h"
+#include "formats/hf/hf_index.h"
 #include "tensor/state_dict.h"
 #include "util/paths.h"  // path_in_folder, which names the shards beside an index
 

@@ -2,13 +2,13 @@
  * A Hugging Face folder's plan, and its shards written one after the other as their bytes arrive
  * (sharded_output.h).
  */
-#include "formats/sharded_output.h"
+#include "formats/hf/sharded_output.h"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
-#include "formats/sharded_input.h"
+#include "formats/hf/sharded_input.h"
 #include "util/error.h"
 
 namespace swavg {

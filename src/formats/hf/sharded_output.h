@@ -15,9 +15,9 @@
 
 #include <optional>
 
-#include "formats/folder_writer.h"
-#include "formats/save.h"
-#include "formats/shard_layout.h"
+#include "formats/core/folder_writer.h"
+#include "formats/file/save.h"
+#include "formats/hf/shard_layout.h"
 
 namespace swavg {
 

@@ -1,7 +1,7 @@
-#include "formats/folder_writers.h"
+#include "formats/io/folder_writers.h"
 
-#include "formats/dcp_output.h"
-#include "formats/sharded_output.h"
+#include "formats/dcp/dcp_output.h"
+#include "formats/hf/sharded_output.h"
 
 namespace swavg {
 std::unique_ptr<folder_writer> make_folder_writer(const folder_writer_options& options) {

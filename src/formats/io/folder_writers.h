@@ -9,9 +9,9 @@
 #include <memory>
 #include <string>
 
-#include "formats/folder_writer.h"
-#include "formats/hf_index.h"
-#include "formats/output_format.h"
+#include "formats/core/folder_writer.h"
+#include "formats/core/output_format.h"
+#include "formats/hf/hf_index.h"
 
 namespace swavg {
 

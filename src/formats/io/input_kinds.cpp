@@ -1,4 +1,4 @@
-#include "formats/input_kinds.h"
+#include "formats/io/input_kinds.h"
 
 #include <dirent.h>
 #include <fmt/format.h>
@@ -6,14 +6,14 @@
 
 #include <algorithm>
 
-#include "formats/dcp_input.h"
-#include "formats/deepspeed_checkpoint.h"
-#include "formats/legacy_torch_file.h"
-#include "formats/megatron_checkpoint.h"
-#include "formats/safetensors.h"
-#include "formats/torch_file.h"
-#include "formats/torchscript.h"
-#include "formats/zip_reader.h"
+#include "formats/dcp/dcp_input.h"
+#include "formats/deepspeed/deepspeed_checkpoint.h"
+#include "formats/deepspeed/megatron_checkpoint.h"
+#include "formats/safetensors/safetensors.h"
+#include "formats/torch/legacy_torch_file.h"
+#include "formats/torch/torch_file.h"
+#include "formats/torch/torchscript.h"
+#include "formats/zip/zip_reader.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
 #include "util/paths.h"

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/sharded_input.h"
+#include "formats/hf/sharded_input.h"
 #include "tensor/state_dict.h"
 
 namespace swavg {

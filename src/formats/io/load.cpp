@@ -1,9 +1,9 @@
-#include "formats/load.h"
+#include "formats/io/load.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "formats/input_kinds.h"
+#include "formats/io/input_kinds.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
 

@@ -1,6 +1,6 @@
 /*
  * Opens any checkpoint swavg reads, telling its kind by content (never by extension) through the
- * input table (formats/input_kinds.h, which lists the kinds, their probe order and their readers):
+ * input table (formats/io/input_kinds.h, which lists the kinds, their probe order and their readers):
  * a file, a Hugging Face index file or a folder (Hugging Face, DCP, DeepSpeed; a Megatron-core
  * folder is refused, named). The extension only decides which error a broken file gets: one named
  * .safetensors is reported by the safetensors parser.
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "formats/input_kinds.h"
-#include "formats/sharded_input.h"
+#include "formats/hf/sharded_input.h"
+#include "formats/io/input_kinds.h"
 #include "tensor/state_dict.h"
 
 namespace swavg {

@@ -1,7 +1,7 @@
 /*
  * The folder output's protocol, start to end (output_folder.h), and the input folder's other files.
  */
-#include "formats/output_folder.h"
+#include "formats/io/output_folder.h"
 
 #include <sys/stat.h>
 
@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "formats/dcp_output.h"
-#include "formats/load.h"
-#include "formats/worker_files.h"
+#include "formats/dcp/dcp_output.h"
+#include "formats/io/load.h"
+#include "formats/io/worker_files.h"
 #include "util/atomic_dir.h"
 #include "util/atomic_file.h"
 #include "util/error.h"

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "formats/folder_writer.h"
-#include "formats/worker_files.h"
+#include "formats/core/folder_writer.h"
+#include "formats/io/worker_files.h"
 
 namespace swavg {
 

@@ -1,7 +1,7 @@
 /*
  * The workers' plan, manifests and lock, and finalize with its record (worker_files.h).
  */
-#include "formats/worker_files.h"
+#include "formats/io/worker_files.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -22,7 +22,7 @@
 #include <set>
 #include <utility>
 
-#include "formats/torch_file.h"
+#include "formats/torch/torch_file.h"
 #include "util/atomic_dir.h"
 #include "util/atomic_file.h"
 #include "util/checked.h"

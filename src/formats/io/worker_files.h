@@ -29,7 +29,7 @@
 #include <utility>
 #include <vector>
 
-#include "formats/folder_writer.h"
+#include "formats/core/folder_writer.h"
 
 namespace swavg {
 

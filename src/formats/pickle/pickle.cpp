@@ -1,5 +1,5 @@
 // The pickle document (its arena of nodes) and type names for messages.
-#include "formats/pickle.h"
+#include "formats/pickle/pickle.h"
 
 namespace swavg {
 

@@ -127,7 +127,7 @@ class pickle_document {
   // Bytes the parser counted against unpickle_limits' memory budget.
   uint64_t charged_bytes() const { return charged_bytes_; }
   // Bytes read up to and including STOP: where the next pickle starts in a stream of several
-  // (the legacy torch.save format, formats/legacy_torch_file.h).
+  // (the legacy torch.save format, formats/torch/legacy_torch_file.h).
   size_t consumed() const { return consumed_; }
   // The storage of every persistent id loaded, in the order loaded (one referenced twice is listed twice).
   const std::vector<const pickle_storage_ref*>& storages() const { return storages_; }

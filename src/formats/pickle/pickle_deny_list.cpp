@@ -1,5 +1,5 @@
 // The deny list of pickle globals: whole modules, and single names in modules that are otherwise data.
-#include "formats/pickle_deny_list.h"
+#include "formats/pickle/pickle_deny_list.h"
 
 #include <cstring>
 

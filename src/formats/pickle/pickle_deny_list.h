@@ -1,7 +1,7 @@
 /*
  * The deny list: globals ("module.name") that run code, start processes or touch files when a
  * pickle calls them (os.system, builtins.eval, subprocess.Popen, torch.load, ...). The unpickler
- * never calls anything whatever the list says; writers (formats/torch_writer.cpp) use it to refuse
+ * never calls anything whatever the list says; writers (formats/torch/torch_writer.cpp) use it to refuse
  * to pass such a call on into an output.
  */
 #pragma once

@@ -1,6 +1,6 @@
 /*
  * The pickle opcodes (protocol 2) that torch.save uses and that torch.load's full and weights_only
- * unpicklers (1.13 and 2.x) accept, appended to a byte string: the writer side of formats/pickle.h,
+ * unpicklers (1.13 and 2.x) accept, appended to a byte string: the writer side of formats/pickle/pickle.h,
  * shared by the torch.save writer (torch_writer.cpp) and DCP's `.metadata` (dcp_output.cpp).
  * Header only: small inline emitters, no memo of its own (put/get are the caller's).
  */
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/pickle_opcodes.h"
+#include "formats/pickle/pickle_opcodes.h"
 
 namespace swavg {
 

@@ -1,5 +1,5 @@
 // The keys of pickle scalars, equal where Python's == is (True == 1 == 1.0, -0.0 == 0).
-#include "formats/pickle_keys.h"
+#include "formats/pickle/pickle_keys.h"
 
 #include <cmath>
 #include <cstring>

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string_view>
 
-#include "formats/pickle.h"
+#include "formats/pickle/pickle.h"
 
 namespace swavg {
 

@@ -1,5 +1,5 @@
 // The pickle literal decoders (see pickle_literals.h): pure functions, errors as pickle_literal_error.
-#include "formats/pickle_literals.h"
+#include "formats/pickle/pickle_literals.h"
 
 #include <algorithm>
 #include <charconv>

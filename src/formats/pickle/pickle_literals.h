@@ -1,6 +1,6 @@
 /*
  * The literals of pickle opcodes, decoded as Python's unpickler decodes them: pure functions from
- * an opcode's argument bytes to a value, apart from the stack machine (formats/unpickler.cpp) so that
+ * an opcode's argument bytes to a value, apart from the stack machine (formats/pickle/unpickler.cpp) so that
  * each can be tested and fuzzed alone. Text opcodes of protocol 0 (INT, LONG, FLOAT, STRING, UNICODE,
  * GET/PUT) carry decimal, quoted or escaped text; LONG1/LONG4 and BINFLOAT carry binary numbers.
  *

@@ -1,5 +1,5 @@
 // A dict's entry by key, and the one walk over a pickle graph (see pickle_query.h).
-#include "formats/pickle_query.h"
+#include "formats/pickle/pickle_query.h"
 
 #include <unordered_set>
 #include <vector>

@@ -9,7 +9,7 @@
 #include <functional>
 #include <string_view>
 
-#include "formats/pickle.h"
+#include "formats/pickle/pickle.h"
 
 namespace swavg {
 

@@ -1,6 +1,6 @@
 // unpickle() and its stack machine: one case per opcode (step), the allow-listed callables, the memo,
 // interned keys and the memory budget (see unpickler.h and pickle.h).
-#include "formats/unpickler.h"
+#include "formats/pickle/unpickler.h"
 
 #include <fmt/format.h>
 
@@ -8,8 +8,8 @@
 #include <cstring>
 #include <optional>
 
-#include "formats/pickle_literals.h"
-#include "formats/pickle_opcodes.h"
+#include "formats/pickle/pickle_literals.h"
+#include "formats/pickle/pickle_opcodes.h"
 #include "util/checked.h"
 #include "util/error.h"
 

@@ -1,8 +1,8 @@
 /*
- * unpickle() and the stack machine behind it (the nodes it builds: formats/pickle.h): one object
+ * unpickle() and the stack machine behind it (the nodes it builds: formats/pickle/pickle.h): one object
  * per parse, run once. It reads the opcodes one after the other, builds nodes in the document's
- * arena, interns dict keys and set members (formats/pickle_keys.h), decodes literals through
- * formats/pickle_literals.h, and counts everything it allocates against the memory budget of
+ * arena, interns dict keys and set members (formats/pickle/pickle_keys.h), decodes literals through
+ * formats/pickle/pickle_literals.h, and counts everything it allocates against the memory budget of
  * unpickle_limits.
  */
 #pragma once
@@ -16,8 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "formats/pickle.h"
-#include "formats/pickle_keys.h"
+#include "formats/pickle/pickle.h"
+#include "formats/pickle/pickle_keys.h"
 
 namespace swavg {
 

@@ -1,4 +1,4 @@
-#include "formats/safetensors.h"
+#include "formats/safetensors/safetensors.h"
 
 #include <algorithm>
 #include <cstring>
@@ -11,7 +11,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "formats/json_dom.h"
+#include "formats/core/json_dom.h"
 #include "util/atomic_file.h"
 #include "util/checked.h"
 #include "util/error.h"

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/output_sink.h"
+#include "formats/core/output_sink.h"
 #include "tensor/state_dict.h"
 
 namespace swavg {

@@ -1,5 +1,5 @@
 // The legacy torch.save format: its five pickles and its storage table (see legacy_torch_file.h).
-#include "formats/legacy_torch_file.h"
+#include "formats/torch/legacy_torch_file.h"
 
 #include <fmt/format.h>
 
@@ -7,9 +7,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "formats/pickle.h"
-#include "formats/torch_state_dict.h"
-#include "formats/unpickler.h"
+#include "formats/pickle/pickle.h"
+#include "formats/pickle/unpickler.h"
+#include "formats/torch/torch_state_dict.h"
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/mapped_file.h"

@@ -10,7 +10,7 @@
  *   itemsize being that of the dtype the object's first reference to the key gives it.
  *
  * Each pickle goes through the allow-list unpickler; the object's state dict is chosen and checked
- * as for the ZIP format (formats/torch_file.h) and its tensors are views into the mapped file at
+ * as for the ZIP format (formats/torch/torch_file.h) and its tensors are views into the mapped file at
  * their storage's offset. Before any view is handed out: the magic number and the protocol version
  * are what torch.load requires; the key list holds each key once, every key the object uses and no
  * other; each count is the element count the object declares; every storage lies inside the file;

@@ -1,14 +1,14 @@
-#include "formats/torch_file.h"
+#include "formats/torch/torch_file.h"
 
 #include <fmt/format.h>
 
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "formats/legacy_torch_file.h"
-#include "formats/pickle.h"
-#include "formats/unpickler.h"
-#include "formats/zip_reader.h"
+#include "formats/pickle/pickle.h"
+#include "formats/pickle/unpickler.h"
+#include "formats/torch/legacy_torch_file.h"
+#include "formats/zip/zip_reader.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
 

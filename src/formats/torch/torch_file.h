@@ -2,8 +2,8 @@
  * Reader for torch.save archives (PyTorch 1.6 through 2.x): a ZIP whose records live under one top
  * folder of any name: data.pkl (the pickled object), data/<key> (one record per storage, raw
  * little-endian bytes), version, and in newer versions byteorder, .format_version,
- * .storage_alignment and .data/serialization_id. The older format (formats/legacy_torch_file.h)
- * goes through the same state-dict selection and storage checks (formats/torch_state_dict.h).
+ * .storage_alignment and .data/serialization_id. The older format (formats/torch/legacy_torch_file.h)
+ * goes through the same state-dict selection and storage checks (formats/torch/torch_state_dict.h).
  *
  * data.pkl goes through our allow-list unpickler; tensors become zero-copy views into the mapped
  * file. Each storage record must exist and be stored uncompressed.
@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "formats/torch_state_dict.h"
+#include "formats/torch/torch_state_dict.h"
 #include "tensor/state_dict.h"
 #include "util/listing.h"  // quoted_list, for the messages of the readers that include this
 
@@ -52,7 +52,7 @@ torch_archive open_torch_archive(const std::shared_ptr<const mapped_file>& file,
 torch_storage_reader archive_storages(const torch_archive& archive);
 
 // Reads a torch.save file: the ZIP archive or, for a file that is not a ZIP, the legacy format
-// (formats/legacy_torch_file.h). `key` is a dotted path ("model", "ema.module"), empty for automatic.
+// (formats/torch/legacy_torch_file.h). `key` is a dotted path ("model", "ema.module"), empty for automatic.
 // Throws input_error naming the file, the tensor and expected vs found.
 state_dict read_torch_file(const std::shared_ptr<const mapped_file>& file, const std::string& key);
 

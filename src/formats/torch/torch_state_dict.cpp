@@ -1,14 +1,14 @@
 // The state dict in an unpickled torch.save object and its tensors viewed through a checked storage
 // table: what the ZIP and the legacy format share (see torch_state_dict.h).
-#include "formats/torch_state_dict.h"
+#include "formats/torch/torch_state_dict.h"
 
 #include <fmt/format.h>
 
 #include <map>
 #include <unordered_set>
 
-#include "formats/pickle.h"
-#include "formats/pickle_query.h"
+#include "formats/pickle/pickle.h"
+#include "formats/pickle/pickle_query.h"
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/listing.h"

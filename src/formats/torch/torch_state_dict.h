@@ -1,6 +1,6 @@
 /*
- * What the two torch.save formats share (formats/torch_file.h, the ZIP archive, and
- * formats/legacy_torch_file.h): the state dict chosen in the unpickled object, and its tensors
+ * What the two torch.save formats share (formats/torch/torch_file.h, the ZIP archive, and
+ * formats/torch/legacy_torch_file.h): the state dict chosen in the unpickled object, and its tensors
  * viewed through a table of storages checked once each.
  *
  * Before any view is handed out, each storage must hold exactly numel x itemsize bytes, and every

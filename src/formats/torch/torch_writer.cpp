@@ -1,4 +1,4 @@
-#include "formats/torch_writer.h"
+#include "formats/torch/torch_writer.h"
 
 #include <fmt/format.h>
 
@@ -7,12 +7,12 @@
 #include <unordered_set>
 #include <utility>
 
+#include "formats/pickle/pickle.h"
+#include "formats/pickle/pickle_deny_list.h"
+#include "formats/pickle/pickle_emitter.h"
+#include "formats/pickle/pickle_opcodes.h"
+#include "formats/zip/zip_writer.h"
 #include "tensor/state_dict.h"
-#include "formats/pickle.h"
-#include "formats/pickle_deny_list.h"
-#include "formats/pickle_emitter.h"
-#include "formats/pickle_opcodes.h"
-#include "formats/zip_writer.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 

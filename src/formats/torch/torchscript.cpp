@@ -1,4 +1,4 @@
-#include "formats/torchscript.h"
+#include "formats/torch/torchscript.h"
 
 #include <fmt/format.h>
 #include <zlib.h>
@@ -7,10 +7,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "formats/pickle.h"
-#include "formats/torch_file.h"
-#include "formats/unpickler.h"
-#include "formats/zip_reader.h"
+#include "formats/pickle/pickle.h"
+#include "formats/pickle/unpickler.h"
+#include "formats/torch/torch_file.h"
+#include "formats/zip/zip_reader.h"
 #include "util/checked.h"
 #include "util/crc32.h"
 #include "util/error.h"

@@ -1,5 +1,5 @@
 // How zip_reader and zip_writer print a record's name, and the ASCII test behind the UTF-8 flag.
-#include "formats/zip_format.h"
+#include "formats/zip/zip_format.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,6 +1,6 @@
 // zip_reader: the end records, the central directory and every local header, checked against the
 // file and against what miniz and Python's zipfile would read (the rules below); looks_like_zip.
-#include "formats/zip_reader.h"
+#include "formats/zip/zip_reader.h"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <utility>
 
-#include "formats/zip_format.h"
+#include "formats/zip/zip_format.h"
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/mapped_file.h"

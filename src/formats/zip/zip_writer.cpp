@@ -1,6 +1,6 @@
 // zip_writer: records streamed one after the other, each 64-byte aligned through an "FB" extra
 // field, then the central directory and the end records (ZIP64 where a value needs it).
-#include "formats/zip_writer.h"
+#include "formats/zip/zip_writer.h"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/zip_format.h"
+#include "formats/zip/zip_format.h"
 #include "util/atomic_file.h"
 #include "util/checked.h"
 #include "util/crc32.h"
