@@ -20,6 +20,12 @@
 7. Every source (src/**/*.cpp) has one row in the table under the heading "Which tests cover which
    file" of CONTRIBUTING.md (its first column, `folder/name.cpp`), and every row there names a
    source of src/ (no row for a file split, renamed or removed since).
+8. src/formats/ is sub-libraries in a declared order (`set(SWAVG_FORMATS ...)` in
+   src/formats/CMakeLists.txt): every file of it lives in one of their folders, each folder's
+   CMakeLists.txt adds one library swavg_formats_<folder> and links only sub-libraries before it in
+   that order, and a file includes another sub-library's headers only when its own links that one.
+9. No include circles: drawn with one node per file stem of a folder (its header and its source
+   together), the includes of src/ form no cycle, inside a folder or across folders.
 
 Usage: scripts/check_layers.py [ROOT]   (ROOT: the checkout, default: this script's parent folder)
 """
@@ -28,6 +34,9 @@ import re
 import sys
 
 LAYERS = ["util", "tensor", "formats", "fold", "libtorch", "cli"]
+FORMATS_CMAKE = "formats/CMakeLists.txt"
+FORMATS_ORDER = re.compile(r'^\s*set\(\s*SWAVG_FORMATS\s+([^)$]*)\)', re.M)
+FORMATS_LINK = re.compile(r'target_link_libraries\(\s*swavg_formats_\w+([^)]*)\)')
 TORCH_INCLUDE = re.compile(r'^\s*#\s*include\s*<((?:ATen|torch|c10)/[^>]+)>', re.M)
 LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 STAND_IN_FILE = "libtorch/without_libtorch.cpp"
@@ -83,6 +92,105 @@ def listed_headers(text):
     if cells is None:
         return None
     return [m.group(1) for m in (re.fullmatch(r"`([^`]+)`", cell) for cell in cells) if m]
+
+
+def cmake_text(path):
+    return re.sub(r'#[^\n]*', '', path.read_text()) if path.is_file() else None
+
+
+def formats_problems(src, sources):
+    """Rule 8: the sub-libraries of src/formats/, their declared order, their links and includes."""
+    top = cmake_text(src / FORMATS_CMAKE)
+    declared = FORMATS_ORDER.search(top or "")
+    if not declared:
+        return [f"src/{FORMATS_CMAKE}: no set(SWAVG_FORMATS ...) declaring the sub-libraries' order"]
+    order = declared.group(1).split()
+    problems, links = [], {}
+    for sub in order:
+        cmake = cmake_text(src / "formats" / sub / "CMakeLists.txt")
+        if cmake is None:
+            problems.append(f"src/formats/{sub}/: has no CMakeLists.txt (declared in src/{FORMATS_CMAKE})")
+            continue
+        libraries = re.findall(r'add_library\(\s*([\w-]+)', cmake)
+        if libraries != [f"swavg_formats_{sub}"]:
+            problems.append(f"src/formats/{sub}/CMakeLists.txt: expected one library swavg_formats_{sub}, found "
+                            f"{libraries or 'none'}")
+        linked = set()
+        for args in FORMATS_LINK.findall(cmake):
+            linked.update(re.findall(r'\bswavg_formats_(\w+)', args))
+        links[sub] = linked
+        for other in sorted(linked):
+            if other not in order or order.index(other) >= order.index(sub):
+                problems.append(f"src/formats/{sub}/CMakeLists.txt: links swavg_formats_{other}, which is not "
+                                f"before {sub} in SWAVG_FORMATS ({' '.join(order)}): sub-libraries link only down")
+    for rel in sorted(p.relative_to(src).as_posix() for p in (src / "formats").rglob("*") if p.is_file()):
+        parts = rel.split("/")
+        if rel == FORMATS_CMAKE:
+            continue
+        if len(parts) != 3 or parts[1] not in order:
+            problems.append(f"src/{rel}: not in a sub-library of formats/ (a folder named in SWAVG_FORMATS: "
+                            f"{' '.join(order)})")
+    for rel, text in sorted(sources.items()):
+        parts = rel.split("/")
+        if parts[0] != "formats" or len(parts) != 3 or parts[1] not in links:
+            continue
+        for inc in LOCAL_INCLUDE.findall(text):
+            there = inc.split("/")
+            if there[0] != "formats" or there[1:2] == [parts[1]]:
+                continue
+            if len(there) != 3 or there[1] not in order:
+                problems.append(f"src/{rel}: includes \"{inc}\", which is in no sub-library of formats/")
+            elif there[1] not in links[parts[1]]:
+                problems.append(f"src/{rel}: includes \"{inc}\", but swavg_formats_{parts[1]} does not link "
+                                f"swavg_formats_{there[1]}")
+    return problems
+
+
+def circle_problems(sources):
+    """Rule 9: the include drawing with one node per folder/stem has no cycle (Tarjan's components)."""
+    graph = {}
+    for rel, text in sources.items():
+        node = f"{parent(rel)}/{stem(rel)}"
+        graph.setdefault(node, set())
+        for inc in LOCAL_INCLUDE.findall(text):
+            target = f"{parent(inc)}/{stem(inc)}"
+            if target != node and inc in sources:
+                graph[node].add(target)
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            step = next(edges, None)
+            if step is not None:
+                if step not in index:
+                    index[step] = low[step] = len(index)
+                    stack.append(step)
+                    on_stack.add(step)
+                    work.append((step, iter(sorted(graph[step]))))
+                elif step in on_stack:
+                    low[node] = min(low[node], index[step])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    circles.append(sorted(component))
+    return [f"include circle between {', '.join(f'src/{c}' for c in circle)}: each reaches the others through "
+            f"includes (move what they share into a file that includes neither)" for circle in sorted(circles)]
 
 
 def map_problems(root, files):
@@ -220,6 +328,8 @@ def main():
             problems.append(f"src/{ARCHITECTURE}: \"{HEADER_TABLE}\" lists {rel}, which has {cpp}: "
                             f"only headers without a .cpp of their stem are listed")
     problems += map_problems(root, files)
+    problems += formats_problems(src, sources)
+    problems += circle_problems(sources)
 
     for p in problems:
         print(p)

@@ -55,7 +55,7 @@ MAP_ROW = "| util/sigbus_guard.cpp |"
 VIOLATIONS = [
     ("an include that runs up", append("src/tensor/dtype.cpp", '\n#include "fold/plan.h"\n'),
      'src/tensor/dtype.cpp: includes "fold/plan.h": tensor is below fold'),
-    ("formats includes the CLI", append("src/formats/load.cpp", '\n#include "cli/report.h"\n'),
+    ("formats includes the CLI", append("src/formats/io/load.cpp", '\n#include "cli/report.h"\n'),
      "formats is below cli"),
     ("LibTorch outside src/libtorch", append("src/fold/plan.cpp", "\n#include <ATen/Functions.h>\n"),
      "src/fold/plan.cpp: includes <ATen/Functions.h>; only src/libtorch/"),
@@ -95,6 +95,35 @@ VIOLATIONS = [
     ("a row of the test map twice", replace("CONTRIBUTING.md", MAP_ROW, MAP_ROW + " — | faults |\n" + MAP_ROW),
      'CONTRIBUTING.md: "Which tests cover which file" has 2 rows for util/sigbus_guard.cpp'),
     ("no test map", remove("CONTRIBUTING.md"), 'CONTRIBUTING.md: no table under a heading "Which tests cover which file"'),
+    ("a file of formats/ outside its sub-libraries", create("src/formats/loose.h", "#pragma once\n"),
+     "src/formats/loose.h: not in a sub-library of formats/"),
+    ("a folder of formats/ not declared as a sub-library", create("src/formats/onnx/onnx_file.h", "#pragma once\n"),
+     "src/formats/onnx/onnx_file.h: not in a sub-library of formats/"),
+    ("an include of a sub-library the includer does not link",
+     append("src/formats/zip/zip_reader.cpp", '\n#include "formats/pickle/pickle.h"\n'),
+     'src/formats/zip/zip_reader.cpp: includes "formats/pickle/pickle.h", but swavg_formats_zip does not link '
+     'swavg_formats_pickle'),
+    ("a sub-library that links one after it",
+     replace("src/formats/zip/CMakeLists.txt", "PUBLIC swavg_tensor", "PUBLIC swavg_tensor swavg_formats_io"),
+     "src/formats/zip/CMakeLists.txt: links swavg_formats_io, which is not before zip"),
+    ("a sub-library that links itself",
+     replace("src/formats/zip/CMakeLists.txt", "PUBLIC swavg_tensor", "PUBLIC swavg_tensor swavg_formats_zip"),
+     "src/formats/zip/CMakeLists.txt: links swavg_formats_zip, which is not before zip"),
+    ("a sub-library without its CMakeLists.txt", remove("src/formats/dcp/CMakeLists.txt"),
+     "src/formats/dcp/: has no CMakeLists.txt"),
+    ("a sub-library's library under another name",
+     replace("src/formats/dcp/CMakeLists.txt", "add_library(swavg_formats_dcp", "add_library(swavg_dcp"),
+     "src/formats/dcp/CMakeLists.txt: expected one library swavg_formats_dcp"),
+    ("no declared order of the sub-libraries",
+     replace("src/formats/CMakeLists.txt", "set(SWAVG_FORMATS core", "set(SWAVG_FORMAT_LIST core"),
+     "src/formats/CMakeLists.txt: no set(SWAVG_FORMATS ...)"),
+    ("an include circle inside a folder",
+     append("src/formats/zip/zip_format.cpp", '\n#include "formats/zip/zip_reader.h"\n'),
+     "include circle between src/formats/zip/zip_format, src/formats/zip/zip_reader"),
+    ("an include circle across folders",
+     both(create("src/util/ping.h", '#pragma once\n#include "util/pong.h"\n'),
+          create("src/util/pong.h", '#pragma once\n#include "util/ping.h"\n')),
+     "include circle between src/util/ping, src/util/pong"),
 ]
 
 # Changes after which the copy still passes.
@@ -102,6 +131,14 @@ KEPT = [
     ("a new source with its row in the test map",
      both(create("src/fold/orphan.cpp", "namespace swavg {}\n"),
           replace("CONTRIBUTING.md", MAP_ROW, "| fold/orphan.cpp | test_orphan | average |\n" + MAP_ROW))),
+    ("a new format as a sub-library: its folder declared, its library, its row",
+     both(create("src/formats/onnx/onnx_file.h", '#pragma once\n#include "formats/zip/zip_reader.h"\n'),
+          create("src/formats/onnx/onnx_file.cpp", '#include "formats/onnx/onnx_file.h"\n'),
+          create("src/formats/onnx/CMakeLists.txt",
+                 "add_library(swavg_formats_onnx STATIC onnx_file.cpp)\n"
+                 "target_link_libraries(swavg_formats_onnx PUBLIC swavg_formats_zip swavg_tensor)\n"),
+          replace("src/formats/CMakeLists.txt", "dataset io)", "dataset onnx io)"),
+          replace("CONTRIBUTING.md", MAP_ROW, "| formats/onnx/onnx_file.cpp | test_onnx_file | inspect |\n" + MAP_ROW))),
 ]
 
 
