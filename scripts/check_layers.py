@@ -26,6 +26,8 @@
    that order, and a file includes another sub-library's headers only when its own links that one.
 9. No include circles: drawn with one node per file stem of a folder (its header and its source
    together), the includes of src/ form no cycle, inside a folder or across folders.
+10. Functions a reader can hold: no function defined at namespace scope in a source of src/ is over
+   MAX_FUNCTION_LINES lines, but the tables listed in LONG_TABLES (an opcode switch, an option list).
 
 Usage: scripts/check_layers.py [ROOT]   (ROOT: the checkout, default: this script's parent folder)
 """
@@ -34,6 +36,12 @@ import re
 import sys
 
 LAYERS = ["util", "tensor", "formats", "fold", "libtorch", "cli"]
+MAX_FUNCTION_LINES = 100
+# Functions that are one long table, where a row per case reads better than a split.
+LONG_TABLES = {"pickle/unpickler.cpp": ["unpickler::step"], "cli/fold_options.cpp": ["add_fold_options"]}
+LITERAL = re.compile(r"'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"")
+FUNCTION_START = re.compile(r'^(?!namespace\b|using\b|struct\b|class\b|enum\b|template\b|typedef\b|#)[A-Za-z_~]')
+FUNCTION_NAME_AT = re.compile(r'([A-Za-z_~][\w:~]*)\s*\(')
 FORMATS_CMAKE = "formats/CMakeLists.txt"
 FORMATS_ORDER = re.compile(r'^\s*set\(\s*SWAVG_FORMATS\s+([^)$]*)\)', re.M)
 FORMATS_LINK = re.compile(r'target_link_libraries\(\s*swavg_formats_\w+([^)]*)\)')
@@ -193,6 +201,49 @@ def circle_problems(sources):
             f"includes (move what they share into a file that includes neither)" for circle in sorted(circles)]
 
 
+def long_functions(rel, text):
+    """Rule 10: (name, lines) of each function defined at namespace scope in `text` (comments
+    stripped) over MAX_FUNCTION_LINES lines. Google style leaves namespaces unindented, so such a
+    definition starts at column 0 and ends at its matching brace."""
+    lines = LITERAL.sub('""', text).split("\n")
+    found, i = [], 0
+    while i < len(lines):
+        if not FUNCTION_START.match(lines[i]):
+            i += 1
+            continue
+        head, j = lines[i], i
+        while "{" not in head and ";" not in head and j + 1 < len(lines) and j - i < 10:
+            j += 1
+            head += " " + lines[j]
+        before = head.split("{", 1)[0]
+        name = FUNCTION_NAME_AT.search(before)
+        if "{" not in head or ";" in before or not name or "=" in before.split("(", 1)[0]:
+            i = j + 1
+            continue
+        depth, k = 0, j
+        depth += lines[j].count("{") - lines[j].count("}")
+        while depth > 0 and k + 1 < len(lines):
+            k += 1
+            depth += lines[k].count("{") - lines[k].count("}")
+        if k - i + 1 > MAX_FUNCTION_LINES:
+            found.append((name.group(1), k - i + 1))
+        i = k + 1
+    return found
+
+
+def function_problems(sources):
+    problems = []
+    for rel, text in sorted(sources.items()):
+        if not rel.endswith(".cpp"):
+            continue
+        allowed = next((names for suffix, names in LONG_TABLES.items() if rel.endswith(suffix)), [])
+        for name, count in long_functions(rel, text):
+            if name not in allowed:
+                problems.append(f"src/{rel}: {name} is {count} lines, over {MAX_FUNCTION_LINES}: cut it into "
+                                f"steps a reader can hold (or, for one long table, list it in LONG_TABLES)")
+    return problems
+
+
 def map_problems(root, files):
     """Rule 7: a row of CONTRIBUTING.md's test map for every source of src/, and no other row."""
     contributing = root / CONTRIBUTING
@@ -330,6 +381,7 @@ def main():
     problems += map_problems(root, files)
     problems += formats_problems(src, sources)
     problems += circle_problems(sources)
+    problems += function_problems(sources)
 
     for p in problems:
         print(p)

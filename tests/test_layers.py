@@ -51,6 +51,11 @@ def both(*changes):
 MAP_ROW = "| util/sigbus_guard.cpp |"
 
 
+def function_of(lines):
+    """A function of `lines` lines in all, its braces' lines counted, with a '{' in a literal."""
+    return "\nnamespace swavg {\nint long_one() {\n" + "  if ('{' == 0) return 1;\n" * (lines - 3) + "  return 0;\n}\n}\n"
+
+
 # (what, change to the copy, a line the check must print)
 VIOLATIONS = [
     ("an include that runs up", append("src/tensor/dtype.cpp", '\n#include "fold/plan.h"\n'),
@@ -120,6 +125,10 @@ VIOLATIONS = [
     ("an include circle inside a folder",
      append("src/formats/zip/zip_format.cpp", '\n#include "formats/zip/zip_reader.h"\n'),
      "include circle between src/formats/zip/zip_format, src/formats/zip/zip_reader"),
+    ("a function of 101 lines, the first too long", append("src/util/crc32.cpp", function_of(101)),
+     "src/util/crc32.cpp: long_one is 101 lines, over 100"),
+    ("a long table not listed where it is", append("src/util/crc32.cpp", function_of(101).replace("long_one", "step")),
+     "src/util/crc32.cpp: step is 101 lines"),
     ("an include circle across folders",
      both(create("src/util/ping.h", '#pragma once\n#include "util/pong.h"\n'),
           create("src/util/pong.h", '#pragma once\n#include "util/ping.h"\n')),
@@ -131,6 +140,7 @@ KEPT = [
     ("a new source with its row in the test map",
      both(create("src/fold/orphan.cpp", "namespace swavg {}\n"),
           replace("CONTRIBUTING.md", MAP_ROW, "| fold/orphan.cpp | test_orphan | average |\n" + MAP_ROW))),
+    ("a function of 100 lines, the longest allowed", append("src/util/crc32.cpp", function_of(100))),
     ("a new format as a sub-library: its folder declared, its library, its row",
      both(create("src/formats/onnx/onnx_file.h", '#pragma once\n#include "formats/zip/zip_reader.h"\n'),
           create("src/formats/onnx/onnx_file.cpp", '#include "formats/onnx/onnx_file.h"\n'),
