@@ -1,5 +1,5 @@
-// Helpers shared by the unit tests: fixture paths, manifests written by Python, strided bytes, a
-// temporary folder.
+// Helpers shared by the unit tests: fixture paths, manifests written by Python, strided bytes, byte
+// tensors for the output planners, a temporary folder.
 #pragma once
 
 #include <dirent.h>
@@ -17,12 +17,18 @@
 #include <string>
 #include <vector>
 
+#include "formats/core/output_sink.h"
 #include "tensor/tensor_view.h"
 #include "util/error.h"
 
 namespace swavg::test {
 
 inline std::string fixture(const std::string& name) { return std::string(SWAVG_FIXTURES_DIR) + "/" + name; }
+
+// A tensor of `elements` bytes (uint8, one dimension), as the output planners are given it.
+inline tensor_spec byte_spec(const std::string& name, int64_t elements) {
+  return tensor_spec{name, dtype::uint8, {elements}, {}};
+}
 
 inline nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);

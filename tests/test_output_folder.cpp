@@ -18,12 +18,6 @@
 
 using namespace swavg;
 
-namespace {
-
-tensor_spec spec(const std::string& name, int64_t elements) { return tensor_spec{name, dtype::uint8, {elements}, {}}; }
-
-}  // namespace
-
 TEST_CASE("folder files: weights, indexes and folders are not copied, symlinks are followed", "[output_folder]") {
   const std::string dir = "classify_case";
   remove_tree(dir);
@@ -59,15 +53,15 @@ TEST_CASE("output_folder's steps out of order are internal errors, never a null 
     CHECK(message.find("output_folder::") != std::string::npos);
     return code;
   };
-  CHECK(code_of([&] { out.plan_shards({spec("a", 4)}, {}); }) == exit_code::internal);  // no format yet
-  CHECK(code_of([&] { out.open({spec("a", 4)}, {}); }) == exit_code::internal);         // not staged
-  CHECK(code_of([&] { out.finish(); }) == exit_code::internal);                         // not open
+  CHECK(code_of([&] { out.plan_shards({test::byte_spec("a", 4)}, {}); }) == exit_code::internal);  // no format yet
+  CHECK(code_of([&] { out.open({test::byte_spec("a", 4)}, {}); }) == exit_code::internal);         // not staged
+  CHECK(code_of([&] { out.finish(); }) == exit_code::internal);                                    // not open
   out.use(std::make_unique<hf_folder_writer>(hf_writer_options{dir, output_format::safetensors, 100, {}, ""}));
-  CHECK(code_of([&] { out.open({spec("a", 4)}, {}); }) == exit_code::internal);  // still not staged
+  CHECK(code_of([&] { out.open({test::byte_spec("a", 4)}, {}); }) == exit_code::internal);  // still not staged
   out.stage("", {});
   CHECK(code_of([&] { out.stage("", {}); }) == exit_code::internal);  // twice
-  output_sink& sink = out.open({spec("a", 4)}, {});
-  CHECK(code_of([&] { out.open({spec("a", 4)}, {}); }) == exit_code::internal);  // twice
+  output_sink& sink = out.open({test::byte_spec("a", 4)}, {});
+  CHECK(code_of([&] { out.open({test::byte_spec("a", 4)}, {}); }) == exit_code::internal);  // twice
   const char bytes[4] = {1, 2, 3, 4};
   sink.write(bytes, 4);
   sink.commit();

@@ -17,8 +17,6 @@ namespace {
 
 using shards = std::vector<std::vector<size_t>>;
 
-tensor_spec spec(const std::string& name, int64_t elements) { return tensor_spec{name, dtype::uint8, {elements}, {}}; }
-
 std::string run_python(const std::string& code, const std::string& arg) {
   const std::string cmd = std::string(SWAVG_PYTHON) + " -c '" + code + "' '" + arg + "'";
   FILE* p = ::popen(cmd.c_str(), "r");
@@ -45,12 +43,13 @@ TEST_CASE("greedy packing at the limit's edges", "[shard_layout]") {
 }
 
 TEST_CASE("layout: names, the single-file case and total_size", "[shard_layout]") {
-  const auto one = plan_layout(output_format::safetensors, {spec("a", 4), spec("b", 4)}, 100);
+  const auto one = plan_layout(output_format::safetensors, {test::byte_spec("a", 4), test::byte_spec("b", 4)}, 100);
   REQUIRE(one.shards.size() == 1);
   CHECK(one.shards[0].file == "model.safetensors");
   CHECK_FALSE(one.indexed());
-  CHECK(plan_layout(output_format::torch, {spec("a", 4)}, 100).shards[0].file == "pytorch_model.bin");
-  const auto three = plan_layout(output_format::torch, {spec("a", 4), spec("b", 4), spec("c", 4)}, 4);
+  CHECK(plan_layout(output_format::torch, {test::byte_spec("a", 4)}, 100).shards[0].file == "pytorch_model.bin");
+  const auto three =
+      plan_layout(output_format::torch, {test::byte_spec("a", 4), test::byte_spec("b", 4), test::byte_spec("c", 4)}, 4);
   REQUIRE(three.shards.size() == 3);
   CHECK(three.shards[2].file == "pytorch_model-00003-of-00003.bin");
   CHECK(three.total_size == 12);
@@ -128,10 +127,11 @@ TEST_CASE("shard size option: units, last valid and first invalid", "[shard_layo
 }
 
 TEST_CASE("the index is byte for byte what Python's json.dumps writes", "[shard_layout]") {
-  auto layout = plan_layout(output_format::safetensors,
-                            {spec("z.weight", 10), spec("a.bias", 3), spec("caf\xc3\xa9", 5), spec("m\"q\\x\n", 9),
-                             spec("del\x7f/\xf0\x9f\x98\x80", 1)},
-                            12);
+  auto layout =
+      plan_layout(output_format::safetensors,
+                  {test::byte_spec("z.weight", 10), test::byte_spec("a.bias", 3), test::byte_spec("caf\xc3\xa9", 5),
+                   test::byte_spec("m\"q\\x\n", 9), test::byte_spec("del\x7f/\xf0\x9f\x98\x80", 1)},
+                  12);
   REQUIRE(layout.shards.size() == 3);
   const std::string text = index_json(layout);
   const std::string path = "index_case.json";

@@ -17,18 +17,13 @@
 
 using namespace swavg;
 
-namespace {
-
-tensor_spec spec(const std::string& name, int64_t elements) { return tensor_spec{name, dtype::uint8, {elements}, {}}; }
-
-}  // namespace
-
 TEST_CASE("the sharded sink writes only this worker's shards, each complete", "[sharded_output]") {
   const std::string dir = "sink_case";
   remove_tree(dir);
   ::mkdir(dir.c_str(), 0755);
-  const auto layout =
-      plan_layout(output_format::safetensors, {spec("a", 6), spec("b", 0), spec("c", 5), spec("d", 2)}, 6);
+  const auto layout = plan_layout(
+      output_format::safetensors,
+      {test::byte_spec("a", 6), test::byte_spec("b", 0), test::byte_spec("c", 5), test::byte_spec("d", 2)}, 6);
   REQUIRE(layout.shards.size() == 3);  // {a, b}, {c}, {d}
   {
     sharded_sink sink(dir, layout, {{"format", "pt"}}, 1, 2, true);  // worker 1 of 2: shard 2 only
@@ -62,8 +57,8 @@ TEST_CASE("the sharded sink writes only this worker's shards, each complete", "[
 TEST_CASE("hf_folder_writer: at most kMaxShards shards, at the edge", "[sharded_output]") {
   const hf_folder_writer writer(hf_writer_options{"out", output_format::safetensors, 1, {}, ""});
   std::vector<tensor_spec> specs;
-  for (size_t i = 0; i < kMaxShards; ++i) specs.push_back(spec("t" + std::to_string(i), 1));
+  for (size_t i = 0; i < kMaxShards; ++i) specs.push_back(test::byte_spec("t" + std::to_string(i), 1));
   CHECK(writer.plan(specs, {}).shards.size() == kMaxShards);  // the last valid count
-  specs.push_back(spec("one.more", 1));
+  specs.push_back(test::byte_spec("one.more", 1));
   CHECK_THROWS_WITH(writer.plan(specs, {}), Catch::Contains("makes 100000 shards, more than the 99999"));
 }

@@ -18,15 +18,9 @@
 
 using namespace swavg;
 
-namespace {
-
-tensor_spec spec(const std::string& name, int64_t elements) { return tensor_spec{name, dtype::uint8, {elements}, {}}; }
-
-}  // namespace
-
 TEST_CASE("plan and manifest round trips, and malformed ones", "[worker_files]") {
   const hf_folder_writer writer(hf_writer_options{"out", output_format::torch, 8, {}, ""});
-  auto layout = writer.plan({spec("a", 4), spec("b", 4), spec("c", 4)}, {});
+  auto layout = writer.plan({test::byte_spec("a", 4), test::byte_spec("b", 4), test::byte_spec("c", 4)}, {});
   REQUIRE(layout.index_name == "pytorch_model.bin.index.json");
   CHECK(layout.index_bytes == index_json(layout));
   const std::string text = plan_json(layout, {{"swavg", "{}"}, {"format", "pt"}}, {"config.json"}, 2);
@@ -103,7 +97,7 @@ TEST_CASE("plans and manifests: bounds at their edges, missing fields, options",
   CHECK_THROWS_WITH(parse_manifest(R"({"plan_hash":"x","index":0,"count":1})", "the/manifest.json"),
                     Catch::Contains("the/manifest.json: no \"files\" field"));
 
-  auto layout = plan_layout(output_format::torch, {spec("a", 4)}, 8);
+  auto layout = plan_layout(output_format::torch, {test::byte_spec("a", 4)}, 8);
   const std::string text = plan_json(layout, {}, {}, 2, {{"--weights", "1,3"}, {"--int", "latest"}});
   CHECK(text.find("\"--weights\": \"1,3\"") != std::string::npos);
   CHECK(parse_plan(text, "plan").workers == 2);
@@ -122,7 +116,7 @@ TEST_CASE("a second plan names the first option that differs", "[worker_files]")
   const std::string dir = "plan_once_case";
   remove_tree(dir);
   ::mkdir(dir.c_str(), 0755);
-  auto layout = plan_layout(output_format::torch, {spec("a", 4)}, 8);
+  auto layout = plan_layout(output_format::torch, {test::byte_spec("a", 4)}, 8);
   const std::string first =
       plan_json(layout, {}, {}, 2, {{"the mode", "swa"}, {"--buffers", "latest"}, {"--int", "latest"}});
   CHECK(write_plan_once(dir, first) == write_plan_once(dir, first));
@@ -150,24 +144,24 @@ TEST_CASE("worker ownership: shard k belongs to worker (k-1) mod N", "[worker_fi
 TEST_CASE("a layout of diffusers' names, through the plan", "[worker_files]") {
   const hf_folder_writer diffusers(
       hf_writer_options{"out", output_format::safetensors, 4, weights_naming(weights_names::diffusers), ""});
-  auto layout = diffusers.plan({spec("a", 4), spec("b", 4)}, {});
+  auto layout = diffusers.plan({test::byte_spec("a", 4), test::byte_spec("b", 4)}, {});
   REQUIRE(layout.shards.size() == 2);
   CHECK(layout.shards[0].file == "diffusion_pytorch_model-00001-of-00002.safetensors");
   CHECK(layout.index_name == "diffusion_pytorch_model.safetensors.index.json");
-  CHECK(plan_layout(output_format::torch, {spec("a", 4)}, 8, weights_names::peft).shards.at(0).file ==
+  CHECK(plan_layout(output_format::torch, {test::byte_spec("a", 4)}, 8, weights_names::peft).shards.at(0).file ==
         "adapter_model.bin");
   // The plan records the index by its name and bytes, which finalize writes as they are.
   const std::string text = plan_json(layout, {}, {}, 2);
   CHECK(parse_plan(text, "plan").layout.index_name == layout.index_name);
   CHECK(parse_plan(text, "plan").layout.index_bytes == layout.index_bytes);
   // One shard: no index, and the plan says nothing of one.
-  const std::string plain = plan_json(diffusers.plan({spec("a", 4)}, {}), {}, {}, 1);
+  const std::string plain = plan_json(diffusers.plan({test::byte_spec("a", 4)}, {}), {}, {}, 1);
   CHECK(plain.find("\"index\"") == std::string::npos);
   CHECK_FALSE(parse_plan(plain, "plan").layout.indexed());
   // A variant's layout: its files' and its index's names.
   const hf_folder_writer fp16_writer(
       hf_writer_options{"out", output_format::safetensors, 4, weights_naming(weights_names::diffusers, "fp16"), ""});
-  const shard_layout fp16 = fp16_writer.plan({spec("a", 4), spec("b", 4)}, {});
+  const shard_layout fp16 = fp16_writer.plan({test::byte_spec("a", 4), test::byte_spec("b", 4)}, {});
   CHECK(fp16.shards[0].file == "diffusion_pytorch_model.fp16-00001-of-00002.safetensors");
   CHECK(fp16.index_name == "diffusion_pytorch_model.safetensors.index.fp16.json");
   // An index name that is not a plain file name of the folder is refused (finalize writes it there).
