@@ -2,8 +2,8 @@
  * Hugging Face sharded checkpoints, as transformers' save_pretrained writes them: a folder of shard
  * files and an index, `{"metadata": {"total_size": N}, "weight_map": {tensor: shard file}}`, where
  * total_size is the bytes of tensor data in all shards. These names and this struct are shared by
- * the reader (sharded inputs: formats/sharded_input) and the writer (sharded outputs, finalize:
- * formats/sharded_output), so that what one writes the other reads.
+ * the reader (sharded inputs: formats/hf/sharded_input) and the writer (sharded outputs, finalize:
+ * formats/hf/sharded_output), so that what one writes the other reads.
  *
  * Three libraries' folders share that layout under other file names (weights_names): transformers'
  * model.safetensors / pytorch_model.bin, diffusers' diffusion_pytorch_model.{safetensors,bin} (a
