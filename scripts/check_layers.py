@@ -106,6 +106,19 @@ def cmake_text(path):
     return re.sub(r'#[^\n]*', '', path.read_text()) if path.is_file() else None
 
 
+def library_problems(src, folder, why=""):
+    """Rules 4 and 8: src/<folder>/CMakeLists.txt adds exactly one library, swavg_<folder with _ for
+    />. Returns (its text without comments or None, the problems)."""
+    cmake = cmake_text(src / folder / "CMakeLists.txt")
+    if cmake is None:
+        return None, [f"src/{folder}/: has no CMakeLists.txt{why}"]
+    expected = "swavg_" + folder.replace("/", "_")
+    libraries = re.findall(r'add_library\(\s*([\w-]+)', cmake)
+    if libraries != [expected]:
+        return cmake, [f"src/{folder}/CMakeLists.txt: expected one library {expected}, found {libraries or 'none'}"]
+    return cmake, []
+
+
 def formats_problems(src, sources):
     """Rule 8: the sub-libraries of src/formats/, their declared order, their links and includes."""
     top = cmake_text(src / FORMATS_CMAKE)
@@ -115,14 +128,10 @@ def formats_problems(src, sources):
     order = declared.group(1).split()
     problems, links = [], {}
     for sub in order:
-        cmake = cmake_text(src / "formats" / sub / "CMakeLists.txt")
+        cmake, found = library_problems(src, f"formats/{sub}", f" (declared in src/{FORMATS_CMAKE})")
+        problems += found
         if cmake is None:
-            problems.append(f"src/formats/{sub}/: has no CMakeLists.txt (declared in src/{FORMATS_CMAKE})")
             continue
-        libraries = re.findall(r'add_library\(\s*([\w-]+)', cmake)
-        if libraries != [f"swavg_formats_{sub}"]:
-            problems.append(f"src/formats/{sub}/CMakeLists.txt: expected one library swavg_formats_{sub}, found "
-                            f"{libraries or 'none'}")
         linked = set()
         for args in FORMATS_LINK.findall(cmake):
             linked.update(re.findall(r'\bswavg_formats_(\w+)', args))
@@ -336,13 +345,7 @@ def main():
             problems.append(f"seam {name}: defined again in {rel}; link src/{STAND_IN_FILE} instead")
 
     for layer in LAYERS:
-        cmake = src / layer / "CMakeLists.txt"
-        if not cmake.is_file():
-            problems.append(f"src/{layer}/: has no CMakeLists.txt")
-            continue
-        libraries = re.findall(r'add_library\(\s*([\w-]+)', strip_comments(cmake.read_text()).replace('#', '//'))
-        if libraries != [f"swavg_{layer}"]:
-            problems.append(f"src/{layer}/CMakeLists.txt: expected one library swavg_{layer}, found {libraries or 'none'}")
+        problems += library_problems(src, layer)[1]
 
     files = sorted(p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file())
     in_folders = [rel for rel in files if "/" in rel and rel.rsplit("/", 1)[-1] != "CMakeLists.txt"]
