@@ -187,12 +187,21 @@ void unlink_if_there(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// The index file the plan records, as a manifest lists a file.
+written_file index_file(const shard_layout& layout) {
+  return written_file{layout.index_name, layout.index_bytes.size(),
+                      sha256_hex(layout.index_bytes.data(), layout.index_bytes.size())};
+}
+
+}  // namespace
+
 written_file write_index(const std::string& folder, const shard_layout& layout) {
   atomic_file index(folder + "/" + layout.index_name);
-  index.hash_contents();
   index.write(layout.index_bytes.data(), layout.index_bytes.size());
   index.commit();
-  return written_file{layout.index_name, index.tell(), index.digest()};
+  return index_file(layout);
 }
 
 std::string manifest_name(size_t index, size_t count) {
@@ -644,9 +653,7 @@ class finalizer {
       if (have_partial_) remove_tree(partial_);
       unlink_if_there(record_path_);
       fsync_folder(parent_dir(out_));
-      if (layout.indexed())
-        r_.files.push_back(written_file{layout.index_name, layout.index_bytes.size(),
-                                        sha256_hex(layout.index_bytes.data(), layout.index_bytes.size())});
+      if (layout.indexed()) r_.files.push_back(index_file(layout));
       return true;
     }
     if (!have_partial_)
