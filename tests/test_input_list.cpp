@@ -1,6 +1,6 @@
-// Which checkpoints are folded, in which order: the --inputs-from list rules, sorting and thinning.
+// Which checkpoints are gathered, in which order: the --inputs-from list rules and sorting
+// (choosing among them: tests/test_selection.cpp).
 #include <catch2/catch.hpp>
-#include <climits>
 
 #include "cli/input_list.h"
 #include "util/error.h"
@@ -54,49 +54,9 @@ TEST_CASE("the order line names the order, the first and the last input", "[inpu
         "folded in mtime order (--sort mtime): first x\\ny.pt, last z.pt");
 }
 
-TEST_CASE("thinning with every and last", "[input_list]") {
-  input_selection s;
-  for (int i = 1; i <= 7; ++i) s.paths.push_back("c" + std::to_string(i));
-  s.every = 2;
-  CHECK(select_inputs(s) == std::vector<std::string>{"c2", "c4", "c6"});
-  s.last = 2;
-  CHECK(select_inputs(s) == std::vector<std::string>{"c4", "c6"});
-  s.every = 0;
-  CHECK_THROWS_AS(select_inputs(s), usage_error);
+TEST_CASE("no input at all is refused", "[input_list]") {
   input_selection empty;
   CHECK_THROWS_WITH(select_inputs(empty), Catch::Contains("no input"));
-}
-
-TEST_CASE("every and last at their edges", "[input_list]") {
-  struct edge {
-    int every;
-    int last;
-    std::vector<std::string> want;  // empty: an error naming the option
-    const char* error;
-  };
-  const std::vector<edge> edges = {
-      {1, 0, {"c1", "c2", "c3"}, nullptr},  // last 0: the field's default, all (the option takes N >= 1)
-      {1, 1, {"c3"}, nullptr},
-      {INT_MAX, 0, {}, "--every 2147483647 keeps none of the 3 inputs given; choose K from 1 to 3"},
-      {4, 0, {}, "--every 4 keeps none of the 3 inputs given"},
-      {3, 0, {"c3"}, nullptr},
-      {1, INT_MAX, {"c1", "c2", "c3"}, nullptr},
-      {0, 0, {}, "--every: expected an integer in [1, 2147483647], got 0"},
-      {-1, 0, {}, "--every: expected an integer in [1, 2147483647], got -1"},
-      {1, -1, {}, "--last: expected an integer in [1, 2147483647], got -1"},
-      {1, INT_MIN, {}, "--last"},
-  };
-  for (const auto& e : edges) {
-    INFO("every " << e.every << ", last " << e.last);
-    input_selection s;
-    s.paths = {"c1", "c2", "c3"};
-    s.every = e.every;
-    s.last = e.last;
-    if (e.error)
-      CHECK_THROWS_WITH(select_inputs(s), Catch::Contains(e.error));
-    else
-      CHECK(select_inputs(s) == e.want);
-  }
 }
 
 namespace {

@@ -370,17 +370,19 @@ def _fold(command: str, inputs: Inputs, output: PathLike, options: Dict[str, Any
     return report
 
 
-def average(inputs: Inputs, output: PathLike, *, weights: Optional[Sequence[float]] = None,
+def average(inputs: Inputs, output: PathLike, *, weights: Optional[Union[Sequence[float], str]] = None,
             sort: Optional[str] = None, dry_run: bool = False, progress: Progress = True,
             timeout: Optional[float] = None, **options: Any) -> Report:
     """`swavg average INPUTS -o OUTPUT`: SWA (equal weights, as AveragedModel), or a weighted average
-    with weights=[...] (in fold order). Returns the report (--report's JSON) as a dict; with
+    with weights=[...] (in fold order) or a recipe (weights="wma", "ema:0.9", "wsm:cosine": see
+    docs/averaging.md). Returns the report (--report's JSON) as a dict; with
     dry_run=True nothing is written and the plan (--dry-run --json) is returned instead.
 
     inputs: checkpoint files or folders, passed in the order given; swavg folds them in step order
     (natural order, its default --sort) unless sort="none" (the list's order), "name" or "mtime".
     Other options as keywords: key="state_dict", strip_prefix=["module."], last=5, every=2,
-    buffers="average", max_shard_size="5GB", force=True, ... (swavg average --help)."""
+    bottom=5, metric="eval_loss", from_step=1000, buffers="average", max_shard_size="5GB", force=True,
+    ... (swavg average --help)."""
     return _fold("average", inputs, output, {"weights": weights, "sort": sort, **options}, dry_run, progress,
                  timeout)
 

@@ -1,10 +1,18 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <cctype>
+#include <cstdlib>
 
 #include "cli/commands.h"
 #include "cli/fold_options.h"
+#include "fold/schedule.h"
+#include "fold/weight_recipes.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
+#include "util/printable.h"
 #include "util/sha256.h"
 
 namespace swavg {
@@ -12,7 +20,7 @@ namespace {
 
 struct average_options {
   fold_options fold;
-  std::vector<double> weights;
+  std::string weights;  // --weights: a comma list or a recipe (fold/weight_recipes.h)
   std::string avg_fn;
   std::string multi_avg_fn;
 };
@@ -59,11 +67,87 @@ void set_avg_fn(average_options& o) {
   c.avg_fn = std::move(spec);
 }
 
+// A number as --weights writes it: the whole text, finite or not (validate_config judges the value).
+std::optional<double> weight_number(const std::string& s) {
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s.front()))) return std::nullopt;
+  char* stop = nullptr;
+  const double v = std::strtod(s.c_str(), &stop);
+  if (stop != s.c_str() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::vector<double> weight_numbers(const std::string& list, const std::string& option_text) {
+  std::vector<double> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = list.find(',', start);
+    const std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const auto v = weight_number(item);
+    if (!v)
+      throw usage_error(
+          fmt::format("--weights: expected a number, got '{}' in '{}'; --weights takes a comma list "
+                      "of numbers or a recipe: sma, wma, wma-step, ema:DECAY, wsm:linear, wsm:cosine, "
+                      "wsm:1-sqrt or wsm:W1,...,Wk",
+                      printable(item), printable(option_text)));
+    out.push_back(*v);
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+// --weights as given: a recipe by its name, else a comma list of numbers.
+std::optional<weight_recipe> parse_recipe(const std::string& text) {
+  weight_recipe r;
+  r.text = text;
+  if (text == "sma") return r;
+  if (text == "wma" || text == "wma-step") {
+    r.kind = text == "wma" ? weight_recipe_kind::wma : weight_recipe_kind::wma_step;
+    return r;
+  }
+  if (text.rfind("ema:", 0) == 0) {
+    r.kind = weight_recipe_kind::ema;
+    const auto d = weight_number(text.substr(4));
+    if (!d)
+      throw usage_error(fmt::format("--weights {}: expected ema:DECAY with a number, e.g. ema:0.9", printable(text)));
+    r.decay = *d;
+    return r;
+  }
+  if (text.rfind("wsm:", 0) != 0) return std::nullopt;
+  r.kind = weight_recipe_kind::wsm;
+  const std::string shape = text.substr(4);
+  if (shape == "linear")
+    r.shape = wsm_shape::linear;
+  else if (shape == "cosine")
+    r.shape = wsm_shape::cosine;
+  else if (shape == "1-sqrt")
+    r.shape = wsm_shape::one_minus_sqrt;
+  else {
+    r.shape = wsm_shape::given;
+    r.decay_values = shape.empty() ? std::vector<double>{} : weight_numbers(shape, text);
+  }
+  return r;
+}
+
+void set_weights(average_options& o) {
+  const std::optional<weight_recipe> recipe = parse_recipe(o.weights);
+  fold_config& c = o.fold.job.config;
+  c.mode = fold_mode::weighted;
+  if (!recipe) {
+    c.weights = weight_numbers(o.weights, o.weights);
+    return;
+  }
+  c.weights_recipe = recipe->text;
+  if (recipe->kind == weight_recipe_kind::wma_step) o.fold.choose.need_steps = true;
+  o.fold.complete = [recipe = *recipe](fold_job& job) {
+    job.config.weights = recipe_weights(recipe, job.inputs.size(), job.selection.kept_steps());
+    spdlog::info("--weights {}: {}", recipe.text, fmt::join(normalised_weights(job.config), ", "));
+  };
+}
+
 void run_average(average_options o) {
   set_avg_fn(o);
   if (!o.weights.empty()) {
-    o.fold.job.config.mode = fold_mode::weighted;
-    o.fold.job.config.weights = o.weights;
+    set_weights(o);
   } else {
     o.fold.job.config.mode = fold_mode::swa;
   }
@@ -77,8 +161,12 @@ command setup_average(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "average", "Average checkpoints with equal weights (SWA, bit-exact with AveragedModel) or --weights");
   add_fold_options(app, o->fold);
-  app->add_option("--weights", o->weights, "One weight per input in one comma list (normalised; finite, >= 0)")
-      ->delimiter(',');
+  app->add_option("--weights", o->weights,
+                  "One weight per input in one comma list (normalised; finite, >= 0), or a recipe: sma (equal), wma "
+                  "(i-th gets i, PMA), wma-step (each gets its step), ema:DECAY (the weights ema --decay gives), "
+                  "wsm:linear|cosine|1-sqrt or wsm:W1,...,Wk (WSM's merge weights from a decay schedule); printed and "
+                  "recorded")
+      ->type_name("W1,...|RECIPE");
   const std::string fn = "Custom averaging function (TorchScript: it runs, in swavg-torch)";
   app->add_option("--avg-fn", o->avg_fn,
                   "AveragedModel's avg_fn: torch.jit.script(f).save(FILE) of f(averaged: Tensor, current: Tensor, "
@@ -99,6 +187,8 @@ command setup_average(CLI::App& parent) {
       "  swavg average ckpt_*.pt -o swa.pt\n"
       "  swavg average --key model --sort natural --last 5 runs/ckpt_*.pt -o swa.safetensors\n"
       "  swavg average a.pt b.pt c.pt --weights 0.5,0.25,0.25 -o soup.pt\n"
+      "  swavg average --bottom 5 --metric eval_loss out/checkpoint-*/ -o best5.safetensors\n"
+      "  swavg average --sort step --from-step 9000 --weights wsm:cosine ckpts/step-*/ -o wsm/\n"
       "  swavg average --resume swa.pt ckpt_9.pt -o swa.pt --force     # fold one more in\n"
       "  swavg average --avg-fn my_avg.ts ckpt_*.pt -o avg.pt              # torch.jit.script(f).save('my_avg.ts')");
   return {app, [o] { run_average(*o); }};

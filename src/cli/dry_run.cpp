@@ -11,7 +11,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "fold/schedule.h"
 #include "formats/io/input_kinds.h"
+#include "util/decimal.h"
 #include "util/error.h"
 #include "util/json_bytes.h"
 #include "util/printable.h"
@@ -115,6 +117,12 @@ dry_run describe_fold_job(const std::string& command, const fold_job& job, const
   d.mode = mode_name(p.config.mode);
   for (const auto& sd : p.inputs.checkpoints) d.inputs.push_back(dry_run_input_of(sd));
   d.order = job.order;
+  if (!p.config.selection.is_null()) {
+    d.selection = p.config.selection;
+    d.selection_lines = selection_lines(job.selection);
+  }
+  d.weights = normalised_weights(p.config);
+  d.weights_recipe = p.config.weights_recipe;
   d.resume = job.resume;
   d.n = o.plan.n;
   d.output = job.directory && p.folder ? p.folder->path() : job.output;
@@ -188,6 +196,9 @@ std::string dry_run_json(const dry_run& d) {
   for (const auto& in : d.inputs) inputs.push_back({{"path", in.path}, {"key", in.key}, {"format", in.format}});
   j["inputs"] = inputs;
   if (!d.order.empty()) j["order"] = d.order;
+  if (!d.selection.is_null()) j["selection"] = d.selection;
+  if (!d.weights.empty()) j["weights"] = d.weights;
+  if (!d.weights_recipe.empty()) j["weights_recipe"] = d.weights_recipe;
   if (!d.resume.empty()) j["resume"] = d.resume;
 
   json out;
@@ -264,6 +275,15 @@ std::string dry_run_table(const dry_run& d, bool tensors) {
                      in.key.empty() ? std::string("the top level") : "'" + p(in.key) + "'");
   }
   if (!d.resume.empty()) t += fmt::format("  resumed from {} (n = {} with the inputs)\n", p(d.resume), d.n);
+  if (!d.weights.empty()) {
+    t += fmt::format("\nWeights{} (normalised, in fold order):\n",
+                     d.weights_recipe.empty() ? "" : fmt::format(" ({})", d.weights_recipe));
+    for (size_t i = 0; i < d.weights.size(); ++i) t += fmt::format("  {:>4}  {}\n", i + 1, decimal(d.weights[i]));
+  }
+  if (!d.selection_lines.empty()) {
+    t += fmt::format("\nChosen from {} candidates:\n", d.selection_lines.size());
+    for (const auto& line : d.selection_lines) t += fmt::format("  {}\n", line);
+  }
 
   t += fmt::format("\nOutput: {}{} ({}", p(d.output), d.folder ? "/" : "", d.format);
   if (d.worker_count > 1) t += fmt::format("; worker {} of {}", d.worker_index, d.worker_count);

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,7 +50,11 @@ struct dry_run {
   std::string command;  // "average", "ema", "posthoc-ema", "convert"
   std::string mode;     // the fold's mode ("swa", "ema", "weighted"), or the command's
   std::vector<dry_run_input> inputs;
-  std::string order;  // --sort: natural (step order), name, mtime or none; "" where inputs are not ordered
+  std::string order;  // --sort: natural (step order), name, mtime, none or step; "" where inputs are not ordered
+  std::vector<std::string> selection_lines;  // every candidate, kept or not, when the inputs were chosen
+  nlohmann::ordered_json selection;          // the same as fold/selection.h's object, null when all were taken
+  std::vector<double> weights;               // weighted: normalised, in fold order
+  std::string weights_recipe;
   std::string resume;
   int64_t n = 0;
   std::vector<dry_run_tensor> tensors;

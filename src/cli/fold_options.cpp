@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 
@@ -22,6 +23,56 @@ namespace {
 constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
 constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
 
+// Which of the inputs to fold and in which order (cli/input_list.h, fold/selection.h).
+void add_selection_options(CLI::App* app, fold_options& o) {
+  const std::string group = "Choosing checkpoints (in this order: sort, steps, --every, --last, --top)";
+  add_enum_option(app, "--sort", o.selection.sort,
+                  {{"none", sort_order::none},
+                   {"name", sort_order::name},
+                   {"natural", sort_order::natural},
+                   {"mtime", sort_order::mtime},
+                   {"step", sort_order::step}},
+                  "Fold order: natural (the default: step order, digit runs compared as numbers, so ckpt_2 before "
+                  "ckpt_10 and checkpoint-500 before checkpoint-1000), name (as text), mtime, none (as given), or "
+                  "step (the step each checkpoint records: trainer_state.json, global_step, or its name)")
+      ->group(group);
+  app->add_option("--from-step", o.choose.from_step, "Keep the checkpoints whose step is at least A")
+      ->check(integer_in(0, kMaxInt64))
+      ->type_name("A")
+      ->group(group);
+  app->add_option("--to-step", o.choose.to_step,
+                  "Keep the checkpoints whose step is at most B (fairseq's "
+                  "--checkpoint-upper-bound)")
+      ->check(integer_in(0, kMaxInt64))
+      ->type_name("B")
+      ->group(group);
+  app->add_option("--every", o.choose.every, "Keep every K-th input: the K-th, 2K-th, ... (after sorting)")
+      ->check(integer_in(1, kMaxInt))
+      ->group(group);
+  app->add_option("--last", o.choose.last, "Keep only the last N inputs (after sorting): the latest N")
+      ->check(integer_in(1, kMaxInt))
+      ->group(group);
+  CLI::Option* top = app->add_option("--top", o.top, "Keep the N checkpoints with the highest --metric (e.g. accuracy)")
+                         ->check(integer_in(1, kMaxInt))
+                         ->group(group);
+  CLI::Option* bottom =
+      app->add_option("--bottom", o.bottom, "Keep the N checkpoints with the lowest --metric (e.g. eval_loss)")
+          ->check(integer_in(1, kMaxInt))
+          ->group(group);
+  top->excludes(bottom);
+  app->add_option("--metric", o.choose.metric,
+                  "The metric --top/--bottom rank by, as the trainer logged it: trainer_state.json's log_history "
+                  "(eval_loss), a torch.save entry (timm's metric), Lightning's monitor (val_loss); folded in step "
+                  "order, ties keep the earlier")
+      ->type_name("NAME")
+      ->group(group);
+  app->add_option("--metric-file", o.choose.metric_file,
+                  "Read --metric from FILE instead: CSV with 'step' and NAME columns (Lightning's metrics.csv), or "
+                  "JSON (a trainer_state.json, [{\"step\": S, NAME: V}], {\"S\": V}), by each checkpoint's step")
+      ->type_name("FILE")
+      ->group(group);
+}
+
 }  // namespace
 
 void add_fold_options(CLI::App* app, fold_options& o) {
@@ -37,17 +88,7 @@ void add_fold_options(CLI::App* app, fold_options& o) {
                 "The --inputs-from list is NUL-separated (find -print0): each record is a path verbatim, empty "
                 "records skipped")
       ->needs(inputs_from);
-  add_enum_option(app, "--sort", o.selection.sort,
-                  {{"none", sort_order::none},
-                   {"name", sort_order::name},
-                   {"natural", sort_order::natural},
-                   {"mtime", sort_order::mtime}},
-                  "Fold order: natural (the default: step order, digit runs compared as numbers, so ckpt_2 before "
-                  "ckpt_10 and checkpoint-500 before checkpoint-1000), name (as text), mtime, or none (as given)");
-  app->add_option("--last", o.selection.last, "Keep only the last N inputs (after sorting)")
-      ->check(integer_in(1, kMaxInt));
-  app->add_option("--every", o.selection.every, "Keep every K-th input: the K-th, 2K-th, ... (after sorting)")
-      ->check(integer_in(1, kMaxInt));
+  add_selection_options(app, o);
   app->add_option("-o,--output", o.job.output,
                   "File to write (atomically), or a folder (DIR/, or an existing folder): a Hugging Face folder of "
                   "shards and an index")
@@ -130,6 +171,38 @@ void add_fold_options(CLI::App* app, fold_options& o) {
       ->group(bn);
 }
 
+namespace {
+
+// The inputs gathered, sorted and chosen (fold/selection.h); the choice is logged and kept for the
+// report and the resume record.
+void choose_inputs(fold_options& o) {
+  selection_config& c = o.choose;
+  c.sort_by_step = o.selection.sort == sort_order::step;
+  if (o.top > 0) {
+    c.rank = metric_rank::top;
+    c.rank_count = o.top;
+  } else if (o.bottom > 0) {
+    c.rank = metric_rank::bottom;
+    c.rank_count = o.bottom;
+  }
+  o.job.selection = select_checkpoints(select_inputs(o.selection), c);
+  o.job.inputs = o.job.selection.kept();
+  o.job.order = sort_order_name(o.selection.sort);
+  if (!c.metric_file.empty()) o.job.also_read.push_back(c.metric_file);
+  const bool read_facts = std::any_of(o.job.selection.candidates.begin(), o.job.selection.candidates.end(),
+                                      [](const selection_candidate& s) { return s.step || s.metric; });
+  if (!o.job.selection.chooses() && !read_facts) return;
+  o.job.config.selection = selection_object(o.job.selection);
+  for (const auto& line : selection_lines(o.job.selection)) spdlog::debug("{}", line);
+  if (o.job.selection.chooses())
+    spdlog::info("chose {} of {} checkpoints{}", o.job.inputs.size(), o.job.selection.candidates.size(),
+                 c.rank == metric_rank::none
+                     ? std::string()
+                     : fmt::format(" ({} {} by {})", metric_rank_option(c.rank), c.rank_count, c.metric));
+}
+
+}  // namespace
+
 void run_fold_command(fold_options o) {
   o.job.directory = is_directory_output(o.job.output);
   if (!o.max_shard_size.empty()) {
@@ -140,8 +213,7 @@ void run_fold_command(fold_options o) {
     if (o.job.format) refuse_shard_size(o.job.output, *o.job.format);
   }
   o.job.worker = resolve_worker(o.shard, o.shard_count, o.job.directory, [](const char* n) { return std::getenv(n); });
-  o.job.inputs = select_inputs(o.selection);
-  o.job.order = sort_order_name(o.selection.sort);
+  choose_inputs(o);
   if (!o.rules_file.empty()) {
     o.job.config.rules = load_rules(o.rules_file);
     o.job.also_read.push_back(o.rules_file);

@@ -11,6 +11,7 @@
 
 #include "cli/input_list.h"
 #include "cli/pipeline.h"
+#include "fold/selection.h"
 
 namespace CLI {
 class App;
@@ -20,6 +21,8 @@ namespace swavg {
 
 struct fold_options {
   input_selection selection;
+  selection_config choose;  // step range, --every, --last, --top/--bottom by --metric
+  int top = 0, bottom = 0;
   fold_job job;
   std::string rules_file;
   std::string report_file;

@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 
 #include <cerrno>
-#include <climits>
 
 #include <algorithm>
 #include <iostream>
@@ -42,6 +41,7 @@ const char* sort_order_name(sort_order s) {
     case sort_order::name: return "name";
     case sort_order::natural: return "natural";
     case sort_order::mtime: return "mtime";
+    case sort_order::step: return "step";
   }
   return "?";
 }
@@ -86,6 +86,7 @@ const std::string* stdin_inputs() { return stdin_list().get(); }
 std::string fold_order_line(const std::vector<std::string>& inputs, const std::string& order) {
   if (inputs.empty()) return "folded no input";
   const std::string how = order == "natural" ? "natural (step) order"
+                          : order == "step"  ? "the order of their recorded steps (--sort step)"
                           : order == "none"  ? "the order given (--sort none)"
                                              : fmt::format("{} order (--sort {})", order, order);
   if (inputs.size() == 1) return fmt::format("folded one input: {}", printable(inputs.front()));
@@ -116,8 +117,6 @@ std::vector<std::string> parse_input_list(const std::string& text, const std::st
 }
 
 std::vector<std::string> select_inputs(const input_selection& s) {
-  if (s.every < 1) throw usage_error(fmt::format("--every: expected an integer in [1, {}], got {}", INT_MAX, s.every));
-  if (s.last < 0) throw usage_error(fmt::format("--last: expected an integer in [1, {}], got {}", INT_MAX, s.last));
   std::vector<std::string> paths = s.paths;
   size_t listed_count = 0;
   if (!s.inputs_from.empty()) {
@@ -132,10 +131,9 @@ std::vector<std::string> select_inputs(const input_selection& s) {
     listed_count = listed.size();
     paths.insert(paths.end(), listed.begin(), listed.end());
   }
-  const size_t given = paths.size();
   if (s.sort == sort_order::name) {
     std::stable_sort(paths.begin(), paths.end());
-  } else if (s.sort == sort_order::natural) {
+  } else if (s.sort == sort_order::natural || s.sort == sort_order::step) {
     std::stable_sort(paths.begin(), paths.end(), natural_less);
   } else if (s.sort == sort_order::mtime) {
     std::vector<std::pair<std::pair<int64_t, int64_t>, std::string>> keyed;
@@ -149,17 +147,7 @@ std::vector<std::string> select_inputs(const input_selection& s) {
     paths.clear();
     for (auto& k : keyed) paths.push_back(std::move(k.second));
   }
-  if (s.every > 1) {
-    std::vector<std::string> kept;
-    for (size_t i = static_cast<size_t>(s.every) - 1; i < paths.size(); i += static_cast<size_t>(s.every))
-      kept.push_back(paths[i]);
-    paths = std::move(kept);
-  }
-  if (s.last > 0 && paths.size() > static_cast<size_t>(s.last)) paths.erase(paths.begin(), paths.end() - s.last);
   if (paths.empty()) {
-    if (given > 0)
-      throw usage_error(fmt::format("--every {} keeps none of the {} input{} given; choose K from 1 to {}", s.every,
-                                    given, given == 1 ? "" : "s", given));
     if (!s.inputs_from.empty() && listed_count == 0)
       throw usage_error(fmt::format("no input checkpoints given: the list --inputs-from {} holds no path{}",
                                     s.inputs_from, s.null_separated ? " (read NUL-separated, as --null asks)" : ""));

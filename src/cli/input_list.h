@@ -2,9 +2,10 @@
  * Which checkpoints to fold, in which order: paths from the command line and --inputs-from
  * (a file or stdin), sorted in step order by default (natural order: digit runs compare as numbers,
  * so ckpt_2 before ckpt_10 and checkpoint-500/ before checkpoint-1000/, whatever order a shell glob
- * or a list gave), by name, by modification time, or kept as given (--sort none), then thinned with
- * --every K (the K-th, 2K-th, ... are kept) and cut to the --last N. The order decides EMA, the
- * first/latest buffers, --last, --every and the running mean's bits, so step order is the default. The list may
+ * or a list gave), by name, by modification time, or kept as given (--sort none); --sort step orders
+ * them naturally here and by each one's recorded step in fold/selection.h, which then chooses among
+ * them (step ranges, --every, --last, a metric's top N). The order decides EMA, the first/latest
+ * buffers, --last, --every and the running mean's bits, so step order is the default. The list may
  * be a regular file, a pipe (bash's `<(...)`) or stdin (`-`), read up to kMaxInputListBytes.
  *
  * A list holds one path per line, byte for byte: a line ends at '\n', and one '\r' before it (or at
@@ -24,20 +25,18 @@ namespace swavg {
 
 inline constexpr uint64_t kMaxInputListBytes = uint64_t{64} << 20;
 
-enum class sort_order { none, name, natural, mtime };
-const char* sort_order_name(sort_order s);  // "none", "name", "natural", "mtime"
+enum class sort_order { none, name, natural, mtime, step };
+const char* sort_order_name(sort_order s);  // "none", "name", "natural", "mtime", "step"
 
 struct input_selection {
   std::vector<std::string> paths;
   std::string inputs_from;      // "" none, "-" stdin, else a file
   bool null_separated = false;  // --null
   sort_order sort = sort_order::natural;
-  int last = 0;  // 0: all (not set); --last takes N >= 1
-  int every = 1;
 };
 
-// Throws usage_error for bad options, a NUL byte in a line or an empty result, io_error for an
-// unreadable list file, input_error for a list past kMaxInputListBytes.
+// The paths, sorted (--sort step: naturally). Throws usage_error for a NUL byte in a line or no path
+// at all, io_error for an unreadable list file, input_error for a list past kMaxInputListBytes.
 std::vector<std::string> select_inputs(const input_selection& s);
 
 // The paths of a list's text under the rules above; `list_name` is the list's name in messages.

@@ -10,6 +10,7 @@
 #include "cli/read_set.h"
 #include "fold/aten.h"
 #include "fold/execute.h"
+#include "fold/schedule.h"
 #include "formats/hf/sharded_input.h"
 #include "formats/io/folder_writers.h"
 #include "formats/io/output_folder.h"
@@ -112,6 +113,9 @@ fold_report report_of(const fold_job& job, const fold_config& c, output_format f
   report.power_ema = c.power_ema;
   report.n = result.n;
   report.avg_fn = c.avg_fn;
+  report.weights = normalised_weights(c);
+  report.weights_recipe = c.weights_recipe;
+  report.selection = c.selection;
   report.tensors = std::move(result.tensors);
   for (const auto& e : result.carried) report.carried.push_back({e.entry.name, e.entry.type, e.from});
   report.objects_dropped = result.objects_dropped;

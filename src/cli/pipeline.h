@@ -24,6 +24,7 @@
 #include "cli/worker.h"
 #include "fold/config.h"
 #include "fold/execute.h"
+#include "fold/selection.h"
 #include "formats/dataset/dataset.h"
 #include "formats/file/save.h"
 #include "formats/hf/shard_layout.h"
@@ -37,6 +38,7 @@ namespace swavg {
 struct fold_job {
   std::vector<std::string> inputs;  // in fold order
   std::string order = "natural";    // how they were ordered: --sort's name
+  checkpoint_selection selection;   // how they were chosen among those given (every candidate)
   load_options load;
   std::string output;
   std::optional<output_format> format;  // default: from the output's extension

@@ -30,8 +30,11 @@ std::string fold_report_json(const fold_report& r, const bn_report* bn) {
   j["n"] = r.n;
   if (r.avg_fn)
     j["avg_fn"] = {{"option", avg_fn_option(r.avg_fn->kind)}, {"path", r.avg_fn->path}, {"sha256", r.avg_fn->sha256}};
+  if (!r.weights.empty()) j["weights"] = r.weights;
+  if (!r.weights_recipe.empty()) j["weights_recipe"] = r.weights_recipe;
   j["inputs"] = r.inputs;
   j["order"] = r.order;
+  if (!r.selection.is_null()) j["selection"] = r.selection;
   if (!r.resume.empty()) j["resume"] = r.resume;
   size_t processed = 0;
   auto buffers = nlohmann::ordered_json::array();

@@ -32,6 +32,9 @@ struct fold_report {
   std::optional<power_function_ema> power_ema;  // ema --power-sigma-rel (decay unused)
   int64_t n = 0;                                // checkpoints in the average, resumed ones included
   std::optional<avg_fn_spec> avg_fn;            // the function that averaged (--avg-fn, --multi-avg-fn)
+  std::vector<double> weights;                  // weighted: normalised, in fold order
+  std::string weights_recipe;                   // weighted: the recipe, "" a list
+  nlohmann::ordered_json selection;             // how the inputs were chosen (fold/selection.h), null: all given
   std::vector<tensor_outcome> tensors;
   struct carried_object {
     std::string name, type, from;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,6 +62,7 @@ struct fold_config {
   double min_decay = 0.0;
   std::optional<power_function_ema> power_ema;  // replaces decay and warmup when set
   std::vector<double> weights;                  // weighted mode: one per input, in fold order
+  std::string weights_recipe;  // weighted mode: the recipe they came from (fold/weight_recipes.h), "" a list
   buffer_policy buffers = buffer_policy::latest;
   int_policy ints = int_policy::latest;
   std::vector<tensor_rule> rules;
@@ -74,6 +76,9 @@ struct fold_config {
   device_spec device;
   output_layout layout = output_layout::state_dict;
   std::optional<avg_fn_spec> avg_fn;  // swa mode only
+  // How the inputs were chosen (fold/selection.h's selection_object), null when every input given was
+  // taken: kept in the resume record and the report, never read by the fold.
+  nlohmann::ordered_json selection;
 };
 
 // Throws usage_error, naming the option and the accepted range, for a configuration no fold of

@@ -17,6 +17,7 @@
 #include "fold/native_fold.h"
 #include "fold/native_kernels.h"
 #include "fold/prefetch.h"
+#include "fold/schedule.h"
 #include "formats/torch/torch_file.h"
 #include "util/error.h"
 #include "util/paths.h"
@@ -253,6 +254,9 @@ resume_record make_resume_record(const fold_config& c, const fold_plan& plan, co
   }
   r.layout = c.layout;
   r.avg_fn = c.avg_fn;
+  r.weights = normalised_weights(c);
+  r.weights_recipe = c.weights_recipe;
+  r.selection = c.selection;
   if (in.resume) r.inputs.push_back(in.resume->sd.path);
   for (const auto& sd : in.checkpoints) r.inputs.push_back(sd.path);
   return r;

@@ -58,6 +58,9 @@ std::string to_json(const resume_record& r) {
   j["inputs"] = r.inputs;
   if (r.avg_fn)
     j["avg_fn"] = {{"kind", avg_fn_kind_name(r.avg_fn->kind)}, {"path", r.avg_fn->path}, {"sha256", r.avg_fn->sha256}};
+  if (!r.weights.empty()) j["weights"] = r.weights;
+  if (!r.weights_recipe.empty()) j["weights_recipe"] = r.weights_recipe;
+  if (!r.selection.is_null()) j["selection"] = r.selection;
   return json_dump(j);
 }
 
@@ -120,6 +123,18 @@ class record_reader {
   bool boolean(const std::string& field, const json& v) const {
     if (!v.is_boolean()) fail(field, "true or false", v);
     return v.get<bool>();
+  }
+
+  std::vector<double> reals(const std::string& field, const json& v, double lo, double hi) const {
+    if (!v.is_array()) fail(field, "a list of numbers", v);
+    std::vector<double> out;
+    for (size_t i = 0; i < v.size(); ++i) out.push_back(real(fmt::format("{}[{}]", field, i), v[i], lo, hi));
+    return out;
+  }
+
+  std::string text(const std::string& field, const json& v) const {
+    if (!v.is_string()) fail(field, "a string", v);
+    return v.get<std::string>();
   }
 
   std::vector<std::string> strings(const std::string& field, const json& v) const {
@@ -187,6 +202,12 @@ resume_record resume_record_from_json(const std::string& text, const std::string
     r.layout = f.name("layout", j["layout"], {output_layout::state_dict, output_layout::averaged_model}, layout_name);
   if (f.has("inputs")) r.inputs = f.strings("inputs", j["inputs"]);
   if (f.has("avg_fn")) r.avg_fn = f.function("avg_fn", j["avg_fn"]);
+  if (f.has("weights")) r.weights = f.reals("weights", j["weights"], 0.0, 1.0);
+  if (f.has("weights_recipe")) r.weights_recipe = f.text("weights_recipe", j["weights_recipe"]);
+  if (f.has("selection")) {
+    if (!j["selection"].is_object()) f.fail("selection", "an object", j["selection"]);
+    r.selection = j["selection"];
+  }
   return r;
 }
 

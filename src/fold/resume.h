@@ -8,7 +8,9 @@
  *    "power_sigma_rel": S, "last_t": T (ema --power-sigma-rel: its sigma_rel and the last input's time),
  *    "accumulate_differs": true (rounded from a wider accumulator), "layout": "state-dict"|
  *    "averaged-model", "inputs": [paths],
- *    "avg_fn": {"kind": "avg_fn"|"multi_avg_fn", "path": P, "sha256": HEX} (--avg-fn, --multi-avg-fn)}
+ *    "avg_fn": {"kind": "avg_fn"|"multi_avg_fn", "path": P, "sha256": HEX} (--avg-fn, --multi-avg-fn),
+ *    "weights": [w] (weighted: normalised, in fold order), "weights_recipe": "wma" (weighted, a recipe),
+ *    "selection": {...} (how the inputs were chosen: fold/selection.h's object; kept, not checked)}
  * A record is read strictly: every field has its JSON type and range (n in [1, 2^53], a count in
  * [1, n], decay in [0, 1], names from their sets), else it is an input_error naming the file and
  * the field, so a damaged or hand-edited record never continues into wrong numbers.
@@ -16,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -46,6 +49,9 @@ struct resume_record {
   output_layout layout = output_layout::state_dict;
   std::vector<std::string> inputs;    // the resumed file (if any), then the inputs, in fold order
   std::optional<avg_fn_spec> avg_fn;  // the function the average was made with, if not swavg's own
+  std::vector<double> weights;        // weighted: each input's weight, normalised, in fold order
+  std::string weights_recipe;         // weighted: the recipe they came from, "" a list
+  nlohmann::ordered_json selection;   // how the inputs were chosen (fold/selection.h), null when all were taken
 };
 
 std::string to_json(const resume_record& r);

@@ -51,4 +51,13 @@ std::vector<double> lerp_weights(const fold_config& c, const tensor_plan& p) {
   return weights;
 }
 
+std::vector<double> normalised_weights(const fold_config& c) {
+  if (c.mode != fold_mode::weighted) return {};
+  double sum = 0.0;
+  for (double w : c.weights) sum += w;
+  std::vector<double> out;
+  for (double w : c.weights) out.push_back(w / sum);
+  return out;
+}
+
 }  // namespace swavg

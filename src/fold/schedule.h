@@ -35,6 +35,10 @@ double ema_decay_for(const fold_config& c, std::optional<double> rule_decay, siz
 double fold_weight(const fold_config& c, std::optional<double> rule_decay, size_t input, int64_t k,
                    double& weight_total);
 
+// Weighted mode: each input's weight divided by their sum, in fold order (what --weights means);
+// empty in the other modes.
+std::vector<double> normalised_weights(const fold_config& c);
+
 // The lerp weight of each of the tensor's sources in fold order (EMA and weighted folds), after a
 // resumed average's p.resumed_count checkpoints; 0 for a source that starts the average (it is
 // copied, not folded). Both fold paths take their weights from here.

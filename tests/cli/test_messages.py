@@ -77,10 +77,10 @@ class MessagesTest(unittest.TestCase):
             (["average", a, b, "-o", out, "--every"], 2, ["--every: the value is missing (expected INT:[1, 2147483647])", "swavg average --help"]),
             (["average", a, b], 2, ["'swavg average' needs -o,--output", "swavg average --help"]),
             (["average", a, b, "--sort", "size", "-o", out], 2,
-             ["--sort: expected one of {none,name,natural,mtime}, got 'size'"]),
+             ["--sort: expected one of {none,name,natural,mtime,step}, got 'size'"]),
             (["average", a, b, "--null", "-o", out], 2, ["--null needs --inputs-from"]),
             (["average", a, b, "--shard", "", "-o", out], 2, ["--shard", "expected a value, got an empty string"]),
-            (["average", a, b, "--weights", "1,x", "-o", out], 2, ["--weights: expected a number, got '1,x'"]),
+            (["average", a, b, "--weights", "1,x", "-o", out], 2, ["--weights: expected a number, got 'x' in '1,x'", "or a recipe: sma, wma"]),
             (["average", a, b, "--shard-count", "x", "-o", self.p("dir") + "/"], 2,
              ["--shard-count: expected an integer, got 'x'"]),
             # average: swavg's own checks

@@ -64,6 +64,9 @@ class OptionOrderTest(TempDirTest):
         self.rules = self.path("rules.json")
         with open(self.rules, "w") as f:
             json.dump([{"match": r"^fc\.bias$", "action": "first"}], f)
+        self.metrics = self.path("metrics.csv")  # by the steps of the inputs' names: ckpt_0, ckpt_1, ckpt_2
+        with open(self.metrics, "w") as f:
+            f.write("step,m\n0,0.5\n1,0.25\n2,0.75\n")
         self.listed = self.path("more.txt")
         with open(self.listed, "w") as f:
             f.write(run_paths("cnn")[3] + "\n")
@@ -98,6 +101,12 @@ class OptionOrderTest(TempDirTest):
             "--sort": (["--sort", "name"], [], ins[::-1], sorted(ins)),
             "--last": (["--last", "2"], [], ins, ins[1:]),
             "--every": (["--every", "1"], [], ins, ins),
+            "--from-step": (["--from-step", "1"], [], ins, ins[1:]),
+            "--to-step": (["--to-step", "1"], [], ins, ins[:2]),
+            "--top": (["--top", "1"], ["--metric", "m", "--metric-file", self.metrics], ins, ins[2:]),
+            "--bottom": (["--bottom", "1"], ["--metric", "m", "--metric-file", self.metrics], ins, ins[1:2]),
+            "--metric": (["--metric", "m"], ["--top", "2", "--metric-file", self.metrics], ins, [ins[0], ins[2]]),
+            "--metric-file": (["--metric-file", self.metrics], ["--top", "2", "--metric", "m"], ins, [ins[0], ins[2]]),
             "--output": (["-o", self.path("o.pt")], [], ins, ins),
             "--format": (["--format", "torch"], [], ins, ins),
             "--force": (["--force"], [], ins, ins),
@@ -426,7 +435,12 @@ class NumericOptionTest(TempDirTest):
     def test_fold_edges(self):
         paths = run_paths("cnn")[:3]
         imax = str(2 ** 31 - 1)
+        i64 = str(2 ** 63 - 1)
         ema = ["--decay", "0.9"]
+        metrics = self.path("metrics.csv")  # the inputs' steps, from their names: 0, 1, 2
+        with open(metrics, "w") as f:
+            f.write("step,m\n0,0.5\n1,0.25\n2,0.75\n")
+        by_m = ["--metric", "m", "--metric-file", metrics]
         cases = [
             # (command, args, exit code, needles)
             ("average", ["--last", "1"], 0, ()),
@@ -438,6 +452,20 @@ class NumericOptionTest(TempDirTest):
             ("average", ["--every", "1"], 0, ()),
             ("average", ["--every", "0"], 2, ("--every", "[1, %s]" % imax)),
             ("average", ["--every", "x"], 2, ("--every",)),
+            ("average", ["--from-step", "0"], 0, ()),
+            ("average", ["--from-step", "-1"], 2, ("--from-step", "[0, %s]" % i64)),
+            ("average", ["--from-step", "2"], 0, ()),  # the last step there is
+            ("average", ["--from-step", "3"], 2, ("--from-step 3", "keeps none of the 3 inputs", "0 to 2")),
+            ("average", ["--to-step", i64], 0, ()),
+            ("average", ["--to-step", str(2 ** 63)], 2, ("--to-step", "[0, %s]" % i64)),
+            ("average", ["--from-step", "2", "--to-step", "1"], 2, ("--from-step 2 is past --to-step 1",)),
+            ("average", ["--top", "1"] + by_m, 0, ()),
+            ("average", ["--top", "0"] + by_m, 2, ("--top", "[1, %s]" % imax)),
+            ("average", ["--top", imax] + by_m, 0, ()),  # more than there are: all, with a warning
+            ("average", ["--bottom", str(2 ** 31)] + by_m, 2, ("--bottom", "[1, %s]" % imax)),
+            ("average", ["--top", "1", "--bottom", "1"] + by_m, 2, ("--top", "--bottom")),
+            ("average", ["--top", "1"], 2, ("--top N ranks by a metric: add --metric",)),
+            ("average", ["--metric", "m"], 2, ("--metric names what --top N or --bottom N ranks by",)),
             ("average", ["--weights", "0,0,1e-320"], 0, ()),
             ("average", ["--weights", "0,0,0"], 2, ("--weights", "sum to 0")),
             ("average", ["--weights", "1,nan,1"], 2, ("--weights", "finite and >= 0")),

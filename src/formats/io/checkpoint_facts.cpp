@@ -1,0 +1,403 @@
+#include "formats/io/checkpoint_facts.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string_view>
+#include <vector>
+
+#include "formats/io/input_kinds.h"
+#include "formats/pickle/pickle.h"
+#include "formats/pickle/pickle_query.h"
+#include "formats/torch/torch_file.h"
+#include "tensor/tensor_view.h"
+#include "util/decimal.h"
+#include "util/error.h"
+#include "util/listing.h"
+#include "util/mapped_file.h"
+#include "util/paths.h"
+#include "util/printable.h"
+#include "util/read_file.h"
+
+namespace swavg {
+namespace {
+
+using json = nlohmann::json;
+
+json parse_json_file(const std::string& file, const std::string& text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded())
+    throw input_error(
+        fmt::format("{}: not valid JSON (a NaN or Infinity, which Python's json writes, is not JSON "
+                    "either)",
+                    file));
+  return j;
+}
+
+// A JSON number as an int64 step, or nullopt.
+std::optional<int64_t> json_step(const json& v) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer() && v.get<int64_t>() >= 0) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (d >= 0 && d < 9.0e18 && d == std::floor(d)) return static_cast<int64_t>(d);
+  }
+  return std::nullopt;
+}
+
+double finite_metric(const std::string& where, const std::string& metric, double v) {
+  if (!std::isfinite(v))
+    throw input_error(fmt::format("{}: metric '{}' is {}, which cannot be ranked; leave the checkpoint out", where,
+                                  metric, decimal(v)));
+  return v;
+}
+
+// --- Hugging Face Trainer folders -------------------------------------------------------------
+
+std::optional<std::string> trainer_state_of(const std::string& path) {
+  const std::string folder = is_folder(path) ? path : parent_dir(path);
+  const std::string state = path_in_folder(folder, "trainer_state.json");
+  if (!is_regular_file(state)) return std::nullopt;
+  return state;
+}
+
+void facts_from_trainer_state(const std::string& state, const std::string& metric, checkpoint_facts& f) {
+  const json j = parse_json_file(state, read_text_file(state, kMaxMetricFileBytes));
+  if (!j.is_object() || !j.contains("global_step") || !json_step(j["global_step"]))
+    throw input_error(fmt::format("{}: expected \"global_step\": a non-negative integer, as Trainer writes it", state));
+  const int64_t step = *json_step(j["global_step"]);
+  f.step = recorded_step{step, "trainer_state.json global_step"};
+  if (metric.empty()) return;
+  std::vector<std::string> at_step;
+  const json history = j.contains("log_history") && j["log_history"].is_array() ? j["log_history"] : json::array();
+  for (const json& e : history) {
+    if (!e.is_object() || !e.contains("step") || json_step(e["step"]) != step) continue;
+    for (const auto& item : e.items())
+      if (std::find(at_step.begin(), at_step.end(), item.key()) == at_step.end()) at_step.push_back(item.key());
+    if (!e.contains(metric)) continue;
+    if (!e[metric].is_number())
+      throw input_error(fmt::format("{}: log_history at step {}: '{}' is {}, not a number", state, step, metric,
+                                    printable(e[metric].dump())));
+    f.metric = recorded_metric{finite_metric(state, metric, e[metric].get<double>()), "trainer_state.json log_history"};
+  }
+  if (!f.metric)
+    f.looked = fmt::format("{}: log_history has no '{}' at step {} (the global_step){}", state, metric, step,
+                           at_step.empty() ? std::string(": nothing was logged at that step")
+                                           : fmt::format("; logged there: {}", quoted_list(at_step)));
+}
+
+// --- torch.save files (Lightning, timm, plain training scripts) --------------------------------
+
+std::optional<double> scalar_of(const pickle_node* n, torch_storage_reader& storages, const std::string& what) {
+  if (!n) return std::nullopt;
+  if (n->kind == pickle_kind::floating) return n->float_value;
+  if (n->kind == pickle_kind::integer) return static_cast<double>(n->int_value);
+  if (n->kind != pickle_kind::tensor) return std::nullopt;
+  const tensor_view v = storages.view_of(what, *n->tensor);
+  if (v.numel() != 1) return std::nullopt;
+  double out = 0.0;
+  uint8_t bytes[8] = {};
+  if (itemsize(v.type) > sizeof bytes) return std::nullopt;
+  gather_contiguous(v, bytes);
+  switch (v.type) {
+    case dtype::float32: {
+      float x;
+      std::memcpy(&x, bytes, 4);
+      out = x;
+      break;
+    }
+    case dtype::float64: std::memcpy(&out, bytes, 8); break;
+    case dtype::int64: {
+      int64_t x;
+      std::memcpy(&x, bytes, 8);
+      out = static_cast<double>(x);
+      break;
+    }
+    case dtype::int32: {
+      int32_t x;
+      std::memcpy(&x, bytes, 4);
+      out = x;
+      break;
+    }
+    default: return std::nullopt;
+  }
+  return out;
+}
+
+std::optional<int64_t> integer_entry(const pickle_node* root, const char* key) {
+  const pickle_node* n = find_entry(root, key);
+  if (n && n->kind == pickle_kind::integer && n->int_value >= 0) return n->int_value;
+  return std::nullopt;
+}
+
+// Lightning's callback state: callbacks["ModelCheckpoint{...}"] = {"monitor": NAME, "current_score": x, ...}.
+std::optional<double> lightning_score(const pickle_node* root, torch_storage_reader& storages, const std::string& path,
+                                      const std::string& metric) {
+  const pickle_node* callbacks = find_entry(root, "callbacks");
+  if (!callbacks || callbacks->kind != pickle_kind::dict) return std::nullopt;
+  for (const auto& [key, state] : callbacks->entries) {
+    if (!key || key->kind != pickle_kind::string || key->text.rfind("ModelCheckpoint", 0) != 0) continue;
+    const pickle_node* monitor = find_entry(state, "monitor");
+    if (!monitor || monitor->kind != pickle_kind::string || monitor->text != metric) continue;
+    const auto v =
+        scalar_of(find_entry(state, "current_score"), storages, fmt::format("{} current_score", printable(key->text)));
+    if (v) return finite_metric(path, metric, *v);
+  }
+  return std::nullopt;
+}
+
+void facts_from_torch_file(const std::string& path, const std::string& metric, checkpoint_facts& f) {
+  if (!is_regular_file(path) || detect_input_kind(path) != input_kind::torch) return;
+  const auto file = mapped_file::open(path);
+  if (file->size() < 4 || std::memcmp(file->data(), "PK\x03\x04", 4) != 0) return;  // the legacy format
+  const torch_archive archive = open_torch_archive(file, "a torch.save checkpoint");
+  const pickle_node* root = archive.doc->root();
+  torch_storage_reader storages = archive_storages(archive);
+  if (!f.step) {
+    if (const auto s = integer_entry(root, "global_step"))
+      f.step = recorded_step{*s, "entry 'global_step'"};
+    else if (const auto t = integer_entry(root, "step"))
+      f.step = recorded_step{*t, "entry 'step'"};
+  }
+  if (metric.empty() || f.metric) return;
+  if (const auto v = scalar_of(find_entry(root, metric), storages, fmt::format("entry '{}'", metric))) {
+    f.metric = recorded_metric{finite_metric(path, metric, *v), fmt::format("entry '{}'", metric)};
+  } else if (const auto s = lightning_score(root, storages, path, metric)) {
+    f.metric = recorded_metric{*s, "ModelCheckpoint current_score"};
+  }
+}
+
+// --- names ---------------------------------------------------------------------------------------
+
+// The name without up to two extensions of letters and digits that start with a letter (".pt",
+// ".pth.tar", ".safetensors", ".ckpt").
+std::string name_stem(std::string name) {
+  for (int k = 0; k < 2; ++k) {
+    const size_t dot = name.rfind('.');
+    if (dot == std::string::npos || dot == 0 || dot + 1 >= name.size() ||
+        !std::isalpha(static_cast<unsigned char>(name[dot + 1])))
+      break;
+    bool alnum = true;
+    for (size_t i = dot + 1; i < name.size(); ++i) alnum &= std::isalnum(static_cast<unsigned char>(name[i])) != 0;
+    if (!alnum) break;
+    name.resize(dot);
+  }
+  return name;
+}
+
+std::optional<int64_t> digits_value(std::string_view d) {
+  int64_t v = 0;
+  for (char c : d) {
+    const int digit = c - '0';
+    if (v > (std::numeric_limits<int64_t>::max() - digit) / 10) return std::nullopt;
+    v = v * 10 + digit;
+  }
+  return v;
+}
+
+// Where `key=` starts an entry of a Lightning name (at the start or after '-').
+size_t lightning_entry(const std::string& name, const std::string& key) {
+  const std::string needle = key + "=";
+  for (size_t at = name.find(needle); at != std::string::npos; at = name.find(needle, at + 1))
+    if (at == 0 || name[at - 1] == '-') return at + needle.size();
+  return std::string::npos;
+}
+
+std::optional<int64_t> step_in_one_name(const std::string& name) {
+  const size_t at = lightning_entry(name, "step");
+  if (at != std::string::npos) {
+    size_t end = at;
+    while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
+    return end > at ? digits_value(std::string_view(name).substr(at, end - at)) : std::nullopt;
+  }
+  if (name.find('=') != std::string::npos) return std::nullopt;
+  const std::string stem = name_stem(name);
+  size_t end = stem.size();
+  while (end > 0 && !std::isdigit(static_cast<unsigned char>(stem[end - 1]))) --end;
+  if (end == 0) return std::nullopt;
+  size_t begin = end;
+  while (begin > 0 && std::isdigit(static_cast<unsigned char>(stem[begin - 1]))) --begin;
+  return digits_value(std::string_view(stem).substr(begin, end - begin));
+}
+
+std::optional<double> metric_in_name(const std::string& path, const std::string& metric) {
+  const std::string name = base_name(without_trailing_slash(path));
+  const size_t at = lightning_entry(name, metric);
+  if (at == std::string::npos) return std::nullopt;
+  size_t end = at;
+  if (end < name.size() && (name[end] == '-' || name[end] == '+')) ++end;
+  while (end < name.size() && (std::isdigit(static_cast<unsigned char>(name[end])) || name[end] == '.')) ++end;
+  std::string text = name.substr(at, end - at);
+  while (!text.empty() && text.back() == '.') text.pop_back();  // the extension's dot
+  if (text.empty() || text == "-" || text == "+") return std::nullopt;
+  char* stop = nullptr;
+  const double v = std::strtod(text.c_str(), &stop);
+  if (stop != text.c_str() + text.size()) return std::nullopt;
+  return finite_metric(path, metric, v);
+}
+
+}  // namespace
+
+std::optional<int64_t> step_in_name(const std::string& path) {
+  const std::string p = without_trailing_slash(path);
+  if (const auto s = step_in_one_name(base_name(p))) return s;
+  if (is_folder(p)) return std::nullopt;
+  const std::string folder = parent_dir(p);
+  if (folder == "." || folder == "/") return std::nullopt;
+  return step_in_one_name(base_name(folder));
+}
+
+checkpoint_facts read_checkpoint_facts(const std::string& path, const std::string& metric) {
+  checkpoint_facts f;
+  std::vector<std::string> looked;
+  if (const auto state = trainer_state_of(path)) {
+    facts_from_trainer_state(*state, metric, f);
+    if (!f.metric && !metric.empty()) looked.push_back(f.looked);
+  }
+  if (!f.step || (!metric.empty() && !f.metric)) {
+    facts_from_torch_file(path, metric, f);
+    if (!metric.empty() && !f.metric && is_regular_file(path))
+      looked.push_back(fmt::format("no top-level '{}' and no Lightning ModelCheckpoint monitoring it", metric));
+  }
+  if (!f.step)
+    if (const auto s = step_in_name(path)) f.step = recorded_step{*s, "name"};
+  if (!metric.empty() && !f.metric) {
+    if (const auto v = metric_in_name(path, metric)) {
+      f.metric = recorded_metric{*v, "name"};
+    } else {
+      looked.push_back(fmt::format("no {}=VALUE in the name", metric));
+      f.looked = fmt::format("{}", fmt::join(looked, "; "));
+    }
+  }
+  return f;
+}
+
+// --- metric tables -------------------------------------------------------------------------------
+
+namespace {
+
+std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = line.find(',', start);
+    std::string field = line.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (field.size() >= 2 && field.front() == '"' && field.back() == '"') field = field.substr(1, field.size() - 2);
+    out.push_back(std::move(field));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+std::optional<double> parse_number(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  char* stop = nullptr;
+  const double v = std::strtod(s.c_str(), &stop);
+  if (stop != s.c_str() + s.size()) return std::nullopt;
+  return v;
+}
+
+void add_value(metric_table& t, const std::string& where, int64_t step, double v) {
+  t.values[step] = finite_metric(where, t.metric, v);
+}
+
+void read_csv_table(const std::string& text, metric_table& t) {
+  std::vector<std::string> lines;
+  for (size_t start = 0; start < text.size();) {
+    const size_t stop = std::min(text.find('\n', start), text.size());
+    std::string line = text.substr(start, stop - start);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines.push_back(std::move(line));
+    start = stop + 1;
+  }
+  if (lines.empty())
+    throw input_error(fmt::format("{}: empty: expected a header row with 'step' and '{}'", t.file, t.metric));
+  const std::vector<std::string> header = csv_fields(lines[0]);
+  size_t step_col = header.size(), value_col = header.size();
+  for (size_t i = 0; i < header.size(); ++i) {
+    if (header[i] == "step" && step_col == header.size()) step_col = i;
+    if (header[i] == t.metric && value_col == header.size()) value_col = i;
+  }
+  if (step_col == header.size() || value_col == header.size())
+    throw input_error(fmt::format("{}: the header row must name a 'step' column and a '{}' column; found {}", t.file,
+                                  t.metric, quoted_list(header)));
+  for (size_t n = 1; n < lines.size(); ++n) {
+    if (lines[n].empty()) continue;
+    const std::vector<std::string> row = csv_fields(lines[n]);
+    const std::string where = fmt::format("{}: line {}", t.file, n + 1);
+    if (row.size() != header.size())
+      throw input_error(fmt::format("{}: {} fields, the header has {}", where, row.size(), header.size()));
+    if (row[value_col].empty()) continue;
+    const auto step = parse_number(row[step_col]);
+    const auto value = parse_number(row[value_col]);
+    if (!step || !(*step >= 0 && *step < 9.0e18 && *step == std::floor(*step)))
+      throw input_error(fmt::format("{}: step '{}' is not a non-negative integer", where, printable(row[step_col])));
+    if (!value)
+      throw input_error(fmt::format("{}: {} '{}' is not a number", where, t.metric, printable(row[value_col])));
+    add_value(t, where, static_cast<int64_t>(*step), *value);
+  }
+}
+
+void read_json_entries(const json& list, metric_table& t) {
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json& e = list[i];
+    if (!e.is_object() || !e.contains(t.metric)) continue;
+    const std::string where = fmt::format("{}: entry {}", t.file, i);
+    const auto step = e.contains("step") ? json_step(e["step"]) : std::nullopt;
+    if (!step)
+      throw input_error(fmt::format("{}: holds '{}' without a \"step\": a non-negative integer", where, t.metric));
+    if (!e[t.metric].is_number()) throw input_error(fmt::format("{}: '{}' is not a number", where, t.metric));
+    add_value(t, where, *step, e[t.metric].get<double>());
+  }
+}
+
+void read_json_table(const std::string& text, metric_table& t) {
+  const json j = parse_json_file(t.file, text);
+  if (j.is_object() && j.contains("log_history") && j["log_history"].is_array())
+    return read_json_entries(j["log_history"], t);
+  if (j.is_array()) return read_json_entries(j, t);
+  if (!j.is_object())
+    throw input_error(
+        fmt::format("{}: expected a trainer_state.json, a list of {{\"step\": S, \"{}\": V}} or an object "
+                    "{{\"S\": V}}",
+                    t.file, t.metric));
+  for (const auto& item : j.items()) {
+    const std::string where = fmt::format("{}: key \"{}\"", t.file, printable(item.key()));
+    const auto step = parse_number(item.key());
+    if (!step || !(*step >= 0 && *step < 9.0e18 && *step == std::floor(*step)) ||
+        item.key().find_first_not_of("0123456789") != std::string::npos)
+      throw input_error(fmt::format("{}: expected a step (a non-negative integer) as the key", where));
+    if (!item.value().is_number()) throw input_error(fmt::format("{}: the value is not a number", where));
+    add_value(t, where, static_cast<int64_t>(*step), item.value().get<double>());
+  }
+}
+
+}  // namespace
+
+metric_table read_metric_table(const std::string& file, const std::string& metric) {
+  metric_table t;
+  t.file = file;
+  t.metric = metric;
+  const std::string text = read_text_file(file, kMaxMetricFileBytes, open_mode::streams_too);
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && (text[first] == '{' || text[first] == '['))
+    read_json_table(text, t);
+  else
+    read_csv_table(text, t);
+  if (t.values.empty()) throw input_error(fmt::format("{}: holds no value of '{}'", file, metric));
+  return t;
+}
+
+}  // namespace swavg

@@ -1,0 +1,127 @@
+// What a checkpoint records about its training (formats/io/checkpoint_facts.h): the step in a name,
+// step -> value tables from CSV and JSON, and the steps and metrics of real Trainer, Lightning and
+// timm runs against what Python read from the same files (trainer_runs/*/reference.json).
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include "formats/io/checkpoint_facts.h"
+#include "support.h"
+
+using namespace swavg;
+
+namespace {
+
+void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+}  // namespace
+
+TEST_CASE("the step in a checkpoint's name", "[checkpoint_facts]") {
+  struct name_case {
+    const char* path;
+    std::optional<int64_t> step;
+  };
+  const std::vector<name_case> cases = {
+      {"ckpt_10.pt", 10},
+      {"runs/v2/ckpt_10.pt", 10},
+      {"checkpoint-12.pth.tar", 12},
+      {"out/checkpoint-500/", 500},
+      {"out/checkpoint-500", 500},
+      {"global_step100", 100},
+      {"epoch=3-step=400-val_loss=0.2310.ckpt", 400},  // Lightning: step=, not the last number
+      {"step=7.ckpt", 7},
+      {"epoch=3-val_loss=0.2310.ckpt", std::nullopt},  // NAME=VALUE without step=: no guess
+      {"last.ckpt", std::nullopt},
+      {"model.pt2", std::nullopt},  // an extension's digits are not a step
+      {"out/checkpoint-500/model.safetensors", 500},
+      {"step_9223372036854775807.pt", INT64_MAX},     // the last valid
+      {"step_9223372036854775808.pt", std::nullopt},  // the first invalid: past int64
+      {"ckpt-0004096.pt", 4096},
+  };
+  for (const auto& c : cases) {
+    INFO(c.path);
+    CHECK(step_in_name(c.path) == c.step);
+  }
+}
+
+TEST_CASE("metric tables from CSV and JSON", "[checkpoint_facts]") {
+  test::temp_dir dir;
+  SECTION("CSV, Lightning's metrics.csv: empty cells skipped, the last row of a step wins") {
+    write(dir / "m.csv", "epoch,step,train_loss,val_acc\r\n0,100,0.9,\r\n0,100,,0.5\r\n1,200,,0.75\r\n1,200,,0.8\r\n");
+    const metric_table t = read_metric_table(dir / "m.csv", "val_acc");
+    CHECK(t.values == std::map<int64_t, double>{{100, 0.5}, {200, 0.8}});
+    CHECK_THROWS_WITH(read_metric_table(dir / "m.csv", "val_loss"),
+                      Catch::Contains("must name a 'step' column and a 'val_loss' column"));
+  }
+  SECTION("JSON: a trainer_state.json, a list of entries, an object of steps") {
+    write(dir / "state.json", R"({"global_step": 4, "log_history": [{"loss": 1.0, "step": 2},
+          {"eval_loss": 0.7, "step": 2}, {"eval_loss": 0.6, "step": 4}]})");
+    CHECK(read_metric_table(dir / "state.json", "eval_loss").values == std::map<int64_t, double>{{2, 0.7}, {4, 0.6}});
+    write(dir / "list.json", R"([{"step": 1, "acc": 0.25}, {"step": 3, "other": 1}, {"step": 3, "acc": 0.5}])");
+    CHECK(read_metric_table(dir / "list.json", "acc").values == std::map<int64_t, double>{{1, 0.25}, {3, 0.5}});
+    write(dir / "map.json", R"({"10": 1.5, "20": 2})");
+    CHECK(read_metric_table(dir / "map.json", "x").values == std::map<int64_t, double>{{10, 1.5}, {20, 2.0}});
+  }
+  SECTION("what is refused, naming the file and the place") {
+    const std::vector<std::pair<std::string, std::string>> bad = {
+        {"step,acc\n-1,0.5\n", "line 2: step '-1' is not a non-negative integer"},
+        {"step,acc\n1.5,0.5\n", "line 2: step '1.5'"},
+        {"step,acc\n1,abc\n", "line 2: acc 'abc' is not a number"},
+        {"step,acc\n1,0.5,9\n", "line 2: 3 fields, the header has 2"},
+        {"step,acc\n1,nan\n", "metric 'acc' is nan"},
+        {"step,acc\n1,\n", "holds no value of 'acc'"},
+        {"", "empty"},
+        {R"({"a": 1})", "key \"a\": expected a step"},
+        {R"([{"acc": 1}])", "holds 'acc' without a \"step\""},
+        {R"({"1": 0.5,)", "not valid JSON"},
+    };
+    for (const auto& [text, message] : bad) {
+      INFO(text);
+      write(dir / "bad", text);
+      CHECK_THROWS_WITH(read_metric_table(dir / "bad", "acc"), Catch::Contains(message));
+    }
+  }
+}
+
+TEST_CASE("a trainer_state.json beside the weights gives the step and the metric", "[checkpoint_facts]") {
+  test::temp_dir dir;
+  std::filesystem::create_directory(dir / "checkpoint-7");
+  write(dir / "checkpoint-7/model.safetensors", "x");
+  write(dir / "checkpoint-7/trainer_state.json",
+        R"({"global_step": 6, "log_history": [{"eval_loss": 0.9, "step": 4}, {"loss": 2, "step": 6},
+            {"eval_loss": 0.5, "step": 6}, {"eval_loss": 0.25, "step": 6}]})");
+  for (const std::string path : {dir / "checkpoint-7", dir / "checkpoint-7/model.safetensors"}) {
+    const checkpoint_facts f = read_checkpoint_facts(path, "eval_loss");
+    REQUIRE(f.step);
+    CHECK(f.step->value == 6);  // the record, not the name's 7
+    REQUIRE(f.metric);
+    CHECK(f.metric->value == 0.25);  // the last logged at global_step
+  }
+  const checkpoint_facts none = read_checkpoint_facts(dir / "checkpoint-7", "eval_acc");
+  CHECK_FALSE(none.metric);
+  CHECK_THAT(none.looked, Catch::Contains("no 'eval_acc' at step 6") && Catch::Contains("'eval_loss'"));
+  write(dir / "checkpoint-7/trainer_state.json", R"({"global_step": -1})");
+  CHECK_THROWS_WITH(read_checkpoint_facts(dir / "checkpoint-7", ""), Catch::Contains("\"global_step\""));
+}
+
+TEST_CASE("real runs: steps and metrics as Python reads them", "[checkpoint_facts][fixtures]") {
+  for (const std::string run : {"hf", "lightning", "timm", "plain"}) {
+    const std::string folder = test::fixture("trainer_runs/" + run);
+    const nlohmann::json ref = test::read_json(folder + "/reference.json");
+    const std::string metric = ref.at("metric");
+    for (const auto& c : ref.at("checkpoints")) {
+      const std::string path = folder + "/" + c.at("path").get<std::string>();
+      INFO(path);
+      const checkpoint_facts f = read_checkpoint_facts(path, run == "plain" ? "" : metric);
+      if (c.at("step").is_null()) {
+        CHECK_FALSE(f.step);
+      } else {
+        REQUIRE(f.step);
+        CHECK(f.step->value == c.at("step").get<int64_t>());
+      }
+      if (run == "plain") continue;
+      REQUIRE(f.metric);
+      CHECK(f.metric->value == c.at("value").get<double>());  // exactly: float32 or float64 as stored
+    }
+  }
+}
