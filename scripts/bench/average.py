@@ -4,7 +4,9 @@ and on a ResNet, `swavg inspect`, start-up, memory scaling (scaling.py), update-
 and many tiny tensors (many_tensors.py); the targets of issue 5 and the report.
 """
 import dataclasses
+import filecmp
 import os
+import shlex
 import statistics
 import sys
 
@@ -20,6 +22,8 @@ from .update_bn import time_update_bn
 
 EMA_DECAY = 0.999
 MODES = (("average", []), ("ema", ["--decay", str(EMA_DECAY)]))
+# Several outputs from one read (issue 32): ema with these decays in one run against one run each.
+MANY_DECAYS = ("0.99", "0.999", "0.9999", "0.99999")
 
 
 def fold_jobs(b, s):
@@ -37,6 +41,20 @@ def fold_jobs(b, s):
     return jobs
 
 
+def many_output_paths(b, s, how):
+    return [b.out(f"{s.key}_ema_{how}_{d}.pt") for d in MANY_DECAYS]
+
+
+def many_output_jobs(b, s):
+    """`swavg ema` with every decay of MANY_DECAYS from one read, and one `swavg ema` per decay."""
+    decays = [x for d in MANY_DECAYS for x in ("--decay", d)]
+    one = Job(f"{s.key}/ema-many/one-read", [b.args.swavg, "-q", "ema", *decays, *s.paths, "-o",
+                                              b.out(f"{s.key}_ema_one_{{decay}}.pt"), "--force"])
+    runs = [shlex.join([b.args.swavg, "-q", "ema", "--decay", d, *s.paths, "-o", out, "--force"])
+            for d, out in zip(MANY_DECAYS, many_output_paths(b, s, "separate"))]
+    return [one, Job(f"{s.key}/ema-many/separate", ["sh", "-c", " && ".join(runs)])]
+
+
 def time_main(b, sets):
     """The alternating rounds: start-up, average/ema/floor per set, inspect. Returns {key: Job}."""
     f32 = sets[0]
@@ -44,12 +62,21 @@ def time_main(b, sets):
             Job("version/torch", [b.args.swavg + "-torch", "--version"])]
     for s in sets:
         jobs += fold_jobs(b, s)
+    jobs += many_output_jobs(b, f32)
     jobs += [Job("inspect/swavg", [b.args.swavg, "inspect", f32.paths[0]]),
              Job("inspect/peer", [sys.executable, PEER, "inspect", f32.paths[0]])]
     log(f"warming the page cache, then {b.args.repeats} round(s) of {len(jobs)} runs ...")
     warm([p for s in sets for p in s.paths])
     run_rounds(b.runner, jobs, b.args.repeats)
     return {j.key: j for j in jobs}
+
+
+def many_output_paths_of(jobs, s, how):
+    """The outputs many_output_jobs wrote (the paths in their command lines)."""
+    if how == "one":
+        pattern = jobs[f"{s.key}/ema-many/one-read"].argv[-2]
+        return [pattern.replace("{decay}", d) for d in MANY_DECAYS]
+    return [shlex.split(run)[-2] for run in jobs[f"{s.key}/ema-many/separate"].argv[2].split(" && ")]
 
 
 def check_outputs(jobs, sets):
@@ -61,6 +88,11 @@ def check_outputs(jobs, sets):
         ok, detail = compare_state_dicts(jobs[f"{s.key}/{mode}/swavg"].output,
                                          jobs[f"{s.key}/{mode}/peer"].output)
         checks[f"{s.key}/{mode}"] = {"bit_exact": ok, "detail": detail}
+    same = [filecmp.cmp(a, b, shallow=False)
+            for a, b in zip(many_output_paths_of(jobs, f32, "one"), many_output_paths_of(jobs, f32, "separate"))]
+    checks[f"{f32.key}/ema-many"] = {"bit_exact": all(same),
+                                     "detail": "each decay's output from one read byte-identical to its own run"
+                                     if all(same) else f"differ: {same}"}
     return checks
 
 
@@ -140,6 +172,10 @@ def targets(res, jobs, sets):
         out.append({"target": f"{mode} bf16 (f32 accumulation) <= 1.3x f32 time per byte, "
                               "start-up excluded", "value": net, "raw_value": raw,
                     "ok": net <= 1.3, "show": show})
+    one, separate = med(f"{f32.key}/ema-many/one-read"), med(f"{f32.key}/ema-many/separate")
+    out.append({"target": f"ema with {len(MANY_DECAYS)} decays from one read faster than {len(MANY_DECAYS)} runs",
+                "value": one / separate, "ok": one < separate,
+                "show": f"{one:.2f} s vs {separate:.2f} s ({one / separate:.2f}x)"})
     if res["many_tensors"]["ran"]:
         t = med("many/swavg")
         out.append({"target": f"average of 3 x {res['many_tensors']['tensors']} tiny tensors within 5 s "
@@ -169,6 +205,8 @@ def main_table(res, jobs, sets):
                 jobs[f"{s.key}/floor"], s.budget_bytes) for s in sets for mode, _ in MODES]
     rows.append(row(f"inspect one {sets[0].file_bytes / MiB:.0f} MiB file", jobs["inspect/swavg"],
                     jobs["inspect/peer"]))
+    rows.append(row(f"{sets[0].label} ema, {len(MANY_DECAYS)} decays: one read (peer: one run each)",
+                    jobs[f"{sets[0].key}/ema-many/one-read"], jobs[f"{sets[0].key}/ema-many/separate"]))
     if res["many_tensors"]["ran"]:
         rows.append(row(f"average 3 x {res['many_tensors']['tensors']} tensors of 4 floats",
                         jobs["many/swavg"], jobs["many/peer"]))

@@ -3,13 +3,11 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
-#include <cctype>
-#include <cstdlib>
-
 #include "cli/commands.h"
 #include "cli/fold_options.h"
 #include "fold/schedule.h"
 #include "fold/weight_recipes.h"
+#include "util/decimal.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
 #include "util/printable.h"
@@ -20,7 +18,7 @@ namespace {
 
 struct average_options {
   fold_options fold;
-  std::string weights;  // --weights: a comma list or a recipe (fold/weight_recipes.h)
+  std::vector<std::string> weights;  // --weights: each a comma list or a recipe (fold/weight_recipes.h)
   std::string avg_fn;
   std::string multi_avg_fn;
 };
@@ -67,22 +65,13 @@ void set_avg_fn(average_options& o) {
   c.avg_fn = std::move(spec);
 }
 
-// A number as --weights writes it: the whole text, finite or not (validate_config judges the value).
-std::optional<double> weight_number(const std::string& s) {
-  if (s.empty() || std::isspace(static_cast<unsigned char>(s.front()))) return std::nullopt;
-  char* stop = nullptr;
-  const double v = std::strtod(s.c_str(), &stop);
-  if (stop != s.c_str() + s.size()) return std::nullopt;
-  return v;
-}
-
 std::vector<double> weight_numbers(const std::string& list, const std::string& option_text) {
   std::vector<double> out;
   size_t start = 0;
   while (true) {
     const size_t comma = list.find(',', start);
     const std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    const auto v = weight_number(item);
+    const auto v = parse_decimal(item);
     if (!v)
       throw usage_error(
           fmt::format("--weights: expected a number, got '{}' in '{}'; --weights takes a comma list "
@@ -106,7 +95,7 @@ std::optional<weight_recipe> parse_recipe(const std::string& text) {
   }
   if (text.rfind("ema:", 0) == 0) {
     r.kind = weight_recipe_kind::ema;
-    const auto d = weight_number(text.substr(4));
+    const auto d = parse_decimal(text.substr(4));
     if (!d)
       throw usage_error(fmt::format("--weights {}: expected ema:DECAY with a number, e.g. ema:0.9", printable(text)));
     r.decay = *d;
@@ -128,19 +117,40 @@ std::optional<weight_recipe> parse_recipe(const std::string& text) {
   return r;
 }
 
+// One --weights value: a list, or a recipe computed once the inputs are chosen.
+struct weights_value {
+  std::string text;
+  std::vector<double> list;
+  std::optional<weight_recipe> recipe;
+};
+
+// The configuration one --weights value gives the job (whose inputs are chosen).
+fold_config weighted_config(const weights_value& w, const fold_job& job) {
+  fold_config c = job.config;
+  c.weights = w.recipe ? recipe_weights(*w.recipe, job.inputs.size(), job.selection.kept_steps()) : w.list;
+  c.weights_recipe = w.recipe ? w.recipe->text : "";
+  if (w.recipe) spdlog::info("--weights {}: {}", w.recipe->text, fmt::join(normalised_weights(c), ", "));
+  return c;
+}
+
+// --weights W (one output), or several: one output each from one read, -o naming them by {weights}.
 void set_weights(average_options& o) {
-  const std::optional<weight_recipe> recipe = parse_recipe(o.weights);
-  fold_config& c = o.fold.job.config;
-  c.mode = fold_mode::weighted;
-  if (!recipe) {
-    c.weights = weight_numbers(o.weights, o.weights);
-    return;
+  std::vector<weights_value> values;
+  for (const auto& text : o.weights) {
+    weights_value w{text, {}, parse_recipe(text)};
+    if (!w.recipe) w.list = weight_numbers(text, text);
+    if (w.recipe && w.recipe->kind == weight_recipe_kind::wma_step) o.fold.choose.need_steps = true;
+    values.push_back(std::move(w));
   }
-  c.weights_recipe = recipe->text;
-  if (recipe->kind == weight_recipe_kind::wma_step) o.fold.choose.need_steps = true;
-  o.fold.complete = [recipe = *recipe](fold_job& job) {
-    job.config.weights = recipe_weights(recipe, job.inputs.size(), job.selection.kept_steps());
-    spdlog::info("--weights {}: {}", recipe.text, fmt::join(normalised_weights(job.config), ", "));
+  o.fold.job.config.mode = fold_mode::weighted;
+  o.fold.complete = [values](fold_job& job) {
+    if (values.size() == 1) {
+      job.config = weighted_config(values.front(), job);
+      return;
+    }
+    std::vector<output_value> outputs;
+    for (const auto& w : values) outputs.push_back(output_value{w.text, weighted_config(w, job)});
+    set_variants(job, outputs, "--weights", "{weights}");
   };
 }
 
@@ -165,7 +175,7 @@ command setup_average(CLI::App& parent) {
                   "One weight per input in one comma list (normalised; finite, >= 0), or a recipe: sma (equal), wma "
                   "(i-th gets i, PMA), wma-step (each gets its step), ema:DECAY (the weights ema --decay gives), "
                   "wsm:linear|cosine|1-sqrt or wsm:W1,...,Wk (WSM's merge weights from a decay schedule); printed and "
-                  "recorded")
+                  "recorded. Repeat for several outputs from one read (-o with {weights}, e.g. -o avg-{weights}.pt)")
       ->type_name("W1,...|RECIPE");
   const std::string fn = "Custom averaging function (TorchScript: it runs, in swavg-torch)";
   app->add_option("--avg-fn", o->avg_fn,
@@ -189,6 +199,7 @@ command setup_average(CLI::App& parent) {
       "  swavg average a.pt b.pt c.pt --weights 0.5,0.25,0.25 -o soup.pt\n"
       "  swavg average --bottom 5 --metric eval_loss out/checkpoint-*/ -o best5.safetensors\n"
       "  swavg average --sort step --from-step 9000 --weights wsm:cosine ckpts/step-*/ -o wsm/\n"
+      "  swavg average --weights sma --weights wma --weights wsm:cosine ckpt_*.pt -o avg-{weights}.pt\n"
       "  swavg average --resume swa.pt ckpt_9.pt -o swa.pt --force     # fold one more in\n"
       "  swavg average --avg-fn my_avg.ts ckpt_*.pt -o avg.pt              # torch.jit.script(f).save('my_avg.ts')");
   return {app, [o] { run_average(*o); }};

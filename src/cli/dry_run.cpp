@@ -4,6 +4,7 @@
 #include "cli/dry_run.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -177,11 +178,17 @@ dry_run describe_fold_job(const std::string& command, const fold_job& job, const
     }
     if (t.written && !o.ties[k]) {
       for (const auto& s : tp.sources) d.bytes_read += s.view->nbytes();
-      d.note_working_set(fold_working_set(tp), tp.name);
+      d.note_working_set(fold_working_set(tp, std::max<size_t>(job.variants.size(), 1)), tp.name);
     }
     d.tensors.push_back(std::move(t));
   }
-  d.peak_memory = d.largest_working_set + kOutputBufferBytes;
+  d.peak_memory = d.largest_working_set + kOutputBufferBytes * std::max<size_t>(job.variants.size(), 1);
+  for (size_t v = 0; v < job.variants.size(); ++v) {
+    const fold_config& c = job.variants[v].config;
+    d.variants.push_back(dry_run_variant{p.targets.at(v).path, job.variants[v].label,
+                                         c.mode == fold_mode::ema ? std::optional<double>(c.decay) : std::nullopt,
+                                         normalised_weights(c)});
+  }
   return d;
 }
 
@@ -199,6 +206,16 @@ std::string dry_run_json(const dry_run& d) {
   if (!d.selection.is_null()) j["selection"] = d.selection;
   if (!d.weights.empty()) j["weights"] = d.weights;
   if (!d.weights_recipe.empty()) j["weights_recipe"] = d.weights_recipe;
+  if (!d.variants.empty()) {
+    auto outputs = json::array();
+    for (const auto& v : d.variants) {
+      json o = {{"path", v.path}, {"value", v.label}};
+      if (v.decay) o["decay"] = *v.decay;
+      if (!v.weights.empty()) o["weights"] = v.weights;
+      outputs.push_back(std::move(o));
+    }
+    j["outputs"] = std::move(outputs);
+  }
   if (!d.resume.empty()) j["resume"] = d.resume;
 
   json out;
@@ -279,6 +296,12 @@ std::string dry_run_table(const dry_run& d, bool tensors) {
     t += fmt::format("\nWeights{} (normalised, in fold order):\n",
                      d.weights_recipe.empty() ? "" : fmt::format(" ({})", d.weights_recipe));
     for (size_t i = 0; i < d.weights.size(); ++i) t += fmt::format("  {:>4}  {}\n", i + 1, decimal(d.weights[i]));
+  }
+  if (!d.variants.empty()) {
+    t += fmt::format("\nOutputs, from one read of the inputs ({}; the first is detailed below):\n", d.variants.size());
+    for (const auto& v : d.variants)
+      t += fmt::format("  {}  {}{}\n", p(v.path), p(v.label),
+                       v.weights.empty() ? std::string() : fmt::format("  weights {}", fmt::join(v.weights, ", ")));
   }
   if (!d.selection_lines.empty()) {
     t += fmt::format("\nChosen from {} candidates:\n", d.selection_lines.size());

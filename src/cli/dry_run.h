@@ -46,6 +46,14 @@ struct dry_run_file {
   bool written = true;
 };
 
+// One output of a job that writes several from one read (--decay or --weights repeated).
+struct dry_run_variant {
+  std::string path;
+  std::string label;            // the value as given
+  std::optional<double> decay;  // ema
+  std::vector<double> weights;  // average --weights: normalised
+};
+
 struct dry_run {
   std::string command;  // "average", "ema", "posthoc-ema", "convert"
   std::string mode;     // the fold's mode ("swa", "ema", "weighted"), or the command's
@@ -55,6 +63,7 @@ struct dry_run {
   nlohmann::ordered_json selection;          // the same as fold/selection.h's object, null when all were taken
   std::vector<double> weights;               // weighted: normalised, in fold order
   std::string weights_recipe;
+  std::vector<dry_run_variant> variants;  // every output of a job of several, the first included
   std::string resume;
   int64_t n = 0;
   std::vector<dry_run_tensor> tensors;

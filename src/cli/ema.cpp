@@ -7,13 +7,16 @@
 #include "cli/fold_options.h"
 #include "cli/options.h"
 #include "fold/phema.h"
+#include "util/decimal.h"
 #include "util/error.h"
+#include "util/printable.h"
 
 namespace swavg {
 namespace {
 
 struct ema_options {
   fold_options fold;
+  std::vector<std::string> decays;  // as given: several name their outputs
   std::optional<double> power_sigma_rel;
   std::vector<double> times;
 };
@@ -41,8 +44,32 @@ power_function_ema power_ema_for(double sigma_rel, const std::vector<double>& ti
   return p;
 }
 
+double decay_value(const std::string& text) {
+  const auto d = parse_decimal(text);
+  if (!d) throw usage_error(fmt::format("--decay: expected a number, got '{}'", printable(text)));
+  return *d;
+}
+
+// --decay D (one output), or several: one output each from one read, -o naming them by {decay}.
+void set_decays(ema_options& o) {
+  if (o.decays.empty()) return;
+  o.fold.job.config.decay = decay_value(o.decays.front());
+  if (o.decays.size() == 1) return;
+  std::vector<std::pair<std::string, double>> decays;
+  for (const auto& text : o.decays) decays.emplace_back(text, decay_value(text));
+  o.fold.complete = [decays](fold_job& job) {
+    std::vector<output_value> values;
+    for (const auto& [text, d] : decays) {
+      values.push_back(output_value{text, job.config});
+      values.back().config.decay = d;
+    }
+    set_variants(job, values, "--decay", "{decay}");
+  };
+}
+
 void run_ema(ema_options o) {
   o.fold.job.config.mode = fold_mode::ema;
+  set_decays(o);
   if (o.power_sigma_rel) {
     const double sigma = *o.power_sigma_rel;
     const std::vector<double> times = o.times;
@@ -59,7 +86,10 @@ command setup_ema(CLI::App& parent) {
   auto o = std::make_shared<ema_options>();
   CLI::App* app = parent.add_subcommand("ema", "Exponential moving average of checkpoints: avg.lerp(x, 1 - decay)");
   add_fold_options(app, o->fold);
-  CLI::Option* decay = app->add_option("--decay", o->fold.job.config.decay, "Decay in [0, 1], e.g. 0.999");
+  CLI::Option* decay = app->add_option("--decay", o->decays,
+                                       "Decay in [0, 1], e.g. 0.999; repeat for several outputs from one read of the "
+                                       "inputs (-o with {decay}, e.g. -o ema-{decay}.pt)")
+                           ->type_name("D");
   CLI::Option* power_sigma = app->add_option(
       "--power-sigma-rel", o->power_sigma_rel,
       "EDM2's power-function EMA of this sigma_rel in (0, 0.28) instead of --decay: beta_k = (t_{k-1}/t_k)^(gamma+1) "
@@ -79,6 +109,7 @@ command setup_ema(CLI::App& parent) {
       "  swavg ema --decay 0.999 ckpt_*.pt -o ema.pt\n"
       "  ls ckpt_* | swavg ema --decay 0.999 --sort natural --inputs-from - -o ema.pt\n"
       "  swavg ema --decay 0.999 --resume ema.pt ckpt_12.pt -o ema.pt --force\n"
+      "  swavg ema --decay 0.999 --decay 0.9999 ckpt_*.pt -o ema-{decay}.pt   # two outputs, one read\n"
       "  swavg ema --power-sigma-rel 0.10 ckpt-*.pt --sort natural -o ema-0.100.pt");
   return {app, [o, power_options, decay, power_sigma] {
             if ((decay->count() > 0) == (power_sigma->count() > 0))

@@ -171,6 +171,23 @@ void add_fold_options(CLI::App* app, fold_options& o) {
       ->group(bn);
 }
 
+void set_variants(fold_job& job, const std::vector<output_value>& values, const std::string& option,
+                  const std::string& placeholder) {
+  const std::string many =
+      fmt::format("{} {} values write {} outputs from one read", values.size(), option, values.size());
+  if (job.output.find(placeholder) == std::string::npos)
+    throw usage_error(fmt::format("{}: -o must contain {} (e.g. -o out-{}.pt), replaced by each value as given", many,
+                                  placeholder, placeholder));
+  if (job.directory) throw usage_error(many + ", each one file: -o DIR/ writes one folder");
+  if (!job.resume.empty()) throw usage_error(many + ": --resume continues one average; give one value");
+  if (job.config.avg_fn) throw usage_error(many + ": an averaging function writes one output");
+  job.variants.clear();
+  for (const auto& v : values)
+    job.variants.push_back(fold_variant{v.label, output_for(job.output, placeholder, v.label), v.config});
+  job.output = job.variants.front().output;
+  job.config = job.variants.front().config;
+}
+
 namespace {
 
 // The inputs gathered, sorted and chosen (fold/selection.h); the choice is logged and kept for the
@@ -230,6 +247,8 @@ void run_fold_command(fold_options o) {
     throw usage_error("--data is used with --update-bn; add --update-bn to recompute BatchNorm statistics");
   }
 
+  if (bn && !o.job.variants.empty())
+    throw usage_error("--update-bn recomputes one average's statistics: give one output");
   if (o.dry_run) {
     if (bn) throw usage_error("--dry-run plans the fold only: run it without --update-bn");
     const std::unique_ptr<fold_job_plan> plan = plan_fold_job(o.job, true);
@@ -239,13 +258,19 @@ void run_fold_command(fold_options o) {
   }
 
   const pipeline_report result = run_fold_pipeline(o.job, bn);
-  const fold_report& report = result.fold;
-  spdlog::info("{}: {} of {} ({}), {:.1f} MB read, {:.1f} MB written in {:.2f} s", report.output,
-               mode_name(report.mode), counted(report.n, "checkpoint"), counted(report.tensors.size(), "tensor"),
-               report.bytes_read / 1e6, report.bytes_written / 1e6, report.wall_time_s);
-  spdlog::info("{}", fold_order_line(report.inputs, report.order));
-  if (!o.report_file.empty() || o.json)
-    emit_report(fold_report_json(report, result.bn ? &*result.bn : nullptr), o.report_file, o.json);
+  std::vector<const fold_report*> reports = {&result.fold};
+  for (const auto& r : result.more) reports.push_back(&r);
+  for (const fold_report* r : reports)
+    spdlog::info("{}: {} of {} ({}), {:.1f} MB read, {:.1f} MB written in {:.2f} s", r->output, mode_name(r->mode),
+                 counted(r->n, "checkpoint"), counted(r->tensors.size(), "tensor"), r->bytes_read / 1e6,
+                 r->bytes_written / 1e6, r->wall_time_s);
+  spdlog::info("{}", fold_order_line(result.fold.inputs, result.fold.order));
+  if (o.report_file.empty() && !o.json) return;
+  if (result.more.empty())
+    return emit_report(fold_report_json(result.fold, result.bn ? &*result.bn : nullptr), o.report_file, o.json);
+  std::string json = "{\"outputs\":[";
+  for (size_t i = 0; i < reports.size(); ++i) json += (i ? "," : "") + fold_report_json(*reports[i]);
+  emit_report(json + "]}", o.report_file, o.json);
 }
 
 }  // namespace swavg

@@ -37,6 +37,17 @@ struct fold_options {
 };
 
 void add_fold_options(CLI::App* app, fold_options& o);
+
+// Several outputs from one read (a repeated --decay or --weights): each value as given and the
+// configuration it gives. Sets job.variants, each output `pattern` (-o) with `placeholder` replaced;
+// usage_error when -o lacks the placeholder or the job cannot write several outputs (a folder
+// output, --resume, an averaging function), or when two values name one file.
+struct output_value {
+  std::string label;
+  fold_config config;
+};
+void set_variants(fold_job& job, const std::vector<output_value>& values, const std::string& option,
+                  const std::string& placeholder);
 // Completes the job (inputs, rules), runs it and writes the report.
 void run_fold_command(fold_options o);
 

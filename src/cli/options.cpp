@@ -251,4 +251,11 @@ CLI::Option* add_dtype_option(CLI::App* app, const std::string& flags, std::opti
           floating_only ? "{float32,float64,float16,bfloat16}" : "DTYPE"));
 }
 
+std::string output_for(const std::string& pattern, const std::string& placeholder, const std::string& value) {
+  std::string out = pattern;
+  for (auto at = out.find(placeholder); at != std::string::npos; at = out.find(placeholder, at + value.size()))
+    out.replace(at, placeholder.size(), value);
+  return out;
+}
+
 }  // namespace swavg

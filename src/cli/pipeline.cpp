@@ -285,6 +285,56 @@ std::unique_ptr<fold_job_plan> plan_file_job(const fold_job& job, bool dry_run) 
   return p;
 }
 
+// Several outputs from one read: every output checked as -o is, the inputs loaded once, each
+// output's fold planned (they differ in their schedule only).
+std::unique_ptr<fold_job_plan> plan_variant_job(const fold_job& job, bool dry_run) {
+  auto p = std::make_unique<fold_job_plan>();
+  p->start = std::chrono::steady_clock::now();
+  std::vector<output_path> outputs;
+  for (const auto& v : job.variants) {
+    validate_config(v.config, job.inputs.size(), false);
+    outputs.push_back({"-o", v.output, job.force});
+  }
+  check_device(job.config.device);
+  require_lerp_kernels(job.config);
+  outputs.push_back({"--report", job.report_file, true});
+  reads_of(job).check_file_outputs(outputs);
+  if (!dry_run) reserve_report(job.report_file);
+  p->format = choose_output_format(job.variants.front().output, job.format);
+  for (const auto& v : job.variants) {
+    refuse_folder_format(v.output, p->format);
+    if (choose_output_format(v.output, job.format) != p->format)
+      throw usage_error(
+          fmt::format("{} and {} would be written as {} and {}: one read writes one format; give "
+                      "--format or one extension",
+                      job.variants.front().output, v.output, output_format_name(p->format),
+                      output_format_name(choose_output_format(v.output, job.format))));
+  }
+  load_fold_inputs(job, p->inputs);
+  for (const auto& v : job.variants) {
+    p->configs.push_back(v.config);
+    p->targets.push_back(fold_target{v.output, p->format, job.drop_objects, nullptr});
+    p->outlines.push_back(outline_fold(p->configs.back(), p->inputs, p->targets.back()));
+  }
+  p->config = p->configs.front();
+  p->target = p->targets.front();
+  p->outline = p->outlines.front();
+  return p;
+}
+
+std::vector<fold_report> execute_variant_job(const fold_job& job, fold_job_plan& p) {
+  std::vector<fold_result> results = run_folds(p.configs, p.inputs, p.outlines, p.targets);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.start).count();
+  std::vector<fold_report> reports;
+  for (size_t o = 0; o < results.size(); ++o) {
+    fold_job one = job;
+    one.output = job.variants[o].output;
+    reports.push_back(report_of(one, p.configs[o], p.format, std::move(results[o])));
+    reports.back().wall_time_s = wall;
+  }
+  return reports;
+}
+
 }  // namespace
 
 bool is_directory_output(const std::string& output) {
@@ -292,10 +342,12 @@ bool is_directory_output(const std::string& output) {
 }
 
 std::unique_ptr<fold_job_plan> plan_fold_job(const fold_job& job, bool dry_run) {
+  if (!job.variants.empty()) return plan_variant_job(job, dry_run);
   return job.directory ? plan_directory_job(job, dry_run) : plan_file_job(job, dry_run);
 }
 
 fold_report execute_fold_job(const fold_job& job, fold_job_plan& p) {
+  if (!job.variants.empty()) throw std::logic_error("a job of several outputs runs through run_fold_pipeline");
   if (job.directory) return execute_directory_job(job, p);
   fold_report report = report_of(job, p.config, p.format, run_fold(p.config, p.inputs, p.outline, p.target));
   report.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.start).count();
@@ -315,6 +367,14 @@ uint64_t save_updated_state(const std::string& path, output_format format, const
 
 pipeline_report run_fold_pipeline(const fold_job& job, const std::optional<bn_step>& bn) {
   pipeline_report report;
+  if (!job.variants.empty()) {
+    if (bn) throw usage_error("--update-bn recomputes one average's statistics: give one output");
+    const std::unique_ptr<fold_job_plan> plan = plan_fold_job(job);
+    std::vector<fold_report> reports = execute_variant_job(job, *plan);
+    report.fold = std::move(reports.front());
+    report.more.assign(std::make_move_iterator(reports.begin() + 1), std::make_move_iterator(reports.end()));
+    return report;
+  }
   if (!bn) {
     report.fold = run_fold_job(job);
     return report;

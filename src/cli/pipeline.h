@@ -35,6 +35,14 @@
 
 namespace swavg {
 
+// One output of a job that writes several from one read (ema --decay A --decay B, average --weights X
+// --weights Y): the value as given, which names it in -o's pattern, its file and its configuration.
+struct fold_variant {
+  std::string label;
+  std::string output;
+  fold_config config;
+};
+
 struct fold_job {
   std::vector<std::string> inputs;  // in fold order
   std::string order = "natural";    // how they were ordered: --sort's name
@@ -54,6 +62,9 @@ struct fold_job {
   bool directory = false;
   uint64_t max_shard_size = kDefaultMaxShardSize;
   worker_id worker;
+  // Two or more outputs from one read (fold/execute.h's run_folds), the first being `output` and
+  // `config`; empty for a job of one output.
+  std::vector<fold_variant> variants;
 };
 
 // -o names a folder: it ends in '/' or is an existing directory.
@@ -67,6 +78,7 @@ struct bn_step {
 struct pipeline_report {
   fold_report fold;
   std::optional<bn_report> bn;
+  std::vector<fold_report> more;  // a job of several outputs: the second and later ones
 };
 
 // What a fold job decided before its output's first byte: plan_fold_job's, which
@@ -82,6 +94,10 @@ struct fold_job_plan {
   checkpoint_location source;
   folder_files extra;
   std::optional<shard_layout> layout;
+  // A job of several outputs: each one's configuration, file and outline, the first as above.
+  std::vector<fold_config> configs;
+  std::vector<fold_target> targets;
+  std::vector<fold_outline> outlines;
 };
 
 // Checks the options and every path, loads and checks the inputs, and plans the fold and the

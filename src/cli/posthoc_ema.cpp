@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cmath>
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
 
 #include "cli/commands.h"
@@ -27,6 +26,7 @@
 #include "fold/posthoc.h"
 #include "formats/io/load.h"
 #include "util/atomic_file.h"
+#include "util/decimal.h"
 #include "util/error.h"
 #include "util/json_bytes.h"
 
@@ -55,11 +55,9 @@ struct posthoc_options {
 };
 
 double parse_sigma(const std::string& text) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size())
-    throw usage_error(fmt::format("--sigma-rel: expected a number, got '{}'", text));
-  return v;
+  const auto v = parse_decimal(text);
+  if (!v) throw usage_error(fmt::format("--sigma-rel: expected a number, got '{}'", text));
+  return *v;
 }
 
 // Each snapshot's profile: from the lists, else from its name.
@@ -91,13 +89,6 @@ std::vector<ema_profile> snapshot_profiles(const posthoc_options& o) {
     p.gamma = sigma_rel_to_gamma(p.sigma_rel, fmt::format("{}: snapshot", path));
   }
   return profiles;
-}
-
-std::string output_for(const std::string& pattern, const std::string& sigma) {
-  std::string out = pattern;
-  for (auto at = out.find(kPlaceholder); at != std::string::npos; at = out.find(kPlaceholder, at + sigma.size()))
-    out.replace(at, std::char_traits<char>::length(kPlaceholder), sigma);
-  return out;
 }
 
 struct planned_output {
@@ -188,7 +179,8 @@ void run_posthoc_ema(const posthoc_options& o) {
   std::vector<planned_output> outs;
   for (const auto& text : o.sigma_rels) {
     const double sigma = parse_sigma(text);
-    outs.push_back(planned_output{text, sigma, solve_phema(profiles, sigma, at), output_for(o.output, text)});
+    outs.push_back(
+        planned_output{text, sigma, solve_phema(profiles, sigma, at), output_for(o.output, kPlaceholder, text)});
     const double condition = outs.back().solution.condition;
     if (phema_ill_conditioned(condition))
       spdlog::warn(

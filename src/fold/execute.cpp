@@ -20,6 +20,7 @@
 #include "fold/schedule.h"
 #include "formats/torch/torch_file.h"
 #include "util/error.h"
+#include "util/log.h"
 #include "util/paths.h"
 #include "util/printable.h"
 #include "util/progress.h"
@@ -42,12 +43,20 @@ bool same_values(dtype t, const uint8_t* a, const uint8_t* b, int64_t n) {
 }
 
 // The running average of each planned tensor over the inputs (or the one copied), streamed into
-// the sink tensor after tensor.
+// each lane's sink tensor after tensor. Lanes (run_folds) share everything but their schedule, so
+// what they share (the copies, the checks, --int error) is done once and the inputs are read once
+// where swavg's kernels fold (the integer and ATen folds run once per lane).
 class running_average {
  public:
-  running_average(const fold_config& c, const fold_inputs& in, chunk_writer sink, progress& bar, prefetcher* ahead,
+  running_average(std::vector<fold_lane> lanes, const fold_inputs& in, progress& bar, prefetcher* ahead,
                   avg_function* fn, std::unordered_map<const tensor_plan*, tensor_view> fn_results)
-      : c_(c), in_(in), sink_(std::move(sink)), bar_(bar), ahead_(ahead), fn_(fn), fn_results_(std::move(fn_results)) {}
+      : c_(*lanes.front().config),
+        lanes_(std::move(lanes)),
+        in_(in),
+        bar_(bar),
+        ahead_(ahead),
+        fn_(fn),
+        fn_results_(std::move(fn_results)) {}
 
   void run(const tensor_plan& p) {
     if (ahead_) ahead_->start(p);
@@ -55,22 +64,7 @@ class running_average {
       case tensor_action::drop: return;
       case tensor_action::latest:
       case tensor_action::first: copy_one(p); break;
-      case tensor_action::average: {
-        const chunk_writer write = [this, &p](const void* data, uint64_t bytes) {
-          check_finite(p, data, bytes);
-          sink_(data, bytes);
-          step(p, bytes);
-        };
-        if (fn_)
-          custom_average(p, write);
-        else if (is_integer_average(p))
-          integer_average(c_, p, write);
-        else if (native_average_covers(c_, p))
-          native_average(c_, p, write, ahead_);
-        else
-          aten_average(c_, p, write);
-        break;
-      }
+      case tensor_action::average: average(p); break;
     }
     account(p);
   }
@@ -78,6 +72,32 @@ class running_average {
   uint64_t bytes_read() const { return bytes_read_; }
 
  private:
+  // Lane l's writer for tensor p: checked, written, and (lane 0's) shown as progress.
+  chunk_writer writer(size_t l, const tensor_plan& p) {
+    return [this, &p, l](const void* data, uint64_t bytes) {
+      check_finite(p, data, bytes);
+      lanes_[l].write(data, bytes);
+      if (l == 0) step(p, bytes);
+    };
+  }
+
+  void average(const tensor_plan& p) {
+    if (fn_) return custom_average(p, writer(0, p));
+    const bool native = std::all_of(lanes_.begin(), lanes_.end(),
+                                    [&p](const fold_lane& l) { return native_average_covers(*l.config, p); });
+    if (native && !is_integer_average(p)) {
+      std::vector<fold_lane> checked;
+      for (size_t l = 0; l < lanes_.size(); ++l) checked.push_back(fold_lane{lanes_[l].config, writer(l, p)});
+      return native_average(checked, p, ahead_);
+    }
+    for (size_t l = 0; l < lanes_.size(); ++l) {
+      if (is_integer_average(p))
+        integer_average(*lanes_[l].config, p, writer(l, p));
+      else
+        aten_average(*lanes_[l].config, p, writer(l, p));
+    }
+  }
+
   const std::string& path_of(size_t input) const { return in_.checkpoints[input].path; }
   const std::string& resume_path() const { return in_.resume->sd.path; }
 
@@ -131,7 +151,7 @@ class running_average {
     }
     const uint64_t bytes = static_cast<uint64_t>(n) * itemsize(out);
     check_finite(p, data, bytes);
-    sink_(data, bytes);
+    for (const auto& lane : lanes_) lane.write(data, bytes);
   }
 
   void account(const tensor_plan& p) {
@@ -166,9 +186,9 @@ class running_average {
     write(v.data(), v.nbytes());
   }
 
-  const fold_config& c_;
+  const fold_config& c_;  // lane 0's: what every lane shares (allow_nonfinite, ints, avg_fn)
+  std::vector<fold_lane> lanes_;
   const fold_inputs& in_;
-  chunk_writer sink_;
   progress& bar_;
   prefetcher* ahead_;
   avg_function* fn_;
@@ -356,7 +376,7 @@ fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_out
   progress bar("folding", total_bytes, order.size(), "tensor");
   prefetcher ahead(order);
   const chunk_writer write = [&sink](const void* data, uint64_t bytes) { sink.write(data, bytes); };
-  running_average average(c, in, write, bar, &ahead, fn.get(), std::move(fn_results));
+  running_average average({fold_lane{&c, write}}, in, bar, &ahead, fn.get(), std::move(fn_results));
   for (const tensor_plan* p : order) average.run(*p);
   if (c.layout == output_layout::averaged_model && sink.owns(spec)) write(&plan.n, sizeof plan.n);
   const std::string name = base_name(target.path).empty() ? target.path : base_name(target.path);
@@ -369,6 +389,90 @@ fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_out
   result.n = plan.n;
   result.bytes_read = average.bytes_read();
   return result;
+}
+
+namespace {
+
+bool same_specs(const std::vector<tensor_spec>& a, const std::vector<tensor_spec>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].name != b[i].name || a[i].type != b[i].type || a[i].shape != b[i].shape || a[i].alias_of != b[i].alias_of)
+      return false;
+  return true;
+}
+
+void check_same_plans(const std::vector<fold_outline>& outlines, const std::vector<fold_target>& targets) {
+  const fold_plan& first = outlines.front().plan;
+  for (size_t o = 1; o < outlines.size(); ++o) {
+    const fold_plan& plan = outlines[o].plan;
+    bool same = plan.tensors.size() == first.tensors.size() && same_specs(outlines[o].specs, outlines.front().specs) &&
+                targets[o].format == targets.front().format && !targets[o].folder;
+    for (size_t k = 0; same && k < plan.tensors.size(); ++k) {
+      const tensor_outcome& a = first.tensors[k].outcome;
+      const tensor_outcome& b = plan.tensors[k].outcome;
+      same = a.action == b.action && a.accumulate_type == b.accumulate_type && a.output_type == b.output_type;
+    }
+    if (!same)
+      throw std::logic_error(fmt::format("{}: its fold is planned unlike the first output's", targets[o].path));
+  }
+}
+
+}  // namespace
+
+std::vector<fold_result> run_folds(const std::vector<fold_config>& configs, const fold_inputs& in,
+                                   const std::vector<fold_outline>& outlines, const std::vector<fold_target>& targets) {
+  if (configs.empty() || configs.size() != outlines.size() || configs.size() != targets.size())
+    throw std::logic_error("run_folds: one config, outline and target per output");
+  check_same_plans(outlines, targets);
+  for (const auto& c : configs)
+    if (c.avg_fn) throw std::logic_error("run_folds: an averaging function writes one output");
+  const fold_outline& first = outlines.front();
+  const fold_plan& plan = first.plan;
+  std::vector<std::string> paths;
+  std::vector<std::map<std::string, std::string>> metadata;
+  for (size_t o = 0; o < outlines.size(); ++o) {
+    paths.push_back(targets[o].path);
+    metadata.push_back(outlines[o].metadata);
+  }
+  tensor_sinks sinks(paths, targets.front().format, first.specs, metadata, first.objects);
+
+  std::vector<const tensor_plan*> order;
+  std::vector<fold_result> results(configs.size());
+  uint64_t total_bytes = 0;
+  for (size_t k = 0; k < plan.tensors.size(); ++k) {
+    const tensor_plan& p = plan.tensors[k];
+    if (p.outcome.action == tensor_action::drop) continue;
+    if (first.ties[k]) {
+      for (auto& r : results) r.tied.push_back(tied_tensor{p.name, plan.tensors[*first.ties[k]].name});
+    } else {
+      order.push_back(&p);
+      for (const auto& s : p.sources) total_bytes += s.view->nbytes();
+    }
+  }
+
+  progress bar(fmt::format("folding into {} outputs", configs.size()), total_bytes, order.size(), "tensor");
+  prefetcher ahead(order);
+  std::vector<fold_lane> lanes;
+  for (size_t o = 0; o < configs.size(); ++o)
+    lanes.push_back(
+        fold_lane{&configs[o], [&sinks, o](const void* data, uint64_t bytes) { sinks.write_to(o, data, bytes); }});
+  running_average average(lanes, in, bar, &ahead, nullptr, {});
+  for (const tensor_plan* p : order) average.run(*p);
+  for (size_t o = 0; o < configs.size(); ++o)
+    if (configs[o].layout == output_layout::averaged_model) sinks.write_to(o, &outlines[o].plan.n, sizeof plan.n);
+  bar.next("writing " + counted(configs.size(), "output"), 0);
+  sinks.commit();
+
+  for (size_t o = 0; o < configs.size(); ++o) {
+    fold_result& r = results[o];
+    r.carried = outlines[o].carried;
+    r.objects_dropped = outlines[o].objects_dropped;
+    for (const auto& p : outlines[o].plan.tensors) r.tensors.push_back(p.outcome);
+    r.n = outlines[o].plan.n;
+    r.bytes_read = average.bytes_read();
+    r.bytes_written = sinks.bytes_written(o);
+  }
+  return results;
 }
 
 }  // namespace swavg

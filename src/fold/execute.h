@@ -92,6 +92,14 @@ fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_tar
 fold_result run_fold(const fold_config& c, const fold_inputs& in, const fold_outline& outline,
                      const fold_target& target);
 
+// Several folds of the same inputs that differ in their schedule only (ema's decays, average's
+// weightings), each to its own file, from ONE read of the inputs: every output has the bits its own
+// run_fold would give (native_fold.h's lanes). `configs`, `outlines` and `targets` go together, one per
+// output; targets are files (no folder), and no --avg-fn. The plans must agree tensor for tensor (a
+// logic_error otherwise: callers vary the schedule only). The outputs appear all or none.
+std::vector<fold_result> run_folds(const std::vector<fold_config>& configs, const fold_inputs& in,
+                                   const std::vector<fold_outline>& outlines, const std::vector<fold_target>& targets);
+
 // Before any input is read: an EMA or weighted fold where swavg's kernels know no lerp form of this
 // LibTorch (the binary without LibTorch, built for LibTorch 2.x) needs ATen's lerp, so the job is
 // handed to swavg-torch up front rather than after the inputs were mapped and planned.

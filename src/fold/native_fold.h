@@ -65,4 +65,15 @@ class prefetcher;
 // `ahead`, when given, is told after each slice how far the inputs have been read.
 void native_average(const fold_config& c, const tensor_plan& p, const chunk_writer& write, prefetcher* ahead = nullptr);
 
+// One output of a fold that writes several from one read of the inputs (execute.h's run_folds): its
+// configuration, which differs from the others' in its schedule only, and where its slices go.
+struct fold_lane {
+  const fold_config* config = nullptr;
+  chunk_writer write;
+};
+// The same for every lane at once: each slice of each input is read once and folded into every
+// lane's accumulator with exactly the steps a fold of that lane alone takes, so each output has the
+// bits of its own run. Every lane must be covered (native_average_covers).
+void native_average(const std::vector<fold_lane>& lanes, const tensor_plan& p, prefetcher* ahead = nullptr);
+
 }  // namespace swavg

@@ -307,7 +307,7 @@ dtype accumulator_for(dtype t, accumulate_policy p) {
   return t;
 }
 
-uint64_t fold_working_set(const tensor_plan& p) {
+uint64_t fold_working_set(const tensor_plan& p, size_t outputs) {
   const tensor_outcome& o = p.outcome;
   if (o.action == tensor_action::drop) return 0;
   std::vector<const tensor_view*> views;
@@ -324,6 +324,7 @@ uint64_t fold_working_set(const tensor_plan& p) {
   const uint64_t chunk = std::min<uint64_t>(static_cast<uint64_t>(kFoldChunkElements), std::max<uint64_t>(numel, 1));
   uint64_t bytes = chunk * itemsize(o.accumulate_type);
   if (numeric && o.output_type != o.accumulate_type) bytes += chunk * itemsize(o.output_type);
+  bytes *= outputs;  // each output's accumulator and output slices (native_fold.h's lanes)
   for (const tensor_view* v : views)
     bytes += numeric && v->is_contiguous() ? std::min(chunk * itemsize(v->type), v->nbytes()) : v->nbytes();
   return bytes;

@@ -95,7 +95,8 @@ dtype accumulator_for(dtype t, accumulate_policy p);
 // int_average.h), from the quantities they allocate and map: an averaged floating tensor streams in
 // slices of kFoldChunkElements (each input's mapped slice, the accumulator, the output conversion);
 // an integer average maps each input whole; a copied tensor maps the one it copies whole (and its
-// conversion); a strided input is gathered whole. ATen's fold (swavg-torch) is not modelled.
-uint64_t fold_working_set(const tensor_plan& p);
+// conversion); a strided input is gathered whole. ATen's fold (swavg-torch) is not modelled. With
+// `outputs` (run_folds), each output holds its own accumulator and output slices.
+uint64_t fold_working_set(const tensor_plan& p, size_t outputs = 1);
 
 }  // namespace swavg

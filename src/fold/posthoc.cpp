@@ -4,7 +4,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <memory>
 #include <stdexcept>
 
@@ -24,49 +23,20 @@ void convert_or_fail(dtype from, const void* src, dtype to, void* dst, int64_t n
                                   dtype_name(to)));
 }
 
-// Every output's file, written in step: write() gives all of them the same bytes (a copied
-// tensor), write_to() one of them its own (a combined one); commit() renames every output into
-// place, or none: one that fails removes those renamed before it.
-class posthoc_outputs final : public output_sink {
- public:
-  posthoc_outputs(const std::vector<posthoc_output>& outputs, output_format format,
-                  const std::vector<tensor_spec>& specs, const std::map<std::string, std::string>& inherited,
-                  const std::vector<object_entry>& objects)
-      : outputs_(outputs) {
-    for (const auto& o : outputs) {
-      std::map<std::string, std::string> metadata = inherited;
-      for (const auto& [k, v] : o.metadata) metadata[k] = v;
-      sinks_.push_back(std::make_unique<tensor_sink>(o.path, format, specs, metadata, objects));
-    }
+// Every output's file (formats/file/save.h): each with the metadata inherited and its own.
+std::unique_ptr<tensor_sinks> open_outputs(const std::vector<posthoc_output>& outputs, output_format format,
+                                           const std::vector<tensor_spec>& specs,
+                                           const std::map<std::string, std::string>& inherited,
+                                           const std::vector<object_entry>& objects) {
+  std::vector<std::string> paths;
+  std::vector<std::map<std::string, std::string>> metadata;
+  for (const auto& o : outputs) {
+    paths.push_back(o.path);
+    metadata.push_back(inherited);
+    for (const auto& [k, v] : o.metadata) metadata.back()[k] = v;
   }
-
-  void write(const void* data, uint64_t size) override {
-    for (auto& sink : sinks_) sink->write(data, size);
-  }
-  void write_to(size_t output, const void* data, uint64_t size) { sinks_[output]->write(data, size); }
-
-  void commit() override {
-    size_t done = 0;
-    try {
-      for (; done < sinks_.size(); ++done) sinks_[done]->commit();
-    } catch (...) {
-      for (size_t s = 0; s < done; ++s) std::remove(outputs_[s].path.c_str());
-      throw;
-    }
-  }
-
-  uint64_t bytes_written() const override {
-    uint64_t bytes = 0;
-    for (const auto& s : sinks_) bytes += s->bytes_written();
-    return bytes;
-  }
-
-  bool owns(size_t) const override { return true; }
-
- private:
-  const std::vector<posthoc_output>& outputs_;
-  std::vector<std::unique_ptr<tensor_sink>> sinks_;
-};
+  return std::make_unique<tensor_sinks>(paths, format, specs, metadata, objects);
+}
 
 int64_t count_nonfinite(const tensor_view& v) {
   std::vector<uint8_t> copy;
@@ -79,7 +49,7 @@ int64_t count_nonfinite(const tensor_view& v) {
 class posthoc_writer {
  public:
   posthoc_writer(const std::vector<state_dict>& snapshots, const std::vector<posthoc_output>& outputs,
-                 posthoc_outputs& sink, bool allow_nonfinite)
+                 tensor_sinks& sink, bool allow_nonfinite)
       : snapshots_(snapshots), outputs_(outputs), sink_(sink), allow_nonfinite_(allow_nonfinite) {}
 
   // Returns the bytes read.
@@ -181,7 +151,7 @@ class posthoc_writer {
 
   const std::vector<state_dict>& snapshots_;
   const std::vector<posthoc_output>& outputs_;
-  posthoc_outputs& sink_;
+  tensor_sinks& sink_;
   bool allow_nonfinite_;
   uint64_t bytes_read_ = 0;
 };
@@ -246,7 +216,9 @@ posthoc_result run_posthoc(const std::vector<state_dict>& snapshots, const std::
   const fold_plan& plan = outline.plan;
   posthoc_result result;
   result.objects_dropped = outline.objects_dropped;
-  posthoc_outputs sink(outputs, format, outline.specs, outline.inherited, outline.objects);
+  const std::unique_ptr<tensor_sinks> outputs_sink =
+      open_outputs(outputs, format, outline.specs, outline.inherited, outline.objects);
+  tensor_sinks& sink = *outputs_sink;
   uint64_t total = 0;
   for (const auto& p : plan.tensors)
     for (const auto& s : p.sources) total += s.view->nbytes();

@@ -209,5 +209,87 @@ class RecipeWeightsTest(TempDirTest):
                 self.assertFalse(os.path.exists(out))
 
 
+class ManyOutputsTest(TempDirTest):
+    """Several outputs from one read (--decay or --weights repeated, -o with a pattern): each output
+    byte-identical to its own run, the report and the dry run naming every output."""
+
+    def setUp(self):
+        super().setUp()
+        self.cnn = sorted(glob.glob(fixture("runs/cnn/ckpt_*.pt")))
+
+    def assert_same_files(self, a, b):
+        with open(a, "rb") as f, open(b, "rb") as g:
+            self.assertTrue(f.read() == g.read(), "%s and %s differ" % (a, b))
+
+    def test_ema_decays_equal_separate_runs(self):
+        decays = ["0.9", "0.99", "0.999", "1", "0"]
+        for ext in (".pt", ".safetensors"):
+            with self.subTest(ext=ext):
+                args = [x for d in decays for x in ("--decay", d)]
+                extra = ["--drop-objects"] if ext == ".safetensors" else []
+                p = swavg("ema", *args, *self.cnn, *extra, "-o", self.path("ema-{decay}" + ext), "--json")
+                report = json.loads(p.stdout)
+                self.assertEqual([o["output"] for o in report["outputs"]], [self.path("ema-%s%s" % (d, ext))
+                                                                            for d in decays])
+                self.assertEqual([o["decay"] for o in report["outputs"]], [float(d) for d in decays])
+                for d in decays:
+                    one = self.path("one-%s%s" % (d, ext))
+                    swavg("ema", "--decay", d, *self.cnn, *extra, "-o", one)
+                    self.assert_same_files(self.path("ema-%s%s" % (d, ext)), one)
+
+    def test_weightings_equal_separate_runs(self):
+        weights = ["sma", "wma", "wsm:cosine", "ema:0.5", "1,0,0,2,3,1"]
+        args = [x for w in weights for x in ("--weights", w)]
+        plan = json.loads(swavg("average", *args, *self.cnn, "-o", self.path("avg-{weights}.pt"), "--dry-run",
+                                "--json").stdout)
+        self.assertEqual([o["path"] for o in plan["outputs"]], [self.path("avg-%s.pt" % w) for w in weights])
+        steps = [None] * len(self.cnn)
+        for o, w in zip(plan["outputs"], weights):
+            for got, want in zip(o["weights"], selection_ref.recipe_weights(w, steps)):
+                self.assertAlmostEqual(got, want, delta=1e-15)
+        self.assertEqual(os.listdir(self.tmp), [])  # the dry run wrote nothing
+        swavg("average", *args, *self.cnn, "-o", self.path("avg-{weights}.pt"))
+        for w in weights:
+            one = self.path("one-%s.pt" % w)
+            swavg("average", "--weights", w, *self.cnn, "-o", one)
+            self.assert_same_files(self.path("avg-%s.pt" % w), one)
+
+    def test_after_a_selection_and_resumable(self):
+        hf = sorted(glob.glob(os.path.join(run_dir("hf"), "checkpoint-*")))
+        swavg("ema", "--decay", "0.5", "--decay", "0.75", "--bottom", "3", "--metric", "eval_loss", *hf, "-o",
+              self.path("e-{decay}.safetensors"))
+        for d in ("0.5", "0.75"):
+            one = self.path("one-%s.safetensors" % d)
+            swavg("ema", "--decay", d, "--bottom", "3", "--metric", "eval_loss", *hf, "-o", one)
+            self.assert_same_files(self.path("e-%s.safetensors" % d), one)
+        # each output is an EMA of its own decay: --resume continues it as its own run's would
+        more = self.path("more.safetensors")
+        swavg("ema", "--decay", "0.75", "--resume", self.path("e-0.75.safetensors"), hf[-1], "-o", more)
+        again = self.path("again.safetensors")
+        swavg("ema", "--decay", "0.75", "--resume", self.path("one-0.75.safetensors"), hf[-1], "-o", again)
+        a, b = load_file(more), load_file(again)  # the records name their resumed files: compare tensors
+        self.assertEqual(list(a), list(b))
+        for k in a:
+            self.assertTrue(torch.equal(a[k], b[k]), k)
+
+    def test_refusals(self):
+        out = self.path("x-{decay}.pt")
+        cases = [
+            (["--decay", "0.9", "--decay", "0.99", "-o", self.path("x.pt")], "-o must contain {decay}"),
+            (["--decay", "0.9", "--decay", "0.99", "-o", self.path("d-{decay}") + "/"], "-o DIR/ writes one folder"),
+            (["--decay", "0.9", "--decay", "0.99", "--resume", self.cnn[0], "-o", out], "--resume continues one"),
+            (["--decay", "0.9", "--decay", "0.9", "-o", out], "name the same file"),
+            (["--decay", "0.9", "--decay", "1.5", "-o", out], "--decay: expected a value in [0, 1], got 1.5"),
+            (["--decay", "0.9", "--decay", "0.99", "--update-bn", "--model", fixture("runs/cnn/net.ts"), "--data",
+              fixture("bn/data.npy"), "-o", out], "--update-bn recomputes one average's statistics"),
+        ]
+        for args, needle in cases:
+            with self.subTest(args=args):
+                p = swavg("ema", *args, *self.cnn, check=False)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn(needle, p.stderr)
+                self.assertEqual(os.listdir(self.tmp), [])
+
+
 if __name__ == "__main__":
     unittest.main()

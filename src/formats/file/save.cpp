@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "formats/safetensors/safetensors.h"
@@ -223,5 +224,38 @@ void tensor_sink::commit() {
 uint64_t tensor_sink::bytes_written() const { return impl_->out.tell(); }
 
 const std::string& tensor_sink::digest() const { return impl_->out.digest(); }
+
+tensor_sinks::tensor_sinks(const std::vector<std::string>& paths, output_format format,
+                           const std::vector<tensor_spec>& specs,
+                           const std::vector<std::map<std::string, std::string>>& metadata,
+                           const std::vector<object_entry>& objects)
+    : paths_(paths) {
+  for (size_t i = 0; i < paths.size(); ++i)
+    sinks_.push_back(std::make_unique<tensor_sink>(paths[i], format, specs, metadata.at(i), objects));
+}
+
+void tensor_sinks::write(const void* data, uint64_t size) {
+  for (auto& sink : sinks_) sink->write(data, size);
+}
+
+void tensor_sinks::write_to(size_t file, const void* data, uint64_t size) { sinks_.at(file)->write(data, size); }
+
+void tensor_sinks::commit() {
+  size_t done = 0;
+  try {
+    for (; done < sinks_.size(); ++done) sinks_[done]->commit();
+  } catch (...) {
+    for (size_t s = 0; s < done; ++s) std::remove(paths_[s].c_str());
+    throw;
+  }
+}
+
+uint64_t tensor_sinks::bytes_written() const {
+  uint64_t bytes = 0;
+  for (const auto& s : sinks_) bytes += s->bytes_written();
+  return bytes;
+}
+
+uint64_t tensor_sinks::bytes_written(size_t file) const { return sinks_.at(file)->bytes_written(); }
 
 }  // namespace swavg

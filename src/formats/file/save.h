@@ -73,4 +73,25 @@ class tensor_sink final : public output_sink {
   std::unique_ptr<impl> impl_;
 };
 
+// Several files of the same tensors written in step, each a tensor_sink with its own metadata: write()
+// gives every file the same bytes (a copied tensor), write_to() one file its own (an average of its
+// own schedule). commit() renames every file into place, or none: one that fails removes those
+// renamed before it. Several outputs of one read (posthoc-ema's targets, ema's decays) go here.
+class tensor_sinks final : public output_sink {
+ public:
+  tensor_sinks(const std::vector<std::string>& paths, output_format format, const std::vector<tensor_spec>& specs,
+               const std::vector<std::map<std::string, std::string>>& metadata,
+               const std::vector<object_entry>& objects = {});
+  void write(const void* data, uint64_t size) override;
+  void write_to(size_t file, const void* data, uint64_t size);
+  void commit() override;
+  uint64_t bytes_written() const override;  // all files together
+  uint64_t bytes_written(size_t file) const;
+  bool owns(size_t) const override { return true; }
+
+ private:
+  std::vector<std::string> paths_;
+  std::vector<std::unique_ptr<tensor_sink>> sinks_;
+};
+
 }  // namespace swavg

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string_view>
@@ -242,10 +241,9 @@ std::optional<double> metric_in_name(const std::string& path, const std::string&
   std::string text = name.substr(at, end - at);
   while (!text.empty() && text.back() == '.') text.pop_back();  // the extension's dot
   if (text.empty() || text == "-" || text == "+") return std::nullopt;
-  char* stop = nullptr;
-  const double v = std::strtod(text.c_str(), &stop);
-  if (stop != text.c_str() + text.size()) return std::nullopt;
-  return finite_metric(path, metric, v);
+  const auto v = parse_decimal(text);
+  if (!v) return std::nullopt;
+  return finite_metric(path, metric, *v);
 }
 
 }  // namespace
@@ -301,14 +299,6 @@ std::vector<std::string> csv_fields(const std::string& line) {
   }
 }
 
-std::optional<double> parse_number(const std::string& s) {
-  if (s.empty()) return std::nullopt;
-  char* stop = nullptr;
-  const double v = std::strtod(s.c_str(), &stop);
-  if (stop != s.c_str() + s.size()) return std::nullopt;
-  return v;
-}
-
 void add_value(metric_table& t, const std::string& where, int64_t step, double v) {
   t.values[step] = finite_metric(where, t.metric, v);
 }
@@ -340,8 +330,8 @@ void read_csv_table(const std::string& text, metric_table& t) {
     if (row.size() != header.size())
       throw input_error(fmt::format("{}: {} fields, the header has {}", where, row.size(), header.size()));
     if (row[value_col].empty()) continue;
-    const auto step = parse_number(row[step_col]);
-    const auto value = parse_number(row[value_col]);
+    const auto step = parse_decimal(row[step_col]);
+    const auto value = parse_decimal(row[value_col]);
     if (!step || !(*step >= 0 && *step < 9.0e18 && *step == std::floor(*step)))
       throw input_error(fmt::format("{}: step '{}' is not a non-negative integer", where, printable(row[step_col])));
     if (!value)
@@ -375,7 +365,7 @@ void read_json_table(const std::string& text, metric_table& t) {
                     t.file, t.metric));
   for (const auto& item : j.items()) {
     const std::string where = fmt::format("{}: key \"{}\"", t.file, printable(item.key()));
-    const auto step = parse_number(item.key());
+    const auto step = parse_decimal(item.key());
     if (!step || !(*step >= 0 && *step < 9.0e18 && *step == std::floor(*step)) ||
         item.key().find_first_not_of("0123456789") != std::string::npos)
       throw input_error(fmt::format("{}: expected a step (a non-negative integer) as the key", where));
