@@ -57,6 +57,7 @@ TEST_CASE("metric tables from CSV and JSON", "[checkpoint_facts]") {
     write(dir / "state.json", R"({"global_step": 4, "log_history": [{"loss": 1.0, "step": 2},
           {"eval_loss": 0.7, "step": 2}, {"eval_loss": 0.6, "step": 4}]})");
     CHECK(read_metric_table(dir / "state.json", "eval_loss").values == std::map<int64_t, double>{{2, 0.7}, {4, 0.6}});
+    CHECK(read_metric_table(dir / "state.json", "loss").values == std::map<int64_t, double>{{2, 0.7}, {4, 0.6}});
     write(dir / "list.json", R"([{"step": 1, "acc": 0.25}, {"step": 3, "other": 1}, {"step": 3, "acc": 0.5}])");
     CHECK(read_metric_table(dir / "list.json", "acc").values == std::map<int64_t, double>{{1, 0.25}, {3, 0.5}});
     write(dir / "map.json", R"({"10": 1.5, "20": 2})");
@@ -74,6 +75,10 @@ TEST_CASE("metric tables from CSV and JSON", "[checkpoint_facts]") {
         {R"({"a": 1})", "key \"a\": expected a step"},
         {R"([{"acc": 1}])", "holds 'acc' without a \"step\""},
         {R"({"1": 0.5,)", "not valid JSON"},
+        {R"({"1": NaN})", "not valid JSON (a NaN or Infinity"},
+        {R"({"1": 0.5, "1": 0.6})", "the key \"1\" appears twice"},
+        {std::string(64, '[') + std::string(64, ']'), "holds no value of 'acc'"},  // the deepest read
+        {std::string(65, '[') + std::string(65, ']'), "JSON nests deeper than 64 levels"},
     };
     for (const auto& [text, message] : bad) {
       INFO(text);
@@ -97,6 +102,11 @@ TEST_CASE("a trainer_state.json beside the weights gives the step and the metric
     REQUIRE(f.metric);
     CHECK(f.metric->value == 0.25);  // the last logged at global_step
   }
+  // Trainer's metric_for_best_model rule: "loss" is eval_loss, not the training loss logged beside it.
+  const checkpoint_facts loss = read_checkpoint_facts(dir / "checkpoint-7", "loss");
+  REQUIRE(loss.metric);
+  CHECK(loss.metric->value == 0.25);
+  CHECK(loss.metric->source == "trainer_state.json log_history 'eval_loss'");
   const checkpoint_facts none = read_checkpoint_facts(dir / "checkpoint-7", "eval_acc");
   CHECK_FALSE(none.metric);
   CHECK_THAT(none.looked, Catch::Contains("no 'eval_acc' at step 6") && Catch::Contains("'eval_loss'"));

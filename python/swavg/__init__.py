@@ -201,7 +201,8 @@ def _path(value: PathLike) -> str:
 
 def option_args(options: Mapping[str, Any]) -> List[str]:
     """The flags for keyword options: max_shard_size="5GB" -> ["--max-shard-size", "5GB"], force=True ->
-    ["--force"], False or None -> nothing, a list -> the flag repeated (one comma list for COMMA_LISTS),
+    ["--force"], False or None -> nothing, a list -> the flag repeated (one comma list for COMMA_LISTS,
+    unless it holds strings or lists: weights=["sma", [1, 2, 1]] repeats --weights, one output each),
     a one-letter name -> a short flag (o="x.pt" -> ["-o", "x.pt"])."""
     args: List[str] = []
     for key, value in options.items():
@@ -211,6 +212,11 @@ def option_args(options: Mapping[str, Any]) -> List[str]:
         if value is True:
             args.append(flag)
         elif isinstance(value, (list, tuple)):
+            if key in COMMA_LISTS and any(isinstance(v, (str, list, tuple)) for v in value):
+                # several values, one output each: weights=["sma", [1, 2, 1]] -> --weights sma --weights 1,2,1
+                for v in value:
+                    args += [flag, ",".join(map(_text, v)) if isinstance(v, (list, tuple)) else _text(v)]
+                continue
             values = [_text(v) for v in value]
             if key in COMMA_LISTS:
                 args += [flag, ",".join(values)]

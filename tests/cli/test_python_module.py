@@ -64,6 +64,11 @@ class OptionArgsTest(unittest.TestCase):
         self.assertEqual(swavg.option_args({"buffer": ("a",)}), ["--buffer", "a"])
         self.assertEqual(swavg.option_args({"strip_prefix": []}), [])
         self.assertEqual(swavg.option_args({"weights": [1, 2.5, 1]}), ["--weights", "1,2.5,1"])
+        # several weightings, one output each: strings and lists repeat the flag
+        self.assertEqual(swavg.option_args({"weights": ["sma", [1, 2, 1], "wsm:cosine"]}),
+                         ["--weights", "sma", "--weights", "1,2,1", "--weights", "wsm:cosine"])
+        self.assertEqual(swavg.option_args({"weights": "wma"}), ["--weights", "wma"])
+        self.assertEqual(swavg.option_args({"decay": [0.9, 0.99]}), ["--decay", "0.9", "--decay", "0.99"])
         self.assertEqual(swavg.option_args({"shape": (3, 32, 32)}), ["--shape", "3,32,32"])
         self.assertEqual(swavg.option_args({"snapshot_times": [10, 20]}), ["--snapshot-times", "10,20"])
         self.assertEqual(swavg.option_args({"snapshot_sigmas": [0.05]}), ["--snapshot-sigmas", "0.05"])

@@ -13,10 +13,11 @@ import tempfile
 import unittest
 
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 import selection_ref
 from common import TempDirTest, fixture, swavg
+from peak_rss import peak_rss
 from reference import load_output
 
 RUNS = fixture("trainer_runs")
@@ -56,7 +57,8 @@ class MetricSelectionTest(unittest.TestCase):
             for side in ("top", "bottom"):
                 with self.subTest(n=n, side=side):
                     plan = self.check(entries, ["--" + side, n, "--metric", "eval_loss"], **{side: n})
-        self.assertEqual(plan["selection"]["candidates"][0]["metric_source"], "trainer_state.json log_history")
+        self.assertEqual(plan["selection"]["candidates"][0]["metric_source"],
+                         "trainer_state.json log_history 'eval_loss'")
 
     def test_lightning_model_checkpoint_score_and_name(self):
         entries = selection_ref.entries_from_reference(run_dir("lightning"), include=r"^epoch=")
@@ -70,8 +72,15 @@ class MetricSelectionTest(unittest.TestCase):
         entries = selection_ref.entries_from_reference(run_dir("timm"), include=r"^checkpoint-\d")
         for n in range(1, len(entries) + 1):
             for side in ("top", "bottom"):
-                with self.subTest(n=n, side=side):
-                    self.check(entries, ["--" + side, n, "--metric", "metric"], **{side: n})
+                for name in ("metric", "top1"):  # top1: the args.eval_metric timm's `metric` holds
+                    with self.subTest(n=n, side=side, name=name):
+                        self.check(entries, ["--" + side, n, "--metric", name], **{side: n})
+
+    def test_trainer_metric_without_its_eval_prefix(self):
+        """--metric loss is eval_loss, as Trainer reads metric_for_best_model, not the training loss."""
+        entries = selection_ref.entries_from_reference(run_dir("hf"))
+        plan = self.check(entries, ["--bottom", 2, "--metric", "loss"], bottom=2)
+        self.assertEqual(plan["selection"]["candidates"][0]["metric_source"], "trainer_state.json log_history 'eval_loss'")
 
     def test_metric_file_csv_and_json(self):
         base = selection_ref.entries_from_reference(run_dir("plain"))
@@ -271,6 +280,28 @@ class ManyOutputsTest(TempDirTest):
         self.assertEqual(list(a), list(b))
         for k in a:
             self.assertTrue(torch.equal(a[k], b[k]), k)
+
+    def test_memory_grows_by_a_slice_per_output_not_by_the_model(self):
+        """8 outputs of a 64 MiB tensor: each adds its accumulator slice (2^18 float32, 1 MiB) and its
+        write buffer (4 MiB), never a copy of the tensor; the dry run counts the same."""
+        inputs = []
+        for i in range(3):
+            p = self.path("big_%d.safetensors" % i)
+            save_file({"w": torch.randn(16 << 20, generator=torch.Generator().manual_seed(i))}, p)
+            inputs.append(p)
+        decays = ["0.5", "0.6", "0.7", "0.8", "0.9", "0.95", "0.99", "0.999"]
+        one = peak_rss("ema", "--decay", "0.5", *inputs, "-o", self.path("one.safetensors"))
+        args = [x for d in decays for x in ("--decay", d)] + inputs + ["-o", self.path("m-{decay}.safetensors")]
+        many = peak_rss("ema", *args)
+        per_output = (1 << 20) + (4 << 20)
+        grown = many - one
+        self.assertLess(grown, (len(decays) - 1) * per_output * 1.25 + (8 << 20),
+                        "8 outputs grew the peak by %d bytes over 1" % grown)
+        plan = json.loads(swavg("ema", *args, "--force", "--dry-run", "--json").stdout)
+        one_plan = json.loads(swavg("ema", "--decay", "0.5", *inputs, "-o", self.path("one.safetensors"),
+                                    "--force", "--dry-run", "--json").stdout)
+        self.assertEqual(plan["peak_memory"]["bytes"] - one_plan["peak_memory"]["bytes"],
+                         (len(decays) - 1) * per_output)
 
     def test_refusals(self):
         out = self.path("x-{decay}.pt")

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "formats/core/json_dom.h"
 #include "formats/io/input_kinds.h"
 #include "formats/pickle/pickle.h"
 #include "formats/pickle/pickle_query.h"
@@ -31,15 +32,24 @@ namespace {
 
 using json = nlohmann::json;
 
-json parse_json_file(const std::string& file, const std::string& text) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded())
-    throw input_error(
-        fmt::format("{}: not valid JSON (a NaN or Infinity, which Python's json writes, is not JSON "
-                    "either)",
-                    file));
-  return j;
-}
+// The most containers a trainer_state.json or a metric table may nest (Trainer writes 3).
+constexpr int kMaxJsonDepth = 64;
+
+// JSON read through the bounded DOM parser (formats/core/json_dom.h): nesting bounded, a duplicate
+// key refused rather than one of its values silently kept.
+class table_parser : public json_dom_parser {
+ public:
+  explicit table_parser(std::string file)
+      : json_dom_parser(std::move(file), kMaxJsonDepth, fmt::format("JSON nests deeper than {} levels", kMaxJsonDepth),
+                        "not valid JSON (a NaN or Infinity, which Python's json writes, is not JSON either): ") {}
+
+ private:
+  std::string duplicate_key(const std::string& k) const override {
+    return fmt::format("the key \"{}\" appears twice in one object", printable(k));
+  }
+};
+
+json parse_json_file(const std::string& file, const std::string& text) { return table_parser(file).parse(text); }
 
 // A JSON number as an int64 step, or nullopt.
 std::optional<int64_t> json_step(const json& v) {
@@ -65,11 +75,32 @@ double finite_metric(const std::string& where, const std::string& metric, double
 
 // --- Hugging Face Trainer folders -------------------------------------------------------------
 
+// The keys a Trainer metric NAME is logged under, as Trainer reads metric_for_best_model: with the
+// eval_ prefix it adds when NAME has none ("loss" is eval_loss), then NAME itself (a metric logged
+// by hand).
+std::vector<std::string> trainer_metric_keys(const std::string& metric) {
+  if (metric.rfind("eval_", 0) == 0) return {metric};
+  return {"eval_" + metric, metric};
+}
+
 std::optional<std::string> trainer_state_of(const std::string& path) {
   const std::string folder = is_folder(path) ? path : parent_dir(path);
   const std::string state = path_in_folder(folder, "trainer_state.json");
   if (!is_regular_file(state)) return std::nullopt;
   return state;
+}
+
+// The last value of `key` logged at `step` in a log_history, or nullopt.
+std::optional<double> logged_at(const json& history, int64_t step, const std::string& key, const std::string& file) {
+  std::optional<double> value;
+  for (const json& e : history) {
+    if (!e.is_object() || !e.contains("step") || json_step(e["step"]) != step || !e.contains(key)) continue;
+    if (!e[key].is_number())
+      throw input_error(fmt::format("{}: log_history at step {}: '{}' is {}, not a number", file, step, key,
+                                    printable(e[key].dump())));
+    value = finite_metric(file, key, e[key].get<double>());
+  }
+  return value;
 }
 
 void facts_from_trainer_state(const std::string& state, const std::string& metric, checkpoint_facts& f) {
@@ -79,18 +110,17 @@ void facts_from_trainer_state(const std::string& state, const std::string& metri
   const int64_t step = *json_step(j["global_step"]);
   f.step = recorded_step{step, "trainer_state.json global_step"};
   if (metric.empty()) return;
-  std::vector<std::string> at_step;
   const json history = j.contains("log_history") && j["log_history"].is_array() ? j["log_history"] : json::array();
-  for (const json& e : history) {
-    if (!e.is_object() || !e.contains("step") || json_step(e["step"]) != step) continue;
-    for (const auto& item : e.items())
-      if (std::find(at_step.begin(), at_step.end(), item.key()) == at_step.end()) at_step.push_back(item.key());
-    if (!e.contains(metric)) continue;
-    if (!e[metric].is_number())
-      throw input_error(fmt::format("{}: log_history at step {}: '{}' is {}, not a number", state, step, metric,
-                                    printable(e[metric].dump())));
-    f.metric = recorded_metric{finite_metric(state, metric, e[metric].get<double>()), "trainer_state.json log_history"};
-  }
+  for (const std::string& key : trainer_metric_keys(metric))
+    if (const auto v = logged_at(history, step, key, state)) {
+      f.metric = recorded_metric{*v, fmt::format("trainer_state.json log_history '{}'", key)};
+      return;
+    }
+  std::vector<std::string> at_step;
+  for (const json& e : history)
+    if (e.is_object() && e.contains("step") && json_step(e["step"]) == step)
+      for (const auto& item : e.items())
+        if (std::find(at_step.begin(), at_step.end(), item.key()) == at_step.end()) at_step.push_back(item.key());
   if (!f.metric)
     f.looked = fmt::format("{}: log_history has no '{}' at step {} (the global_step){}", state, metric, step,
                            at_step.empty() ? std::string(": nothing was logged at that step")
@@ -157,6 +187,18 @@ std::optional<double> lightning_score(const pickle_node* root, torch_storage_rea
   return std::nullopt;
 }
 
+// timm's train checkpoints: `metric` holds the eval metric its args named (args.eval_metric, "top1").
+std::optional<double> timm_metric(const pickle_node* root, torch_storage_reader& storages, const std::string& path,
+                                  const std::string& metric) {
+  const pickle_node* args = find_entry(root, "args");
+  if (!args || args->kind != pickle_kind::opaque || !args->call) return std::nullopt;
+  const pickle_node* named = find_entry(args->call->state, "eval_metric");
+  if (!named || named->kind != pickle_kind::string || named->text != metric) return std::nullopt;
+  const auto v = scalar_of(find_entry(root, "metric"), storages, "entry 'metric'");
+  if (!v) return std::nullopt;
+  return finite_metric(path, metric, *v);
+}
+
 void facts_from_torch_file(const std::string& path, const std::string& metric, checkpoint_facts& f) {
   if (!is_regular_file(path) || detect_input_kind(path) != input_kind::torch) return;
   const auto file = mapped_file::open(path);
@@ -175,6 +217,8 @@ void facts_from_torch_file(const std::string& path, const std::string& metric, c
     f.metric = recorded_metric{finite_metric(path, metric, *v), fmt::format("entry '{}'", metric)};
   } else if (const auto s = lightning_score(root, storages, path, metric)) {
     f.metric = recorded_metric{*s, "ModelCheckpoint current_score"};
+  } else if (const auto t = timm_metric(root, storages, path, metric)) {
+    f.metric = recorded_metric{*t, fmt::format("entry 'metric' (timm: args.eval_metric is '{}')", metric)};
   }
 }
 
@@ -340,24 +384,31 @@ void read_csv_table(const std::string& text, metric_table& t) {
   }
 }
 
-void read_json_entries(const json& list, metric_table& t) {
+void read_json_entries(const json& list, metric_table& t, const std::string& key) {
   for (size_t i = 0; i < list.size(); ++i) {
     const json& e = list[i];
-    if (!e.is_object() || !e.contains(t.metric)) continue;
+    if (!e.is_object() || !e.contains(key)) continue;
     const std::string where = fmt::format("{}: entry {}", t.file, i);
     const auto step = e.contains("step") ? json_step(e["step"]) : std::nullopt;
-    if (!step)
-      throw input_error(fmt::format("{}: holds '{}' without a \"step\": a non-negative integer", where, t.metric));
-    if (!e[t.metric].is_number()) throw input_error(fmt::format("{}: '{}' is not a number", where, t.metric));
-    add_value(t, where, *step, e[t.metric].get<double>());
+    if (!step) throw input_error(fmt::format("{}: holds '{}' without a \"step\": a non-negative integer", where, key));
+    if (!e[key].is_number()) throw input_error(fmt::format("{}: '{}' is not a number", where, key));
+    add_value(t, where, *step, e[key].get<double>());
+  }
+}
+
+// A trainer_state.json's log_history, under the keys Trainer reads the metric from.
+void read_log_history(const json& history, metric_table& t) {
+  for (const std::string& key : trainer_metric_keys(t.metric)) {
+    read_json_entries(history, t, key);
+    if (!t.values.empty()) return;
   }
 }
 
 void read_json_table(const std::string& text, metric_table& t) {
   const json j = parse_json_file(t.file, text);
   if (j.is_object() && j.contains("log_history") && j["log_history"].is_array())
-    return read_json_entries(j["log_history"], t);
-  if (j.is_array()) return read_json_entries(j, t);
+    return read_log_history(j["log_history"], t);
+  if (j.is_array()) return read_json_entries(j, t, t.metric);
   if (!j.is_object())
     throw input_error(
         fmt::format("{}: expected a trainer_state.json, a list of {{\"step\": S, \"{}\": V}} or an object "

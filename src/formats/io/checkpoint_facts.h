@@ -11,10 +11,12 @@
  *   extensions (ckpt_10.pt, checkpoint-12.pth.tar, global_step100), else of its folder's name
  *   (checkpoint-500/model.safetensors); a name of Lightning's NAME=VALUE form without step= has none.
  * A checkpoint's metric NAME, the first that applies:
- *   trainer_state.json: the last log_history entry at the checkpoint's global_step that holds NAME
+ *   trainer_state.json: the last log_history entry at the checkpoint's global_step that holds
+ *   eval_NAME (Trainer's metric_for_best_model rule: "loss" is eval_loss), else NAME
  *   a torch.save file: a top-level number NAME (timm's train checkpoints: `metric`), or the
  *   current_score of a Lightning ModelCheckpoint whose monitor is NAME (the score of the checkpoint
- *   being saved), or NAME=VALUE in a Lightning file name (rounded as the name was formatted)
+ *   being saved), or timm's `metric` when its args' eval_metric is NAME ("top1"), or NAME=VALUE in
+ *   a Lightning file name (rounded as the name was formatted)
  * or, given instead, a table of step -> value (metric_table) read from a CSV or JSON file.
  */
 #pragma once
@@ -36,7 +38,8 @@ struct recorded_step {
 
 struct recorded_metric {
   double value = 0.0;
-  std::string source;  // "trainer_state.json log_history", "entry 'metric'", "ModelCheckpoint current_score", "name"
+  std::string source;  // "trainer_state.json log_history 'eval_loss'", "entry 'metric'", "ModelCheckpoint
+                       // current_score", "name"
 };
 
 struct checkpoint_facts {
@@ -56,8 +59,8 @@ std::optional<int64_t> step_in_name(const std::string& path);
 // A step -> value table for one metric, read from FILE: CSV with a header row holding a `step`
 // column and a column named as the metric (rows whose metric cell is empty are skipped: Lightning's
 // CSVLogger leaves it so on training rows), or JSON: a Hugging Face trainer_state.json (its
-// log_history), a list of objects {"step": S, NAME: V, ...}, or an object {"S": V}. A step logged
-// twice keeps its last value (a resumed run logs again).
+// log_history, read by Trainer's rule above), a list of objects {"step": S, NAME: V, ...}, or an object {"S": V}. A
+// step logged twice keeps its last value (a resumed run logs again).
 struct metric_table {
   std::string file;
   std::string metric;
