@@ -191,6 +191,18 @@ class RecipeWeightsTest(TempDirTest):
                 for k, v in ref.items():
                     torch.testing.assert_close(got[k].double(), v, rtol=2e-7, atol=2e-7, msg=k)
 
+    def test_the_text_plan_shows_the_choice_and_the_weights(self):
+        p = swavg("average", "--weights", "wma", "--from-step", "200", *self.paths, "-o", self.path("w.pt"),
+                  "--dry-run")
+        want = selection_ref.recipe_weights("wma", self.steps[1:])
+        self.assertIn("Weights (wma) (normalised, in fold order):", p.stdout)
+        for i, w in enumerate(want):
+            self.assertIn("  %4d  %s\n" % (i + 1, repr(w)), p.stdout)
+        self.assertIn("Chosen from 5 candidates:", p.stdout)
+        self.assertIn("dropped by --from-step  step 100 (name)", p.stdout)
+        self.assertIn("kept  step 500 (name)", p.stdout)
+        self.assertFalse(os.path.exists(self.path("w.pt")))
+
     def test_recipe_after_a_selection_uses_the_kept_steps(self):
         plan = dry_run("--weights", "wma-step", "--from-step", "300", *self.paths)
         self.assertEqual(chosen(plan), self.paths[2:])
