@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes swavg's parsers with libFuzzer, AddressSanitizer and UndefinedBehaviorSanitizer.
 #
-#   scripts/fuzz.sh SECONDS [TARGET...]     # targets: unpickle zip safetensors torch_file torchscript crc32 pickle_literals (default: all)
+#   scripts/fuzz.sh SECONDS [TARGET...]     # targets: unpickle zip safetensors torch_file torchscript crc32 pickle_literals dcp_metadata metric_table (default: all but dcp_metadata)
 #
 # Builds tests/fuzz/ with clang-14 into build-fuzz/ (Debian: apt-get install clang-14 libclang-rt-14-dev),
 # seeds one corpus per target from the real fixtures (build/fixtures, made by scripts/make_fixtures.py
@@ -22,7 +22,7 @@ fi
 SECONDS_EACH=$1
 shift
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(unpickle zip safetensors torch_file torchscript crc32 pickle_literals)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(unpickle zip safetensors torch_file torchscript crc32 pickle_literals metric_table)
 
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
 FIXTURES=${FIXTURES:-build/fixtures}
@@ -76,6 +76,8 @@ for p in sorted(files):
         add("crc32", data)
     if p.endswith(".safetensors"):
         add("safetensors", data)
+    if p.endswith((".csv", ".json")):
+        add("metric_table", data)
     if data[:4] == b"PK\x03\x04" or p.endswith((".zip", ".pt", ".ts")):
         add("zip", data)
         if p.endswith(".pt"):

@@ -115,6 +115,12 @@ TEST_CASE("a trainer_state.json beside the weights gives the step and the metric
 }
 
 TEST_CASE("real runs: steps and metrics as Python reads them", "[checkpoint_facts][fixtures]") {
+  if (!std::filesystem::exists(test::fixture("trainer_runs/plain/reference.json"))) {
+    // scripts/fixtures/trainer_runs.py skips the family where transformers, Lightning or timm is not
+    // importable (the sanitizer preset's system Python); the venv setup.sh makes has them all.
+    WARN("no trainer_runs fixtures (their libraries are not importable by the fixtures' Python): skipped");
+    return;
+  }
   for (const std::string run : {"hf", "lightning", "timm", "plain"}) {
     const std::string folder = test::fixture("trainer_runs/" + run);
     const nlohmann::json ref = test::read_json(folder + "/reference.json");

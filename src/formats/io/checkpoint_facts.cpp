@@ -427,11 +427,10 @@ void read_json_table(const std::string& text, metric_table& t) {
 
 }  // namespace
 
-metric_table read_metric_table(const std::string& file, const std::string& metric) {
+metric_table parse_metric_table(const std::string& text, const std::string& file, const std::string& metric) {
   metric_table t;
   t.file = file;
   t.metric = metric;
-  const std::string text = read_text_file(file, kMaxMetricFileBytes, open_mode::streams_too);
   const size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && (text[first] == '{' || text[first] == '['))
     read_json_table(text, t);
@@ -439,6 +438,10 @@ metric_table read_metric_table(const std::string& file, const std::string& metri
     read_csv_table(text, t);
   if (t.values.empty()) throw input_error(fmt::format("{}: holds no value of '{}'", file, metric));
   return t;
+}
+
+metric_table read_metric_table(const std::string& file, const std::string& metric) {
+  return parse_metric_table(read_text_file(file, kMaxMetricFileBytes, open_mode::streams_too), file, metric);
 }
 
 }  // namespace swavg

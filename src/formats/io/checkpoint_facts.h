@@ -67,5 +67,7 @@ struct metric_table {
   std::map<int64_t, double> values;
 };
 metric_table read_metric_table(const std::string& file, const std::string& metric);
+// The same from the table's text (`file` names it in messages).
+metric_table parse_metric_table(const std::string& text, const std::string& file, const std::string& metric);
 
 }  // namespace swavg
