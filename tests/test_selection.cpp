@@ -134,6 +134,10 @@ TEST_CASE("a checkpoint without the metric is an error naming it", "[selection]"
   no_metric.rank = metric_rank::top;
   no_metric.rank_count = 1;
   CHECK_THROWS_WITH(select_checkpoints(given, no_metric), Catch::Contains("--top N ranks by a metric: add --metric"));
+  selection_config missing = c;
+  missing.metric_file = dir / "none.csv";
+  CHECK_THROWS_AS(select_checkpoints(given, missing), io_error);
+  CHECK_THROWS_WITH(select_checkpoints(given, missing), Catch::StartsWith("--metric-file " + (dir / "none.csv")));
   selection_config no_rank;
   no_rank.metric = "loss";
   CHECK_THROWS_WITH(select_checkpoints(given, no_rank), Catch::Contains("--metric names what --top N or --bottom N"));
