@@ -3,6 +3,8 @@
 // timm runs against what Python read from the same files (trainer_runs/*/reference.json).
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <filesystem>
 #include <fstream>
 
 #include "formats/io/checkpoint_facts.h"
@@ -62,6 +64,33 @@ TEST_CASE("metric tables from CSV and JSON", "[checkpoint_facts]") {
     CHECK(read_metric_table(dir / "list.json", "acc").values == std::map<int64_t, double>{{1, 0.25}, {3, 0.5}});
     write(dir / "map.json", R"({"10": 1.5, "20": 2})");
     CHECK(read_metric_table(dir / "map.json", "x").values == std::map<int64_t, double>{{10, 1.5}, {20, 2.0}});
+  }
+  SECTION("steps at their edges: digits up to int64's largest, decimals up to 2^53") {
+    write(dir / "edge.csv",
+          "step,acc\n9223372036854775807,0.5\n9007199254740992.0,0.25\n0,1\n");  // the last valid ones
+    CHECK(read_metric_table(dir / "edge.csv", "acc").values ==
+          std::map<int64_t, double>{{0, 1.0}, {9007199254740992, 0.25}, {INT64_MAX, 0.5}});
+    for (const char* first_invalid : {"9223372036854775808", "9007199254740994.0", "-1"}) {
+      INFO(first_invalid);
+      write(dir / "edge.csv", std::string("step,acc\n") + first_invalid + ",0.5\n");
+      CHECK_THROWS_WITH(read_metric_table(dir / "edge.csv", "acc"), Catch::Contains("is not a non-negative integer"));
+    }
+    write(dir / "edge.json", R"({"9223372036854775807": 0.5})");
+    CHECK(read_metric_table(dir / "edge.json", "acc").values == std::map<int64_t, double>{{INT64_MAX, 0.5}});
+    write(dir / "edge.json", R"({"9223372036854775808": 0.5})");
+    CHECK_THROWS_WITH(read_metric_table(dir / "edge.json", "acc"), Catch::Contains("expected a step"));
+    write(dir / "edge.json", R"([{"step": 9007199254740992.0, "acc": 0.5}])");
+    CHECK(read_metric_table(dir / "edge.json", "acc").values == std::map<int64_t, double>{{9007199254740992, 0.5}});
+    write(dir / "edge.json", R"([{"step": 9007199254740994.0, "acc": 0.5}])");
+    CHECK_THROWS_WITH(read_metric_table(dir / "edge.json", "acc"), Catch::Contains("without a \"step\""));
+  }
+  SECTION("the size bound: kMaxMetricFileBytes read, one byte more refused before reading") {
+    const std::string path = dir / "big.csv";
+    write(path, "step,acc\n1,0.5\n");
+    std::filesystem::resize_file(path, kMaxMetricFileBytes);  // sparse: NUL bytes after the rows
+    CHECK_THROWS_WITH(read_metric_table(path, "acc"), Catch::Contains("line 3: 1 fields, the header has 2"));
+    std::filesystem::resize_file(path, kMaxMetricFileBytes + 1);
+    CHECK_THROWS_WITH(read_metric_table(path, "acc"), Catch::Contains("larger than 268435456 bytes"));
   }
   SECTION("what is refused, naming the file and the place") {
     const std::vector<std::pair<std::string, std::string>> bad = {

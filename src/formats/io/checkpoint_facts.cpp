@@ -32,6 +32,10 @@ namespace {
 
 using json = nlohmann::json;
 
+// The largest whole number every smaller one of which a double holds exactly: a step written as a
+// decimal ("500.0") is read only up to it, so that no step is rounded into another.
+constexpr double kMaxExactStep = 9007199254740992.0;  // 2^53
+
 // The most containers a trainer_state.json or a metric table may nest (Trainer writes 3).
 constexpr int kMaxJsonDepth = 64;
 
@@ -61,7 +65,7 @@ std::optional<int64_t> json_step(const json& v) {
   if (v.is_number_integer() && v.get<int64_t>() >= 0) return v.get<int64_t>();
   if (v.is_number_float()) {
     const double d = v.get<double>();
-    if (d >= 0 && d < 9.0e18 && d == std::floor(d)) return static_cast<int64_t>(d);
+    if (d >= 0 && d <= kMaxExactStep && d == std::floor(d)) return static_cast<int64_t>(d);
   }
   return std::nullopt;
 }
@@ -330,58 +334,106 @@ checkpoint_facts read_checkpoint_facts(const std::string& path, const std::strin
 
 namespace {
 
-std::vector<std::string> csv_fields(const std::string& line) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = line.find(',', start);
-    std::string field = line.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+// The fields of one CSV line, one at a time, as views (a field in double quotes loses them; a quoted
+// comma is not supported): a line's memory is the line's, whatever number of fields it holds.
+class csv_line {
+ public:
+  explicit csv_line(std::string_view line) : rest_(line) {}
+  // The next field, or nullopt after the last.
+  std::optional<std::string_view> next() {
+    if (done_) return std::nullopt;
+    const size_t comma = rest_.find(',');
+    std::string_view field = rest_.substr(0, comma);
+    if (comma == std::string_view::npos)
+      done_ = true;
+    else
+      rest_.remove_prefix(comma + 1);
     if (field.size() >= 2 && field.front() == '"' && field.back() == '"') field = field.substr(1, field.size() - 2);
-    out.push_back(std::move(field));
-    if (comma == std::string::npos) return out;
-    start = comma + 1;
+    return field;
   }
+
+ private:
+  std::string_view rest_;
+  bool done_ = false;
+};
+
+// A step as a table writes it: digits (exact, up to int64's largest), or a number that is a whole
+// number a double holds exactly (at most 2^53: "500.0", as pandas writes an int column with gaps).
+std::optional<int64_t> step_text(std::string_view text) {
+  if (!text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos) return digits_value(text);
+  const auto d = parse_decimal(std::string(text));
+  if (!d || !(*d >= 0 && *d <= kMaxExactStep) || *d != std::floor(*d)) return std::nullopt;
+  return static_cast<int64_t>(*d);
 }
 
 void add_value(metric_table& t, const std::string& where, int64_t step, double v) {
   t.values[step] = finite_metric(where, t.metric, v);
 }
 
+// The columns of the header row: where `step` and the metric are, how many there are, the first
+// names (for the message when one is missing).
+struct csv_header {
+  size_t columns = 0;
+  std::optional<size_t> step, value;
+  std::vector<std::string> first_names;
+};
+
+csv_header read_header(std::string_view line, const std::string& metric) {
+  csv_header h;
+  csv_line fields(line);
+  while (const auto f = fields.next()) {
+    if (*f == "step" && !h.step) h.step = h.columns;
+    if (*f == metric && !h.value) h.value = h.columns;
+    if (h.first_names.size() < kMaxListedItems) h.first_names.emplace_back(*f);
+    ++h.columns;
+  }
+  return h;
+}
+
+// One row: its step and value fields; throws when it has more or fewer fields than the header.
+void read_row(std::string_view line, const csv_header& h, metric_table& t, size_t number) {
+  std::string_view step, value;
+  size_t count = 0;
+  csv_line fields(line);
+  while (const auto f = fields.next()) {
+    if (count == *h.step) step = *f;
+    if (count == *h.value) value = *f;
+    ++count;
+  }
+  const std::string where = fmt::format("{}: line {}", t.file, number);
+  if (count != h.columns) throw input_error(fmt::format("{}: {} fields, the header has {}", where, count, h.columns));
+  if (value.empty()) return;
+  const auto s = step_text(step);
+  if (!s) throw input_error(fmt::format("{}: step '{}' is not a non-negative integer", where, printable(step)));
+  const auto v = parse_decimal(std::string(value));
+  if (!v) throw input_error(fmt::format("{}: {} '{}' is not a number", where, t.metric, printable(value)));
+  add_value(t, where, *s, *v);
+}
+
+// Line by line over the text (a line's '\r' before '\n' dropped), holding one line's fields at a time.
 void read_csv_table(const std::string& text, metric_table& t) {
-  std::vector<std::string> lines;
-  for (size_t start = 0; start < text.size();) {
-    const size_t stop = std::min(text.find('\n', start), text.size());
-    std::string line = text.substr(start, stop - start);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    lines.push_back(std::move(line));
+  const std::string_view all(text);
+  std::optional<csv_header> header;
+  size_t number = 0;
+  for (size_t start = 0; start < all.size();) {
+    const size_t stop = std::min(all.find('\n', start), all.size());
+    std::string_view line = all.substr(start, stop - start);
     start = stop + 1;
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (!header) {
+      header = read_header(line, t.metric);
+      if (!header->step || !header->value)
+        throw input_error(fmt::format(
+            "{}: the header row must name a 'step' column and a '{}' column; found {} "
+            "column{}: {}",
+            t.file, t.metric, header->columns, header->columns == 1 ? "" : "s", quoted_list(header->first_names)));
+    } else if (!line.empty()) {
+      read_row(line, *header, t, number);
+    }
   }
-  if (lines.empty())
+  if (!header)
     throw input_error(fmt::format("{}: empty: expected a header row with 'step' and '{}'", t.file, t.metric));
-  const std::vector<std::string> header = csv_fields(lines[0]);
-  size_t step_col = header.size(), value_col = header.size();
-  for (size_t i = 0; i < header.size(); ++i) {
-    if (header[i] == "step" && step_col == header.size()) step_col = i;
-    if (header[i] == t.metric && value_col == header.size()) value_col = i;
-  }
-  if (step_col == header.size() || value_col == header.size())
-    throw input_error(fmt::format("{}: the header row must name a 'step' column and a '{}' column; found {}", t.file,
-                                  t.metric, quoted_list(header)));
-  for (size_t n = 1; n < lines.size(); ++n) {
-    if (lines[n].empty()) continue;
-    const std::vector<std::string> row = csv_fields(lines[n]);
-    const std::string where = fmt::format("{}: line {}", t.file, n + 1);
-    if (row.size() != header.size())
-      throw input_error(fmt::format("{}: {} fields, the header has {}", where, row.size(), header.size()));
-    if (row[value_col].empty()) continue;
-    const auto step = parse_decimal(row[step_col]);
-    const auto value = parse_decimal(row[value_col]);
-    if (!step || !(*step >= 0 && *step < 9.0e18 && *step == std::floor(*step)))
-      throw input_error(fmt::format("{}: step '{}' is not a non-negative integer", where, printable(row[step_col])));
-    if (!value)
-      throw input_error(fmt::format("{}: {} '{}' is not a number", where, t.metric, printable(row[value_col])));
-    add_value(t, where, static_cast<int64_t>(*step), *value);
-  }
 }
 
 void read_json_entries(const json& list, metric_table& t, const std::string& key) {
@@ -416,12 +468,11 @@ void read_json_table(const std::string& text, metric_table& t) {
                     t.file, t.metric));
   for (const auto& item : j.items()) {
     const std::string where = fmt::format("{}: key \"{}\"", t.file, printable(item.key()));
-    const auto step = parse_decimal(item.key());
-    if (!step || !(*step >= 0 && *step < 9.0e18 && *step == std::floor(*step)) ||
-        item.key().find_first_not_of("0123456789") != std::string::npos)
-      throw input_error(fmt::format("{}: expected a step (a non-negative integer) as the key", where));
+    const auto step =
+        item.key().find_first_not_of("0123456789") == std::string::npos ? step_text(item.key()) : std::nullopt;
+    if (!step) throw input_error(fmt::format("{}: expected a step (a non-negative integer) as the key", where));
     if (!item.value().is_number()) throw input_error(fmt::format("{}: the value is not a number", where));
-    add_value(t, where, static_cast<int64_t>(*step), item.value().get<double>());
+    add_value(t, where, *step, item.value().get<double>());
   }
 }
 
