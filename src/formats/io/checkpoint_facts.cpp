@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <string_view>
 #include <vector>
@@ -22,7 +21,6 @@
 #include "util/decimal.h"
 #include "util/error.h"
 #include "util/listing.h"
-#include "util/mapped_file.h"
 #include "util/paths.h"
 #include "util/printable.h"
 #include "util/read_file.h"
@@ -204,10 +202,10 @@ std::optional<double> timm_metric(const pickle_node* root, torch_storage_reader&
 }
 
 void facts_from_torch_file(const std::string& path, const std::string& metric, checkpoint_facts& f) {
-  if (!is_regular_file(path) || detect_input_kind(path) != input_kind::torch) return;
-  const auto file = mapped_file::open(path);
-  if (file->size() < 4 || std::memcmp(file->data(), "PK\x03\x04", 4) != 0) return;  // the legacy format
-  const torch_archive archive = open_torch_archive(file, "a torch.save checkpoint");
+  if (!is_regular_file(path)) return;
+  const input_probe probe = probe_input(path);  // the ZIP archive only: the legacy format is torch_legacy
+  if (claim_input(probe).kind != input_kind::torch) return;
+  const torch_archive archive = open_torch_archive(probe.file, "a torch.save checkpoint");
   const pickle_node* root = archive.doc->root();
   torch_storage_reader storages = archive_storages(archive);
   if (!f.step) {
