@@ -173,17 +173,17 @@ void add_fold_options(CLI::App* app, fold_options& o) {
 
 void set_variants(fold_job& job, const std::vector<output_value>& values, const std::string& option,
                   const std::string& placeholder) {
+  std::vector<std::string> labels;
+  for (const auto& v : values) labels.push_back(v.label);
+  const std::vector<std::string> outputs = outputs_for(job.output, placeholder, option, labels);
   const std::string many =
       fmt::format("{} {} values write {} outputs from one read", values.size(), option, values.size());
-  if (job.output.find(placeholder) == std::string::npos)
-    throw usage_error(fmt::format("{}: -o must contain {} (e.g. -o out-{}.pt), replaced by each value as given", many,
-                                  placeholder, placeholder));
   if (job.directory) throw usage_error(many + ", each one file: -o DIR/ writes one folder");
   if (!job.resume.empty()) throw usage_error(many + ": --resume continues one average; give one value");
   if (job.config.avg_fn) throw usage_error(many + ": an averaging function writes one output");
   job.variants.clear();
-  for (const auto& v : values)
-    job.variants.push_back(fold_variant{v.label, output_for(job.output, placeholder, v.label), v.config});
+  for (size_t v = 0; v < values.size(); ++v)
+    job.variants.push_back(fold_variant{values[v].label, outputs[v], values[v].config});
   job.output = job.variants.front().output;
   job.config = job.variants.front().config;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "util/error.h"
 #include "util/listing.h"
 
 namespace swavg {
@@ -251,11 +252,21 @@ CLI::Option* add_dtype_option(CLI::App* app, const std::string& flags, std::opti
           floating_only ? "{float32,float64,float16,bfloat16}" : "DTYPE"));
 }
 
-std::string output_for(const std::string& pattern, const std::string& placeholder, const std::string& value) {
-  std::string out = pattern;
-  for (auto at = out.find(placeholder); at != std::string::npos; at = out.find(placeholder, at + value.size()))
-    out.replace(at, placeholder.size(), value);
-  return out;
+std::vector<std::string> outputs_for(const std::string& pattern, const std::string& placeholder,
+                                     const std::string& option, const std::vector<std::string>& values) {
+  if (values.size() > 1 && pattern.find(placeholder) == std::string::npos)
+    throw usage_error(
+        fmt::format("{} {} values write {} outputs: -o must contain {} (e.g. -o out-{}.pt), replaced "
+                    "by each value as given",
+                    values.size(), option, values.size(), placeholder, placeholder));
+  std::vector<std::string> outputs;
+  for (const auto& value : values) {
+    std::string out = pattern;
+    for (auto at = out.find(placeholder); at != std::string::npos; at = out.find(placeholder, at + value.size()))
+      out.replace(at, placeholder.size(), value);
+    outputs.push_back(std::move(out));
+  }
+  return outputs;
 }
 
 }  // namespace swavg

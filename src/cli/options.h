@@ -105,9 +105,11 @@ void add_output_options(CLI::App& app, output_settings& s);
 // dcp where the subcommand writes one file).
 CLI::Option* add_format_option(CLI::App* app, std::optional<output_format>& target, bool dcp = true);
 
-// The output of one of several values (posthoc-ema's --sigma-rel, ema's --decay, average's --weights):
-// `pattern` (-o) with every `placeholder` ("{decay}") replaced by the value as given.
-std::string output_for(const std::string& pattern, const std::string& placeholder, const std::string& value);
+// The outputs of the values of `option` (posthoc-ema's --sigma-rel, ema's --decay, average's --weights),
+// one each: `pattern` (-o) with every `placeholder` ("{decay}") replaced by the value as given.
+// usage_error when there are several values and the pattern holds no placeholder.
+std::vector<std::string> outputs_for(const std::string& pattern, const std::string& placeholder,
+                                     const std::string& option, const std::vector<std::string>& values);
 
 // A dtype by PyTorch's name; `floating_only` accepts float32, float64, float16 and bfloat16 only.
 CLI::Option* add_dtype_option(CLI::App* app, const std::string& flags, std::optional<dtype>& target, bool floating_only,

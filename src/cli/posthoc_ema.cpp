@@ -167,20 +167,17 @@ dry_run describe_posthoc(const std::vector<state_dict>& snapshots, const std::ve
 void run_posthoc_ema(const posthoc_options& o) {
   const auto start = std::chrono::steady_clock::now();
   if (o.inputs.empty()) throw usage_error("posthoc-ema needs snapshots");
-  const bool pattern = o.output.find(kPlaceholder) != std::string::npos;
-  if (o.sigma_rels.size() > 1 && !pattern)
-    throw usage_error(fmt::format("{} --sigma-rel values write {} outputs: -o must contain {} (e.g. ema-{}.pt)",
-                                  o.sigma_rels.size(), o.sigma_rels.size(), kPlaceholder, kPlaceholder));
+  const std::vector<std::string> paths = outputs_for(o.output, kPlaceholder, "--sigma-rel", o.sigma_rels);
   const std::vector<ema_profile> profiles = snapshot_profiles(o);
   double latest = 0;
   for (const auto& p : profiles) latest = std::max(latest, p.t);
   const double at = o.at.value_or(latest);
 
   std::vector<planned_output> outs;
-  for (const auto& text : o.sigma_rels) {
+  for (size_t s = 0; s < o.sigma_rels.size(); ++s) {
+    const std::string& text = o.sigma_rels[s];
     const double sigma = parse_sigma(text);
-    outs.push_back(
-        planned_output{text, sigma, solve_phema(profiles, sigma, at), output_for(o.output, kPlaceholder, text)});
+    outs.push_back(planned_output{text, sigma, solve_phema(profiles, sigma, at), paths[s]});
     const double condition = outs.back().solution.condition;
     if (phema_ill_conditioned(condition))
       spdlog::warn(
