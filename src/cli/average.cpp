@@ -53,13 +53,7 @@ void set_avg_fn(average_options& o) {
     throw usage_error(fmt::format("{} replaces the equal-weight average: it cannot be combined with --weights",
                                   avg_fn_option(spec.kind)));
   require_libtorch(fmt::format("{} {} (a TorchScript function)", avg_fn_option(spec.kind), spec.path));
-  try {
-    spec.sha256 = avg_fn_digest(spec.path);
-  } catch (const io_error& e) {
-    throw io_error(fmt::format("{} {}", avg_fn_option(spec.kind), e.what()));
-  } catch (const input_error& e) {
-    throw input_error(fmt::format("{} {}", avg_fn_option(spec.kind), e.what()));
-  }
+  spec.sha256 = naming_option(avg_fn_option(spec.kind), [&spec] { return avg_fn_digest(spec.path); });
   fold_config& c = o.fold.job.config;
   if (c.accumulate == accumulate_policy::automatic) c.accumulate = accumulate_policy::native;
   c.avg_fn = std::move(spec);

@@ -73,23 +73,13 @@ void check_config(const selection_config& c) {
     throw usage_error("--metric-file needs --metric NAME: the column to read");
 }
 
-// --metric-file's table; a file that cannot be read or is not a table names the option too.
-metric_table metric_file_table(const selection_config& c) {
-  try {
-    return read_metric_table(c.metric_file, c.metric);
-  } catch (const io_error& e) {
-    throw io_error(fmt::format("--metric-file {}", e.what()));
-  } catch (const input_error& e) {
-    throw input_error(fmt::format("--metric-file {}", e.what()));
-  }
-}
-
 void read_facts(std::vector<selection_candidate>& cands, const selection_config& c) {
   const bool steps = needs_steps(c);
   const bool metric = c.rank != metric_rank::none;
   if (!steps && !metric) return;
   std::optional<metric_table> table;
-  if (!c.metric_file.empty()) table = metric_file_table(c);
+  if (!c.metric_file.empty())
+    table = naming_option("--metric-file", [&c] { return read_metric_table(c.metric_file, c.metric); });
   for (auto& cand : cands) {
     const checkpoint_facts f = read_checkpoint_facts(cand.path, table ? std::string() : c.metric);
     cand.step = f.step;

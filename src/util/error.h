@@ -67,6 +67,20 @@ inline void check_input(bool cond, const std::string& message) {
   if (!cond) throw input_error(message);
 }
 
+// `read()`'s result; a file it cannot read (io_error) or finds malformed (input_error) is rethrown as
+// the same kind with `option` before the message, so that the message names the option that gave
+// the file ("--metric-file m.csv: line 2: ...").
+template <class F>
+auto naming_option(const std::string& option, F&& read) -> decltype(read()) {
+  try {
+    return read();
+  } catch (const io_error& e) {
+    throw io_error(option + " " + e.what());
+  } catch (const input_error& e) {
+    throw input_error(option + " " + e.what());
+  }
+}
+
 // The text of errno for messages ("No such file or directory").
 std::string errno_text(int err);
 
