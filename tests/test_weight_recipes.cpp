@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 
 #include "fold/weight_recipes.h"
 #include "util/error.h"
@@ -51,6 +52,8 @@ TEST_CASE("ema:D gives what a running lerp gives each checkpoint", "[weight_reci
   }
   weight_recipe bad = recipe(weight_recipe_kind::ema, "ema:1.5");
   bad.decay = std::nextafter(1.0, 2.0);  // the first invalid
+  CHECK_THROWS_WITH(recipe_weights(bad, 2, {}), Catch::Contains("the decay must be in [0, 1]"));
+  bad.decay = -std::numeric_limits<double>::denorm_min();  // the first invalid below 0 (0 itself is valid, above)
   CHECK_THROWS_WITH(recipe_weights(bad, 2, {}), Catch::Contains("the decay must be in [0, 1]"));
 }
 
