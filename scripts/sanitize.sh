@@ -28,8 +28,7 @@ cmake -S . -B "$BUILD_DIR" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX
       -DSWAVG_SANITIZE=ON ${CMAKE_ARGS:-}
 targets=(test_pickle test_pickle_literals test_pickle_keys test_pickle_deny_list test_zip_reader test_zip_writer
          test_crc32 test_safetensors test_torch_file test_sharded_input test_sha256
-         fuzz_unpickle fuzz_zip fuzz_safetensors fuzz_torch_file fuzz_torchscript fuzz_crc32 fuzz_pickle_literals
-         fuzz_dcp_metadata test_legacy_torch_file test_dcp_metadata test_deepspeed_checkpoint test_regular_file
+         fuzz_targets test_legacy_torch_file test_dcp_metadata test_deepspeed_checkpoint test_regular_file
          swavg-replay)
 tests='^(make_fixtures|pickle:|pickle_literals:|pickle_keys:|pickle_deny_list:|zip_reader:|zip_writer:|crc32:|safetensors:|torch_file:|sharded_input:|sha256:|fuzz_replay:|hostile_replay)'
 if [ "${SWAVG_SANITIZE_FULL:-0}" = 1 ]; then

@@ -320,6 +320,23 @@ TEST_CASE("plan: --allow-missing averages each tensor over the inputs that have 
   CHECK(r.counts == counts);
 }
 
+TEST_CASE("plan: a resumed average's record lists its checkpoints, then the run's", "[plan][resume][unit]") {
+  const auto inputs = three_inputs();
+  resume_record rec;
+  rec.mode = fold_mode::swa;
+  rec.n = 2;
+  rec.inputs = {"run/ckpt_1.pt", "run/ckpt_2.pt"};
+  state_dict earlier = make_sd("avg.pt", kModel);
+  earlier.metadata[kResumeKey] = to_json(rec);
+  fold_inputs in{inputs, open_resumed(std::move(earlier), fold_config{}), {}};
+  const fold_plan plan = plan_fold(fold_config{}, in.checkpoints, &*in.resume);
+  const resume_record r = make_resume_record(fold_config{}, plan, in);
+  CHECK(r.n == 5);
+  std::vector<std::string> expected = rec.inputs;
+  for (const auto& sd : inputs) expected.push_back(sd.path);
+  CHECK(r.inputs == expected);  // as one run over all five would record them, never "avg.pt"
+}
+
 TEST_CASE("plan: a resumed average joins each tensor with its count", "[plan][resume][unit]") {
   const auto inputs = three_inputs();
   resume_record rec;

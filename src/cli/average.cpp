@@ -160,12 +160,15 @@ void run_average(average_options o) {
 
 }  // namespace
 
-command setup_average(CLI::App& parent) {
+command setup_average(CLI::App& parent, const watch_settings* watch) {
   auto o = std::make_shared<average_options>();
   CLI::App* app = parent.add_subcommand(
-      "average", "Average checkpoints with equal weights (SWA, bit-exact with AveragedModel) or --weights");
+      "average", watch ? "Fold each checkpoint of a training run, as it is written, into an equal average (SWA)"
+                       : "Average checkpoints with equal weights (SWA, bit-exact with AveragedModel) or --weights");
+  o->fold.watch = watch;
   add_fold_options(app, o->fold);
-  app->add_option("--weights", o->weights,
+  if (!watch)
+    app->add_option("--weights", o->weights,
                   "One weight per input in one comma list (normalised; finite, >= 0), or a recipe: sma (equal), wma "
                   "(i-th gets i, PMA), wma-step (each gets its step), ema:DECAY (the weights ema --decay gives), "
                   "wsm:linear|cosine|1-sqrt or wsm:W1,...,Wk (WSM's merge weights from a decay schedule); printed and "
@@ -186,6 +189,14 @@ command setup_average(CLI::App& parent) {
                   "dtype)")
       ->type_name("FILE")
       ->group(fn);
+  if (watch) {
+    app->footer(
+        "Examples:\n"
+        "  swavg watch average runs/exp1/ -o swa.safetensors\n"
+        "  swavg watch average out/ --match 'checkpoint-*' -o swa/ --idle-timeout 3600\n"
+        "  swavg watch average ckpts/ --from-step 9000 --until-step 20000 -o swa.pt --status swa.status.json");
+    return {app, [o] { run_average(*o); }};
+  }
   app->footer(
       "Examples:\n"
       "  swavg average ckpt_*.pt -o swa.pt\n"

@@ -12,6 +12,8 @@ class App;
 
 namespace swavg {
 
+struct watch_settings;
+
 struct command {
   CLI::App* app;
   std::function<void()> run;
@@ -19,10 +21,13 @@ struct command {
 
 command setup_inspect(CLI::App& parent);
 command setup_convert(CLI::App& parent);
-command setup_average(CLI::App& parent);
-command setup_ema(CLI::App& parent);
+// With `watch`, the subcommand of `swavg watch` (cli/watch.cpp) that folds a run's checkpoints as
+// they are written, with those settings.
+command setup_average(CLI::App& parent, const watch_settings* watch = nullptr);
+command setup_ema(CLI::App& parent, const watch_settings* watch = nullptr);
 command setup_update_bn(CLI::App& parent);
 command setup_finalize(CLI::App& parent);
 command setup_posthoc_ema(CLI::App& parent);
+command setup_watch(CLI::App& parent);
 
 }  // namespace swavg

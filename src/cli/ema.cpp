@@ -82,20 +82,27 @@ void run_ema(ema_options o) {
 
 }  // namespace
 
-command setup_ema(CLI::App& parent) {
+command setup_ema(CLI::App& parent, const watch_settings* watch) {
   auto o = std::make_shared<ema_options>();
-  CLI::App* app = parent.add_subcommand("ema", "Exponential moving average of checkpoints: avg.lerp(x, 1 - decay)");
+  CLI::App* app = parent.add_subcommand(
+      "ema", watch ? "Fold each checkpoint of a training run, as it is written, into an exponential moving average"
+                   : "Exponential moving average of checkpoints: avg.lerp(x, 1 - decay)");
+  o->fold.watch = watch;
   add_fold_options(app, o->fold);
   CLI::Option* decay = app->add_option("--decay", o->decays,
                                        "Decay in [0, 1], e.g. 0.999; repeat for several outputs from one read of the "
                                        "inputs (-o with {decay}, e.g. -o ema-{decay}.pt)")
                            ->type_name("D");
-  CLI::Option* power_sigma = app->add_option(
-      "--power-sigma-rel", o->power_sigma_rel,
-      "EDM2's power-function EMA of this sigma_rel in (0, 0.28) instead of --decay: beta_k = (t_{k-1}/t_k)^(gamma+1) "
-      "with each checkpoint's training time t_k from its name (ckpt-0004096.pt) or --snapshot-times");
-  app->add_option("--snapshot-times", o->times, "With --power-sigma-rel: each input's training time, in fold order")
-      ->delimiter(',');
+  CLI::Option* power_sigma = nullptr;
+  if (!watch) {
+    power_sigma = app->add_option(
+        "--power-sigma-rel", o->power_sigma_rel,
+        "EDM2's power-function EMA of this sigma_rel in (0, 0.28) instead of --decay: beta_k = "
+        "(t_{k-1}/t_k)^(gamma+1) with each checkpoint's training time t_k from its name (ckpt-0004096.pt) or "
+        "--snapshot-times");
+    app->add_option("--snapshot-times", o->times, "With --power-sigma-rel: each input's training time, in fold order")
+        ->delimiter(',');
+  }
   add_enum_option(app, "--warmup", o->fold.job.config.warmup,
                   names_of({warmup_kind::none, warmup_kind::torch_ema, warmup_kind::power}, warmup_name),
                   "none; torch_ema: min(decay, (1+n)/(10+n)); power: 1-(1+n/G)^-P clamped to [min_decay, decay]");
@@ -104,7 +111,14 @@ command setup_ema(CLI::App& parent) {
       app->add_option("--power", o->fold.job.config.power, "P of the power warmup: finite, > 0 (default 2/3)"),
       app->add_option("--min-decay", o->fold.job.config.min_decay,
                       "Lower bound of the power warmup's decay, in [0, --decay] (default 0)")};
-  app->footer(
+  if (watch)
+    app->footer(
+        "Examples:\n"
+        "  swavg watch ema --decay 0.999 runs/exp1/ -o ema.pt\n"
+        "  swavg watch ema --decay 0.999 --decay 0.9999 out/ -o ema-{decay}.safetensors   # two averages\n"
+        "  swavg watch ema --decay 0.999 ckpts/ -o ema.pt --idle-timeout 3600 --status ema.status.json");
+  else
+    app->footer(
       "Examples:\n"
       "  swavg ema --decay 0.999 ckpt_*.pt -o ema.pt\n"
       "  ls ckpt_* | swavg ema --decay 0.999 --sort natural --inputs-from - -o ema.pt\n"
@@ -112,9 +126,11 @@ command setup_ema(CLI::App& parent) {
       "  swavg ema --decay 0.999 --decay 0.9999 ckpt_*.pt -o ema-{decay}.pt   # two outputs, one read\n"
       "  swavg ema --power-sigma-rel 0.10 ckpt-*.pt --sort natural -o ema-0.100.pt");
   return {app, [o, power_options, decay, power_sigma] {
-            if ((decay->count() > 0) == (power_sigma->count() > 0))
-              throw usage_error("ema needs --decay D or --power-sigma-rel S (one of them)");
-            if (power_sigma->count() > 0 && o->fold.job.config.warmup != warmup_kind::none)
+            const bool power = power_sigma && power_sigma->count() > 0;
+            if ((decay->count() > 0) == power)
+              throw usage_error(power_sigma ? "ema needs --decay D or --power-sigma-rel S (one of them)"
+                                            : "swavg watch ema needs --decay D");
+            if (power && o->fold.job.config.warmup != warmup_kind::none)
               throw usage_error("--warmup sets a decay schedule, which --power-sigma-rel replaces");
             for (const CLI::Option* opt : power_options)
               if (opt->count() > 0 && o->fold.job.config.warmup != warmup_kind::power)

@@ -73,10 +73,25 @@ void add_selection_options(CLI::App* app, fold_options& o) {
       ->group(group);
 }
 
-}  // namespace
-
-void add_fold_options(CLI::App* app, fold_options& o) {
-  fold_config& c = o.job.config;
+// The inputs: checkpoints given, or, for `swavg watch`, the run's folder.
+void add_input_options(CLI::App* app, fold_options& o) {
+  if (o.watch) {
+    app->add_option("run", o.selection.paths,
+                    "The training run's folder to watch: each checkpoint written into it (a file or a folder) is "
+                    "folded once whole, in step order")
+        ->required()
+        ->type_name("RUN_DIR");
+    const std::string group = "Choosing checkpoints";
+    app->add_option("--from-step", o.choose.from_step, "Fold the checkpoints whose step is at least A")
+        ->check(integer_in(0, kMaxInt64))
+        ->type_name("A")
+        ->group(group);
+    app->add_option("--to-step", o.choose.to_step, "Fold the checkpoints whose step is at most B")
+        ->check(integer_in(0, kMaxInt64))
+        ->type_name("B")
+        ->group(group);
+    return;
+  }
   app->add_option("inputs", o.selection.paths,
                   "Checkpoints to fold (any format swavg reads), folded in step order: see --sort");
   CLI::Option* inputs_from =
@@ -89,60 +104,10 @@ void add_fold_options(CLI::App* app, fold_options& o) {
                 "records skipped")
       ->needs(inputs_from);
   add_selection_options(app, o);
-  app->add_option("-o,--output", o.job.output,
-                  "File to write (atomically), or a folder (DIR/, or an existing folder): a Hugging Face folder of "
-                  "shards and an index")
-      ->required();
-  const std::string sharded = "Sharded outputs (-o DIR/)";
-  app->add_option("--max-shard-size", o.max_shard_size,
-                  "Largest shard: 5GB, 500MB, 2MiB or bytes (KB/MB/GB/TB are powers of 10; default 5GB)")
-      ->group(sharded);
-  app->add_option("--shard", o.shard,
-                  "Write only worker I's shards of N (0 <= I < N) into DIR.partial/; then `swavg finalize DIR/`. "
-                  "Without it: SLURM_ARRAY_TASK_ID, SLURM_PROCID, RANK or JOB_COMPLETION_INDEX")
-      ->group(sharded);
-  app->add_option("--shard-count", o.shard_count, "The worker count N with JOB_COMPLETION_INDEX (Kubernetes)")
-      ->group(sharded);
-  add_format_option(app, o.job.format);
-  app->add_flag("--force", o.job.force, "Replace an existing output");
-  app->add_flag("--drop-objects", o.job.drop_objects,
-                "Leave the non-tensor entries (_extra_state, epoch, ...) out of the output instead of carrying them "
-                "(needed for safetensors outputs of inputs that have them)");
-  add_load_options(app, o.job.load);
-  add_enum_option(app, "--buffers", c.buffers,
-                  names_of({buffer_policy::latest, buffer_policy::first, buffer_policy::average}, buffer_policy_name),
-                  "Buffers: latest (the last input's: use_buffers=False in PyTorch 2.x), first (the first input's: "
-                  "use_buffers=False in 1.13) or average (use_buffers=True, integer buffers included)");
-  app->add_option("--buffer", c.buffer_patterns, "Also treat tensors matching REGEX (RE2, searched) as buffers");
-  app->add_option("--model", o.job.model, "TorchScript model whose parameter/buffer split decides what is a buffer");
-  add_enum_option(app, "--int", c.ints,
-                  {{"latest", int_policy::latest}, {"first", int_policy::first}, {"error", int_policy::error}},
-                  "Integer and bool tensors: latest, first, or error when they differ");
-  app->add_option("--rules", o.rules_file,
-                  "JSON list of {\"match\": REGEX (RE2), \"action\": average|latest|first|drop, \"decay\": D}");
-  add_enum_option(app, "--accumulate", c.accumulate,
-                  {{"auto", accumulate_policy::automatic},
-                   {"native", accumulate_policy::native},
-                   {"float32", accumulate_policy::float32},
-                   {"float64", accumulate_policy::float64}},
-                  "Accumulator precision: auto (float32 for float16/bfloat16, else native; with --avg-fn or "
-                  "--multi-avg-fn always native: the function runs in the tensors' own dtype), native, float32, "
-                  "float64");
-  add_dtype_option(app, "--output-dtype", c.output_dtype, /*floating_only=*/true,
-                   "Write floating tensors in this dtype (default: each input's)");
-  app->add_option("--resume", o.job.resume, "Continue from an earlier output of the same mode");
-  add_enum_option(app, "--layout", c.layout,
-                  names_of({output_layout::state_dict, output_layout::averaged_model}, layout_name),
-                  "state-dict (the inputs' names) or averaged-model (module.<name> + n_averaged)");
-  app->add_flag("--allow-missing", c.allow_missing, "Average each tensor over the inputs that have it");
-  app->add_flag("--allow-nonfinite", c.allow_nonfinite, "Accept NaN and Inf values in the inputs");
-  add_device_option(app, "--device", c.device, "Fold on cpu or cuda[:N]");
-  app->add_option("--report", o.report_file, "Write a JSON report to FILE");
-  app->add_flag("--json", o.json, "Print the JSON report on stdout (with --dry-run: the plan)");
-  app->add_flag("--dry-run", o.dry_run,
-                "Check everything and print the plan (inputs, every tensor's action, output files and sizes, bytes "
-                "and peak memory) instead of folding; writes nothing");
+}
 
+// --update-bn and its data (not for `swavg watch`: recompute once, on the final average).
+void add_update_bn_options(CLI::App* app, fold_options& o) {
   const std::string bn = "BatchNorm recomputation (--update-bn)";
   app->add_flag("--update-bn", o.update_bn,
                 "Recompute BatchNorm statistics of the average by replaying --data through --model (as update_bn)")
@@ -170,6 +135,74 @@ void add_fold_options(CLI::App* app, fold_options& o) {
                    "Feed the model this dtype (default: the model's floating dtype)")
       ->group(bn);
 }
+
+}  // namespace
+
+void add_fold_options(CLI::App* app, fold_options& o) {
+  fold_config& c = o.job.config;
+  add_input_options(app, o);
+  app->add_option("-o,--output", o.job.output,
+                  "File to write (atomically), or a folder (DIR/, or an existing folder): a Hugging Face folder of "
+                  "shards and an index")
+      ->required();
+  const std::string sharded = "Sharded outputs (-o DIR/)";
+  app->add_option("--max-shard-size", o.max_shard_size,
+                  "Largest shard: 5GB, 500MB, 2MiB or bytes (KB/MB/GB/TB are powers of 10; default 5GB)")
+      ->group(sharded);
+  if (!o.watch) {
+    app->add_option("--shard", o.shard,
+                    "Write only worker I's shards of N (0 <= I < N) into DIR.partial/; then `swavg finalize DIR/`. "
+                    "Without it: SLURM_ARRAY_TASK_ID, SLURM_PROCID, RANK or JOB_COMPLETION_INDEX")
+        ->group(sharded);
+    app->add_option("--shard-count", o.shard_count, "The worker count N with JOB_COMPLETION_INDEX (Kubernetes)")
+        ->group(sharded);
+  }
+  add_format_option(app, o.job.format);
+  if (!o.watch) app->add_flag("--force", o.job.force, "Replace an existing output");
+  app->add_flag("--drop-objects", o.job.drop_objects,
+                "Leave the non-tensor entries (_extra_state, epoch, ...) out of the output instead of carrying them "
+                "(needed for safetensors outputs of inputs that have them)");
+  add_load_options(app, o.job.load);
+  add_enum_option(app, "--buffers", c.buffers,
+                  names_of({buffer_policy::latest, buffer_policy::first, buffer_policy::average}, buffer_policy_name),
+                  "Buffers: latest (the last input's: use_buffers=False in PyTorch 2.x), first (the first input's: "
+                  "use_buffers=False in 1.13) or average (use_buffers=True, integer buffers included)");
+  app->add_option("--buffer", c.buffer_patterns, "Also treat tensors matching REGEX (RE2, searched) as buffers");
+  app->add_option("--model", o.job.model, "TorchScript model whose parameter/buffer split decides what is a buffer");
+  add_enum_option(app, "--int", c.ints,
+                  {{"latest", int_policy::latest}, {"first", int_policy::first}, {"error", int_policy::error}},
+                  "Integer and bool tensors: latest, first, or error when they differ");
+  app->add_option("--rules", o.rules_file,
+                  "JSON list of {\"match\": REGEX (RE2), \"action\": average|latest|first|drop, \"decay\": D}");
+  add_enum_option(app, "--accumulate", c.accumulate,
+                  {{"auto", accumulate_policy::automatic},
+                   {"native", accumulate_policy::native},
+                   {"float32", accumulate_policy::float32},
+                   {"float64", accumulate_policy::float64}},
+                  "Accumulator precision: auto (float32 for float16/bfloat16, else native; with --avg-fn or "
+                  "--multi-avg-fn always native: the function runs in the tensors' own dtype), native, float32, "
+                  "float64");
+  add_dtype_option(app, "--output-dtype", c.output_dtype, /*floating_only=*/true,
+                   "Write floating tensors in this dtype (default: each input's)");
+  if (!o.watch) app->add_option("--resume", o.job.resume, "Continue from an earlier output of the same mode");
+  add_enum_option(app, "--layout", c.layout,
+                  names_of({output_layout::state_dict, output_layout::averaged_model}, layout_name),
+                  "state-dict (the inputs' names) or averaged-model (module.<name> + n_averaged)");
+  app->add_flag("--allow-missing", c.allow_missing, "Average each tensor over the inputs that have it");
+  app->add_flag("--allow-nonfinite", c.allow_nonfinite, "Accept NaN and Inf values in the inputs");
+  add_device_option(app, "--device", c.device, "Fold on cpu or cuda[:N]");
+  if (o.watch) {
+    app->add_option("--report", o.report_file, "Write the JSON report of each fold to FILE, replacing the last one");
+    return;
+  }
+  app->add_option("--report", o.report_file, "Write a JSON report to FILE");
+  app->add_flag("--json", o.json, "Print the JSON report on stdout (with --dry-run: the plan)");
+  app->add_flag("--dry-run", o.dry_run,
+                "Check everything and print the plan (inputs, every tensor's action, output files and sizes, bytes "
+                "and peak memory) instead of folding; writes nothing");
+  add_update_bn_options(app, o);
+}
+
 
 void set_variants(fold_job& job, const std::vector<output_value>& values, const std::string& option,
                   const std::string& placeholder) {
@@ -218,6 +251,24 @@ void choose_inputs(fold_options& o) {
                      : fmt::format(" ({} {} by {})", metric_rank_option(c.rank), c.rank_count, c.metric));
 }
 
+void add_rules(fold_options& o) {
+  if (o.rules_file.empty()) return;
+  o.job.config.rules = load_rules(o.rules_file);
+  o.job.also_read.push_back(o.rules_file);
+}
+
+// `swavg watch average|ema`: the run's folder is the one input; one worker (a Slurm or Kubernetes
+// rank around it is not a shard of its output).
+void run_watch_command(fold_options o) {
+  o.job.inputs = o.selection.paths;
+  add_rules(o);
+  if (o.complete) o.complete(o.job);
+  watch_settings s = *o.watch;
+  s.from_step = o.choose.from_step;
+  s.to_step = o.choose.to_step;
+  run_watcher(o.job, s, o.report_file);
+}
+
 }  // namespace
 
 void run_fold_command(fold_options o) {
@@ -229,12 +280,10 @@ void run_fold_command(fold_options o) {
     o.job.max_shard_size = parse_shard_size(o.max_shard_size);
     if (o.job.format) refuse_shard_size(o.job.output, *o.job.format);
   }
+  if (o.watch) return run_watch_command(std::move(o));
   o.job.worker = resolve_worker(o.shard, o.shard_count, o.job.directory, [](const char* n) { return std::getenv(n); });
   choose_inputs(o);
-  if (!o.rules_file.empty()) {
-    o.job.config.rules = load_rules(o.rules_file);
-    o.job.also_read.push_back(o.rules_file);
-  }
+  add_rules(o);
   if (!o.selection.inputs_from.empty() && o.selection.inputs_from != "-")
     o.job.also_read.push_back(o.selection.inputs_from);
   if (o.complete) o.complete(o.job);

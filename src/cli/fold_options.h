@@ -11,6 +11,7 @@
 
 #include "cli/input_list.h"
 #include "cli/pipeline.h"
+#include "cli/watcher.h"
 #include "fold/selection.h"
 
 namespace CLI {
@@ -34,6 +35,9 @@ struct fold_options {
   std::string shard;           // --shard I/N
   std::optional<int64_t> shard_count;
   std::function<void(fold_job&)> complete;  // a subcommand's last step once the inputs are known
+  // `swavg watch average|ema`: the options of the watcher, which the subcommand's run hands the job
+  // to (cli/watcher.h); the options that choose among given inputs or fold once are not added then.
+  const watch_settings* watch = nullptr;
 };
 
 void add_fold_options(CLI::App* app, fold_options& o);

@@ -86,8 +86,9 @@ int main(int argc, char** argv) {
   output_settings output;
   add_output_options(app, output);
 
-  std::vector<command> commands = {setup_average(app),   setup_ema(app),      setup_inspect(app),    setup_convert(app),
-                                   setup_update_bn(app), setup_finalize(app), setup_posthoc_ema(app)};
+  std::vector<command> commands = {setup_average(app),     setup_ema(app),       setup_inspect(app),
+                                   setup_convert(app),     setup_update_bn(app), setup_finalize(app),
+                                   setup_posthoc_ema(app), setup_watch(app)};
   commands.push_back(setup_completion(app));
   commands.push_back(setup_help_man(app));
   one_value_per_use(app);

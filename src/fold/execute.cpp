@@ -277,7 +277,9 @@ resume_record make_resume_record(const fold_config& c, const fold_plan& plan, co
   r.weights = normalised_weights(c);
   r.weights_recipe = c.weights_recipe;
   r.selection = c.selection;
-  if (in.resume) r.inputs.push_back(in.resume->sd.path);
+  // The checkpoints in the average: a resumed one's, then this run's, so that a rolling average's
+  // record reads as the one run over all of them would.
+  if (in.resume) r.inputs = in.resume->record.inputs;
   for (const auto& sd : in.checkpoints) r.inputs.push_back(sd.path);
   return r;
 }

@@ -47,7 +47,7 @@ struct resume_record {
   std::vector<std::pair<std::string, int64_t>> counts;  // only where a tensor's count differs from n
   bool accumulate_differs = false;
   output_layout layout = output_layout::state_dict;
-  std::vector<std::string> inputs;    // the resumed file (if any), then the inputs, in fold order
+  std::vector<std::string> inputs;    // the checkpoints in the average (a resumed one's, then the run's), in fold order
   std::optional<avg_fn_spec> avg_fn;  // the function the average was made with, if not swavg's own
   std::vector<double> weights;        // weighted: each input's weight, normalised, in fold order
   std::string weights_recipe;         // weighted: the recipe they came from, "" a list

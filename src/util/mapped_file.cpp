@@ -141,6 +141,12 @@ std::optional<std::string> mapped_file::first_faulted() {
   return r.first_faulted;
 }
 
+void mapped_file::forget_faults() {
+  registry& r = files();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.first_faulted.reset();
+}
+
 void mapped_file::will_need(uint64_t offset, uint64_t length) const {
   if (!mapped_ || offset >= size_) return;
   long page = ::sysconf(_SC_PAGESIZE);

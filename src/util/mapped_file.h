@@ -72,6 +72,9 @@ class mapped_file {
   // The first file whose mapping faulted in this process, mapped or no longer (main reports it in
   // place of the error its zeros caused).
   static std::optional<std::string> first_faulted();
+  // Forgets the faults of mappings no longer live: a job that reads many checkpoints in turn
+  // (swavg watch) has dealt with each one's error when it returns.
+  static void forget_faults();
 
  private:
   mapped_file() = default;

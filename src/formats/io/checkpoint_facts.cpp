@@ -111,6 +111,10 @@ void facts_from_trainer_state(const std::string& state, const std::string& metri
     throw input_error(fmt::format("{}: expected \"global_step\": a non-negative integer, as Trainer writes it", state));
   const int64_t step = *json_step(j["global_step"]);
   f.step = recorded_step{step, "trainer_state.json global_step"};
+  if (j.contains("save_steps")) {
+    const auto every = json_step(j["save_steps"]);
+    if (every && *every > 0) f.save_steps = every;
+  }
   if (metric.empty()) return;
   const json history = j.contains("log_history") && j["log_history"].is_array() ? j["log_history"] : json::array();
   for (const std::string& key : trainer_metric_keys(metric))
@@ -301,6 +305,23 @@ std::optional<int64_t> step_in_name(const std::string& path) {
   const std::string folder = parent_dir(p);
   if (folder == "." || folder == "/") return std::nullopt;
   return step_in_one_name(base_name(folder));
+}
+
+std::optional<int64_t> step_in_entry_name(const std::string& path) {
+  return step_in_one_name(base_name(without_trailing_slash(path)));
+}
+
+checkpoint_facts read_entry_facts(const std::string& path) {
+  checkpoint_facts f;
+  if (is_folder(path)) {
+    const std::string state = path_in_folder(without_trailing_slash(path), "trainer_state.json");
+    if (is_regular_file(state)) facts_from_trainer_state(state, "", f);
+  } else {
+    facts_from_torch_file(path, "", f);
+  }
+  if (!f.step)
+    if (const auto s = step_in_entry_name(path)) f.step = recorded_step{*s, "name"};
+  return f;
 }
 
 checkpoint_facts read_checkpoint_facts(const std::string& path, const std::string& metric) {

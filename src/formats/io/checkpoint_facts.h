@@ -44,6 +44,7 @@ struct recorded_metric {
 
 struct checkpoint_facts {
   std::optional<recorded_step> step;
+  std::optional<int64_t> save_steps;  // trainer_state.json's save_steps: the Trainer saves every so many steps
   std::optional<recorded_metric> metric;
   std::string looked;  // where the metric was looked for, when it was not found
 };
@@ -55,6 +56,14 @@ checkpoint_facts read_checkpoint_facts(const std::string& path, const std::strin
 
 // The step in a checkpoint's name, as above; nullopt when there is none.
 std::optional<int64_t> step_in_name(const std::string& path);
+
+// The step of a checkpoint that is an entry of a training run's folder (swavg watch's candidates),
+// from the entry alone: a folder's own trainer_state.json (and its save_steps), a torch.save
+// file's entries, else the entry's own name. Never the run folder's name or a trainer_state.json
+// beside the entry, which are the run's, not the checkpoint's. Throws as read_checkpoint_facts.
+checkpoint_facts read_entry_facts(const std::string& path);
+// The step in the entry's own name only (as above), for one not yet whole enough to read.
+std::optional<int64_t> step_in_entry_name(const std::string& path);
 
 // A step -> value table for one metric, read from FILE: CSV with a header row holding a `step`
 // column and a column named as the metric (rows whose metric cell is empty are skipped: Lightning's

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "util/error.h"
 #include "util/mapped_file.h"
 #include "util/paths.h"
+#include "util/read_file.h"
 
 namespace swavg {
 namespace {
@@ -102,6 +104,27 @@ state_dict hf_read(const input_probe& p, const load_options& o) {
   return load_sharded(p.path, at.index, read_hf_index(at.index),
                       [&o](const std::string& shard) { return read_weight_file(shard, o); });
 }
+// Trainer's own folders: checkpoint-N/ (PREFIX_CHECKPOINT_DIR), or any holding its training_args.bin.
+bool is_trainer_folder(const std::string& path) {
+  const std::string name = base_name(without_trailing_slash(path));
+  const std::string prefix = "checkpoint-";
+  const bool named = name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+                     std::all_of(name.begin() + static_cast<std::ptrdiff_t>(prefix.size()), name.end(),
+                                 [](char c) { return c >= '0' && c <= '9'; });
+  return named || is_regular_file(path_in_folder(path, "training_args.bin"));
+}
+std::string hf_waits_for(const std::string& path) {
+  if (!is_folder(path) || !is_trainer_folder(path)) return "";
+  const std::string state = path_in_folder(without_trailing_slash(path), "trainer_state.json");
+  if (!is_regular_file(state)) return "trainer_state.json, which the Trainer writes last";
+  // Written with one json.dump into an open file: until then it is empty or cut short.
+  try {
+    if (nlohmann::json::accept(read_text_file(state))) return "";
+  } catch (const error& e) {
+    return fmt::format("trainer_state.json to be readable ({})", e.what());
+  }
+  return "trainer_state.json to be whole JSON";
+}
 std::vector<std::string> hf_files(const std::string& path) {
   const checkpoint_location at = locate_checkpoint(path);
   if (at.index.empty()) return {at.file};
@@ -151,25 +174,25 @@ const std::vector<input_row> kRows = {
     {input_kind::megatron, "megatron", "a Megatron-core distributed checkpoint",
      "a folder whose metadata.json (beside .metadata or common.pt) is a JSON object with a string "
      "\"sharded_backend\" (refused)",
-     megatron_claims, megatron_read, megatron_files, false, false},
+     megatron_claims, megatron_read, megatron_files, false, false, nullptr},
     {input_kind::dcp, "dcp", "a PyTorch DCP folder", "a folder holding .metadata (and no Megatron-core metadata.json)",
-     dcp_claims, dcp_read, dcp_files, false, false},
+     dcp_claims, dcp_read, dcp_files, false, false, nullptr},
     {input_kind::deepspeed, "deepspeed", "a DeepSpeed checkpoint",
      "a tag folder holding DeepSpeed's model states, or the folder whose `latest` names one", deepspeed_claims,
-     deepspeed_read, deepspeed_files, false, false},
+     deepspeed_read, deepspeed_files, false, false, nullptr},
     {input_kind::hf, "hf", "a Hugging Face checkpoint",
      "a folder holding *.safetensors, *.bin, an index, config.json or model_index.json, or a file named *.index.json",
-     hf_claims, hf_read, hf_files, true, false},
+     hf_claims, hf_read, hf_files, true, false, hf_waits_for},
     {input_kind::torch, "torch", "a torch.save checkpoint", "a ZIP archive without code/", torch_claims, torch_read,
-     the_file, true, true},
+     the_file, true, true, nullptr},
     {input_kind::torchscript, "torchscript", "a TorchScript archive", "a ZIP archive with code/", torchscript_claims,
-     torchscript_read, the_file, true, true},
+     torchscript_read, the_file, true, true, nullptr},
     {input_kind::safetensors, "safetensors", "a safetensors file",
      "an 8-byte header length then '{', or a file named *.safetensors", safetensors_claims, safetensors_read, the_file,
-     true, true},
+     true, true, nullptr},
     {input_kind::torch_legacy, "torch-legacy", "a legacy torch.save checkpoint",
      "a pickle stream (torch.save before PyTorch 1.6, or _use_new_zipfile_serialization=False)", legacy_claims,
-     legacy_read, the_file, true, true},
+     legacy_read, the_file, true, true, nullptr},
 };
 
 [[noreturn]] void unclaimed(const input_probe& p) {
@@ -225,6 +248,10 @@ const input_row& claim_input(const input_probe& probe) {
 }
 
 input_kind detect_input_kind(const std::string& path) { return claim_input(probe_input(path)).kind; }
+
+std::string waits_for(const input_row& row, const std::string& path) {
+  return row.waits_for ? row.waits_for(path) : std::string();
+}
 
 const input_row* claim_by_path(const std::string& path) {
   input_probe p;

@@ -53,6 +53,12 @@ struct input_row {
   // Claimed by a file's first bytes: one weight file (also a Hugging Face checkpoint's shard), the
   // one file its read opens.
   bool weight_file;
+  // What a claimed checkpoint that a trainer may still be writing waits for beyond what its read
+  // checks ("" when nothing; null for every kind whose read is the whole test): a Hugging Face
+  // Trainer's checkpoint-N/ is whole once its trainer_state.json, written last, is. A DCP folder is
+  // claimed only once DCP has renamed its .metadata into place, last; a ZIP's end records and a
+  // safetensors header that agrees with the file's size are checked by their reads.
+  std::string (*waits_for)(const std::string& path);
 };
 
 // The rows, in probe order, one per input_kind.
@@ -67,6 +73,8 @@ const char* input_kind_description(input_kind kind);  // "a torch.save checkpoin
 const input_row& claim_input(const input_probe& probe);
 input_probe probe_input(const std::string& path);
 input_kind detect_input_kind(const std::string& path);
+// What `path`, claimed by `row`, still waits for (input_row::waits_for), "" when nothing.
+std::string waits_for(const input_row& row, const std::string& path);
 // The row a path claims by its name and its folder alone, without reading a file's bytes: a folder
 // kind or an index file; nullptr for any other file (one of the weight_file rows, which read that
 // file alone). Throws input_error for a folder no row claims.
