@@ -80,6 +80,7 @@ void add_input_options(CLI::App* app, fold_options& o) {
                     "The training run's folder to watch: each checkpoint written into it (a file or a folder) is "
                     "folded once whole, in step order")
         ->required()
+        ->expected(1)
         ->type_name("RUN_DIR");
     const std::string group = "Choosing checkpoints";
     app->add_option("--from-step", o.choose.from_step, "Fold the checkpoints whose step is at least A")

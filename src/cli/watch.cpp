@@ -19,27 +19,26 @@ namespace {
 
 void add_watch_options(CLI::App* app, watch_settings& s) {
   const std::string group = "Watching";
-  const auto seconds = CLI::Range(0.0, 1e9);
   app->add_option("--match", s.match, "Consider only the entries whose name matches GLOB (e.g. 'checkpoint-*')")
       ->type_name("GLOB")
       ->group(group);
   app->add_option("--poll", s.poll, "Seconds between two looks at the folder (default 1)")
-      ->check(CLI::Range(0.01, 1e9))
+      ->check(CLI::PositiveNumber)
       ->type_name("S")
       ->group(group);
   app->add_option("--settle", s.settle,
                   "Seconds a whole checkpoint must stay unchanged (sizes, times) before it is read (default 1)")
-      ->check(seconds)
+      ->check(CLI::NonNegativeNumber)
       ->type_name("S")
       ->group(group);
   app->add_option("--stall-timeout", s.stall,
                   "Seconds after which a checkpoint still unfinished and unchanged no longer holds later steps back "
                   "(default 600)")
-      ->check(seconds)
+      ->check(CLI::NonNegativeNumber)
       ->type_name("S")
       ->group(group);
   app->add_option("--idle-timeout", s.idle_timeout, "Stop once nothing in the folder has changed for S seconds")
-      ->check(seconds)
+      ->check(CLI::NonNegativeNumber)
       ->type_name("S")
       ->group(group);
   app->add_option("--until-step", s.until_step, "Stop once a checkpoint of step N or later is folded")
@@ -52,7 +51,7 @@ void add_watch_options(CLI::App* app, watch_settings& s) {
                   "missed, seconds behind (default: OUT.watch.json)")
       ->type_name("FILE")
       ->group(group);
-  app->add_flag("!--normal-priority", s.low_priority,
+  app->add_flag("--normal-priority", s.normal_priority,
                 "Keep this process's CPU and I/O priority (default: nice 10 and the idle I/O class, beside the trainer)")
       ->group(group);
 }

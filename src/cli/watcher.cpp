@@ -457,7 +457,7 @@ void watcher::write_status(const std::string& state, const std::string& folding)
 void watcher::run() {
   catch_stop_signals();
   configure_progress(progress_mode::off, false);  // a line per fold instead: the log of a job that runs for days
-  if (settings_.low_priority) spdlog::info("running beside the trainer: {}", lower_priority());
+  if (!settings_.normal_priority) spdlog::info("running beside the trainer: {}", lower_priority());
   read_earlier_status();
   open_outputs();
   spdlog::info("watching {} for checkpoints{}", folder_,

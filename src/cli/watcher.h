@@ -38,7 +38,7 @@ struct watch_settings {
   std::optional<int64_t> from_step, to_step;  // --from-step/--to-step: the steps to fold
   bool once = false;
   std::string status_file;  // default: the (first) output's path + ".watch.json"
-  bool low_priority = true;
+  bool normal_priority = false;  // keep the CPU and I/O priority (default: lowered, beside the trainer)
 };
 
 // Watches `job.inputs.front()` (the run's folder) and folds into `job.output` (or each of
