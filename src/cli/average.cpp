@@ -149,6 +149,11 @@ void set_weights(average_options& o) {
 }
 
 void run_average(average_options o) {
+  if (o.fold.watch && !o.weights.empty())
+    throw usage_error(
+        "--weights: a weighted average's weights depend on every checkpoint (they are normalised over all of them), "
+        "which a watcher has only at the end; watch with `swavg watch average` (equal weights) or `swavg watch ema`, "
+        "or run `swavg average --weights ...` over the checkpoints afterwards");
   set_avg_fn(o);
   if (!o.weights.empty()) {
     set_weights(o);
@@ -167,7 +172,10 @@ command setup_average(CLI::App& parent, const watch_settings* watch) {
                        : "Average checkpoints with equal weights (SWA, bit-exact with AveragedModel) or --weights");
   o->fold.watch = watch;
   add_fold_options(app, o->fold);
-  if (!watch)
+  if (watch)
+    app->add_option("--weights", o->weights, "Not while watching: a weighted average needs every checkpoint's weight")
+        ->group("");
+  else
     app->add_option("--weights", o->weights,
                   "One weight per input in one comma list (normalised; finite, >= 0), or a recipe: sma (equal), wma "
                   "(i-th gets i, PMA), wma-step (each gets its step), ema:DECAY (the weights ema --decay gives), "

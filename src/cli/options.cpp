@@ -119,7 +119,9 @@ std::string between(const std::string& text, const std::string& mark, bool befor
 
 std::string usage_message(CLI::App& root, const CLI::ParseError& e) {
   CLI::App* at = subcommand_of(root);
-  const std::string cmd = at == &root ? "swavg" : "swavg " + at->get_name();
+  std::string cmd;  // "swavg watch ema": every subcommand on the way
+  for (const CLI::App* a = at; a != &root && a != nullptr; a = a->get_parent()) cmd = " " + a->get_name() + cmd;
+  cmd = "swavg" + cmd;
   const std::string help = fmt::format("run '{} --help' for its options", cmd);
   const std::string what = e.what();
   // With fallthrough, what no subcommand took is left with the root, in command-line order.

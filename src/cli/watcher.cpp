@@ -302,7 +302,7 @@ void watcher::fold_ready() {
         passed_[paths[p.entry]] = {paths[p.entry], entries[p.entry].step, p.why};
       }
     for (size_t i : d.fold) {
-      if (stop_requested()) return;
+      if (stop_requested() || (settings_.until_step && out.last_step && *out.last_step >= *settings_.until_step)) break;
       if (!fold_into(out, seen_.at(paths[i]))) break;
     }
   }
@@ -503,6 +503,10 @@ void check_watch_paths(const fold_job& job, const watch_settings& s, const std::
 void run_watcher(const fold_job& job, const watch_settings& settings, const std::string& report_file) {
   if (job.inputs.size() != 1)
     throw usage_error(fmt::format("swavg watch follows one training run's folder: got {}", quoted_list(job.inputs)));
+  if (!is_folder(job.inputs.front()) && ::access(job.inputs.front().c_str(), F_OK) == 0)
+    throw usage_error(fmt::format("{}: not a folder; swavg watch follows a training run's folder (give the folder "
+                                  "the trainer writes its checkpoints into)",
+                                  job.inputs.front()));
   watch_settings s = settings;
   if (s.status_file.empty())
     s.status_file = without_trailing_slash(job.variants.empty() ? job.output : job.variants.front().output) + ".watch.json";
