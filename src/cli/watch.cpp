@@ -33,7 +33,7 @@ void add_watch_options(CLI::App* app, watch_settings& s) {
       ->group(group);
   app->add_option("--stall-timeout", s.stall,
                   "Seconds after which a checkpoint still unfinished and unchanged no longer holds later steps back "
-                  "(default 600)")
+                  "(default 10: a sequential trainer never writes a later checkpoint while an earlier one is unfinished, so one that stopped changing is dead, and waiting on it longer would let rotation delete the later ones unfolded)")
       ->check(CLI::NonNegativeNumber)
       ->type_name("S")
       ->group(group);

@@ -32,7 +32,7 @@ struct watch_settings {
   std::string match;   // --match GLOB: the names to consider
   double poll = 1.0;   // seconds between looks at the folder
   double settle = 1.0;  // seconds a whole checkpoint must stay unchanged
-  double stall = 600.0;  // seconds after which an unfinished one no longer holds later ones back
+  double stall = 10.0;   // seconds after which an unfinished one no longer holds later ones back
   std::optional<double> idle_timeout;
   std::optional<int64_t> until_step;
   std::optional<int64_t> from_step, to_step;  // --from-step/--to-step: the steps to fold

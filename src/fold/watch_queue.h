@@ -32,7 +32,7 @@ struct watch_entry {
 
 struct watch_rules {
   double settle = 1.0;  // seconds a whole checkpoint must stay unchanged
-  double stall = 600.0;  // seconds after which an unfinished one no longer holds the later ones back
+  double stall = 10.0;   // seconds after which an unfinished one no longer holds the later ones back
   std::optional<int64_t> from_step, to_step;
 };
 
