@@ -2,7 +2,7 @@
 Slurm beside fake_trainer.py (safetensors checkpoints, rotated to the last 2): the sidecar's command
 from the YAML (its /ckpt paths moved to a temporary folder, --poll and --settle shortened) runs as a
 subprocess while the trainer writes, then, as the kubelet would after its preStop hook, gets
-SIGTERM; the sbatch script runs as plain bash (TRAIN_SRUN and WATCH_SRUN empty). Either way the
+SIGTERM (once also SIGKILL midway and a restart); the sbatch script runs as plain bash (TRAIN_SRUN and WATCH_SRUN empty). Either way the
 watcher exits 0 and the output's parameters are the trainer's AveragedModel EMA, bit for bit."""
 import json
 import os
@@ -50,13 +50,23 @@ def trainer_args(run_dir, reference):
             "--interval", "0.5", "--keep", "2", "--reference", reference, "--ema-decay", str(DECAY), "--quiet"]
 
 
+def trainer_command(run_dir, reference):
+    """trainer_args as the bash command line TRAIN_CMD of watch.sbatch (the run's folder as $RUN_DIR)."""
+    return " ".join('"$RUN_DIR"' if a == run_dir else shlex.quote(a) for a in trainer_args(run_dir, reference))
+
+
+def assert_is_the_ema(test, out, reference):
+    """OUT's parameters are the trainer's AveragedModel EMA of every step, bit for bit."""
+    ref = torch.load(reference)
+    test.assertEqual(ref["steps"], list(range(1, STEPS + 1)))
+    ema, got = ref["ema"][DECAY], load_file(out)
+    for name in ref["params"]:
+        test.assertTrue(torch.equal(got[name], ema[name]), name)
+
+
 class WatchConfigTest(TempDirTest):
     def assert_is_the_ema(self, out, reference):
-        ref = torch.load(reference)
-        self.assertEqual(ref["steps"], list(range(1, STEPS + 1)))
-        ema, got = ref["ema"][DECAY], load_file(out)
-        for name in ref["params"]:
-            self.assertTrue(torch.equal(got[name], ema[name]), name)
+        assert_is_the_ema(self, out, reference)
 
     def read_status(self, path):
         with open(path) as f:
@@ -94,6 +104,14 @@ class SidecarTest(WatchConfigTest):
         self.assertIn("memory", self.sidecar["resources"]["requests"])
 
     def test_sidecar_folds_the_run_and_stops_on_sigterm(self):
+        self.run_sidecar()
+
+    def test_sidecar_killed_and_restarted_folds_each_checkpoint_once(self):
+        """SIGKILL once step 2 is folded, then a new watcher, as the kubelet restarts a sidecar."""
+        self.run_sidecar(kill_after_step=2)
+
+    def run_sidecar(self, kill_after_step=None):
+        """The YAML's sidecar command beside fake_trainer.py; SIGTERM once the last step is folded."""
         command = [self.local(a) if a.startswith(self.mount + "/") else a for a in self.sidecar["command"]]
         self.assertEqual(command[0], "swavg")
         command = set_option(set_option([SWAVG] + command[1:], "--poll", POLL), "--settle", SETTLE)
@@ -104,26 +122,38 @@ class SidecarTest(WatchConfigTest):
         os.makedirs(os.path.dirname(out))
         with open(self.path("watch.log"), "w+") as log:
             watcher = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            trainer = subprocess.Popen(trainer_args(run_dir, reference))
             try:
-                subprocess.run(trainer_args(run_dir, reference), check=True, timeout=120)
+                if kill_after_step:
+                    self.wait_for_step(status, kill_after_step)
+                    watcher.kill()
+                    self.assertEqual(watcher.wait(timeout=60), -signal.SIGKILL)
+                    watcher = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+                self.assertEqual(trainer.wait(timeout=120), 0)
                 self.wait_for_step(status, STEPS)  # the preStop hook's wait
                 watcher.send_signal(signal.SIGTERM)
                 rc = watcher.wait(timeout=60)
             finally:
-                watcher.kill()
-                watcher.wait()
+                for p in (watcher, trainer):
+                    p.kill()
+                    p.wait()
             log.seek(0)
-            self.assertEqual(rc, 0, log.read())
+            text = log.read()
+        self.assertEqual(rc, 0, text)
+        if kill_after_step:
+            self.assertIn("continuing its average of", text)
         got = self.read_status(status)
         self.assertEqual((got["state"], got["stopped_by"], got["last_step"]), ("stopped", "SIGTERM", STEPS))
-        self.assertEqual(got["missed"], [])
+        self.assertEqual((got["missed"], got["skipped"]), ([], []))
+        self.assertEqual(got["outputs"][0]["n"], STEPS)
         self.assert_is_the_ema(out, reference)
 
     def wait_for_step(self, status, step, timeout=30):
+        """Until the status file says STEP (or later) is folded."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                if self.read_status(status)["last_step"] == step:
+                if (self.read_status(status)["last_step"] or 0) >= step:
                     return
             except (OSError, ValueError):
                 pass
@@ -135,8 +165,8 @@ class SbatchTest(WatchConfigTest):
     def test_plain_bash_run(self):
         """TRAIN_CMD runs the trainer, the watcher follows it, SIGTERM and a --once catch-up end it."""
         run_dir, out, reference = self.path("run"), self.path("avg/ema.safetensors"), self.path("ref.pt")
-        train = " ".join('"$RUN_DIR"' if a == run_dir else shlex.quote(a) for a in trainer_args(run_dir, reference))
-        env = dict(os.environ, SWAVG=os.path.abspath(SWAVG), RUN_DIR=run_dir, OUT=out, TRAIN_CMD=train,
+        env = dict(os.environ, SWAVG=os.path.abspath(SWAVG), RUN_DIR=run_dir, OUT=out,
+                   TRAIN_CMD=trainer_command(run_dir, reference),
                    TRAIN_SRUN="", WATCH_SRUN="", POLL=POLL, SETTLE=SETTLE)
         p = subprocess.run(["bash", SBATCH, "ema", "--decay", str(DECAY)], capture_output=True, text=True,
                            timeout=120, cwd=self.tmp, env=env)
