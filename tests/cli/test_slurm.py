@@ -3,7 +3,8 @@ configs/slurm/average.sbatch submitted as `sbatch --array=0-3 --wait`, then its 
 --dependency=afterok; the published folder must be byte-identical to one plain run. An array
 from 3 (step 1) tells SLURM_ARRAY_TASK_ID - MIN from ID / STEP. Held tasks of a stepped array show
 finalize refusing (exit 6, nothing published) while a worker's part is
-missing.
+missing. configs/slurm/watch.sbatch runs fake_trainer.py as the training step and swavg watch as an
+overlapping background step: the EMA it leaves is the trainer's own, bit for bit.
 
 Where Slurm is not up this exits 77 (ctest: skipped), unless SWAVG_REQUIRE_SLURM=1 (CI)."""
 import json
@@ -15,9 +16,11 @@ import unittest
 from common import SWAVG, TempDirTest
 from shard_runs import (MAX_SHARD, assert_same_folder, assert_unpublished, finalize, make_checkpoints,
                         plain_env, plain_run)
+from test_watch_configs import DECAY, STEPS, assert_is_the_ema, trainer_command
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 SBATCH_FILE = os.path.join(ROOT, "configs", "slurm", "average.sbatch")
+WATCH_SBATCH = os.path.join(ROOT, "configs", "slurm", "watch.sbatch")
 SLURM_LOCAL = os.path.join(ROOT, "scripts", "slurm_local.sh")
 SKIP = 77
 WORKERS = 4
@@ -126,6 +129,24 @@ class SlurmTest(TempDirTest):
             assert_same_folder(self, self.out, self.ref)
         finally:
             subprocess.run(["scancel", job], capture_output=True, timeout=60, env=self.env)
+
+    def test_watch_beside_the_training_step(self):
+        """watch.sbatch: the watcher as a second step (srun --overlap) while the training step writes
+        and rotates checkpoints; SIGTERM through srun ends it (exit 0), then its --once catch-up."""
+        run_dir, out, reference = self.path("watch-run"), self.path("avg/ema.safetensors"), self.path("ref.pt")
+        env = dict(self.env, RUN_DIR=run_dir, OUT=out, TRAIN_CMD=trainer_command(run_dir, reference), POLL="0.1",
+                   SETTLE="0.1")
+        p = subprocess.run(["sbatch", "--parsable", "--wait", "--output", os.path.join(self.logs, "watch.txt"),
+                            WATCH_SBATCH, "ema", "--decay", str(DECAY)], capture_output=True, text=True,
+                           timeout=120, cwd=self.tmp, env=env)
+        self.assertEqual(p.returncode, 0, self.job_logs(p))
+        with open(out + ".watch.json") as f:
+            status = json.load(f)
+        self.assertEqual((status["state"], status["stopped_by"], status["last_step"]), ("stopped", "--once", STEPS),
+                         self.job_logs(p))
+        with open(os.path.join(self.logs, "watch.txt")) as f:
+            self.assertIn("stopped (SIGTERM)", f.read())
+        assert_is_the_ema(self, out, reference)
 
     def release(self, job, tasks):
         for t in tasks:
