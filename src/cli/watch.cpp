@@ -45,7 +45,7 @@ void add_watch_options(CLI::App* app, watch_settings& s) {
       ->check(integer_in(0, std::numeric_limits<int64_t>::max()))
       ->type_name("N")
       ->group(group);
-  app->add_flag("--once", s.once, "Fold what is whole now, then stop (for cron jobs and scripts)")->group(group);
+  app->add_flag("--once", s.once, "Fold what is whole now (waiting up to twice --settle for checkpoints written in the last --settle seconds), then stop: cron jobs, scripts, a last pass after training")->group(group);
   app->add_option("--status", s.status_file,
                   "The status file (JSON, replaced atomically): last step folded, seen, waiting, skipped and why, "
                   "missed, seconds behind (default: OUT.watch.json)")

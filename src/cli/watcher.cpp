@@ -69,6 +69,7 @@ struct seen_entry {
   std::optional<int64_t> step;
   std::string step_source;
   bool whole = false;
+  bool settling = false;  // changed within --settle: not yet looked into
   std::string waiting;
   std::string checked;  // the signature its wholeness was checked at
 };
@@ -104,6 +105,7 @@ class watcher {
   bool fold_into(watched_output& out, seen_entry& s);
   fold_report fold_one(const watched_output& out, const std::string& path);
   std::optional<std::string> stop_reason() const;
+  bool once_waits(steady::time_point start) const;
   void write_status(const std::string& state, const std::string& folding = "");
   json status_json(const std::string& state, const std::string& folding) const;
   json missed_json() const;
@@ -121,6 +123,7 @@ class watcher {
   std::map<std::string, passed_entry> passed_;
   std::map<std::string, std::string> gone_;  // seen, deleted before folded: why it was not folded
   std::set<int64_t> seen_steps_;
+  std::set<std::string> seen_paths_;  // every checkpoint seen, folded ones of earlier runs included
   std::optional<int64_t> save_steps_;
   steady::time_point last_change_ = steady::now();
   std::optional<std::string> stopped_by_;
@@ -145,6 +148,7 @@ void watcher::open_outputs() {
                                     out.path, decimal(*r.decay), decimal(out.config.decay), decimal(*r.decay)));
     out.n = r.n;
     out.folded.insert(r.inputs.begin(), r.inputs.end());
+    seen_paths_.insert(r.inputs.begin(), r.inputs.end());
     if (&out == &outputs_.front()) first_inputs = r.inputs;
     if (!r.inputs.empty()) out.last_step = step_of_folded(r.inputs.back());
     spdlog::info("{}: continuing its average of {}{}", out.path, counted(r.n, "checkpoint"),
@@ -220,6 +224,7 @@ void watcher::note_entry(const run_entry& e) {
   auto [it, fresh] = seen_.try_emplace(e.path);
   seen_entry& s = it->second;
   if (fresh) {
+    seen_paths_.insert(e.path);
     s.entry = e;
     s.first_seen = steady::now();
     s.step = step_in_entry_name(e.path);
@@ -240,7 +245,8 @@ void watcher::note_entry(const run_entry& e) {
 void watcher::check_entry(seen_entry& s) {
   if (s.checked == s.signature) return;
   const double unchanged = seconds_since(s.since) + s.age_at_since;
-  if (unchanged < settings_.settle) {
+  s.settling = unchanged < settings_.settle;
+  if (s.settling) {
     s.waiting = "changed in the last " + decimal(settings_.settle) + " s (--settle)";
     return;
   }
@@ -380,6 +386,13 @@ std::optional<std::string> watcher::stop_reason() const {
   return std::nullopt;
 }
 
+// --once folds what is whole when it starts: one written in the last --settle seconds is waited for
+// until it settles, but not past twice that (a checkpoint still being written is not whole now).
+bool watcher::once_waits(steady::time_point start) const {
+  if (seconds_since(start) >= 2 * settings_.settle) return false;
+  return std::any_of(seen_.begin(), seen_.end(), [](const auto& e) { return e.second.settling; });
+}
+
 // Seconds since the oldest whole checkpoint that some output still lacks stopped changing.
 double watcher::behind() const {
   double most = 0;
@@ -427,7 +440,7 @@ json watcher::status_json(const std::string& state, const std::string& folding) 
   }
   j["outputs"] = outs;
   j["last_step"] = outputs_.front().last_step ? json(*outputs_.front().last_step) : json();
-  j["seen"] = seen_.size();
+  j["seen"] = seen_paths_.size();
   j["behind_s"] = behind();
   if (!folding.empty()) {
     const auto it = seen_.find(folding);
@@ -463,10 +476,12 @@ void watcher::run() {
   spdlog::info("watching {} for checkpoints{}", folder_,
                settings_.match.empty() ? std::string() : " named " + settings_.match);
   write_status("watching");
+  const steady::time_point start = steady::now();
   while (true) {
     look();
     fold_ready();
-    stopped_by_ = settings_.once && !stop_requested() ? std::optional<std::string>("--once") : stop_reason();
+    stopped_by_ = settings_.once && !stop_requested() && !once_waits(start) ? std::optional<std::string>("--once")
+                                                                               : stop_reason();
     write_status(stopped_by_ ? "stopped" : "watching");
     if (stopped_by_) break;
     wait_for_stop(settings_.poll);

@@ -21,7 +21,8 @@ from safetensors.torch import save_file
 
 from common import SWAVG, TempDirTest, swavg
 
-SUBCOMMANDS = ["average", "ema", "inspect", "convert", "update-bn", "finalize", "posthoc-ema"]
+SUBCOMMANDS = ["average", "ema", "inspect", "convert", "update-bn", "finalize", "posthoc-ema", "watch", "watch average",
+               "watch ema"]
 
 
 def error_lines_only(test, p, where):
@@ -149,12 +150,12 @@ class MessagesTest(unittest.TestCase):
 
     def test_the_subcommands_listed_are_the_visible_ones(self):
         p = swavg("bogus-command", check=False)
-        self.assertIn("the subcommands are average, ema, inspect, convert, update-bn, finalize, posthoc-ema, "
+        self.assertIn("the subcommands are average, ema, inspect, convert, update-bn, finalize, posthoc-ema, watch, "
                       "completion;", p.stderr)
         self.assertNotIn("help-man", p.stderr)  # hidden: the build runs it
 
     def test_help_and_version_go_to_stdout(self):
-        for argv in [["--help"], ["-h"], ["--version"]] + [[s, "--help"] for s in SUBCOMMANDS]:
+        for argv in [["--help"], ["-h"], ["--version"]] + [[*s.split(), "--help"] for s in SUBCOMMANDS]:
             with self.subTest(argv=argv):
                 p = swavg(*argv, check=False)
                 self.assertEqual(p.returncode, 0, p.stderr)

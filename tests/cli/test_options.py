@@ -342,13 +342,14 @@ def options_of_app():
     return [n for n in names if n not in SKIPPED]
 
 
-SUBCOMMANDS = ("average", "ema", "inspect", "convert", "update-bn", "finalize", "posthoc-ema")
+SUBCOMMANDS = ("average", "ema", "inspect", "convert", "update-bn", "finalize", "posthoc-ema", "watch average",
+               "watch ema")
 
 
 def value_options_of(command):
     """The options of `swavg COMMAND --help` that take a value (a type follows their names)."""
     names = []
-    for line in swavg(command, "--help").stdout.splitlines():
+    for line in swavg(*command.split(), "--help").stdout.splitlines():
         m = re.match(r"^\s{1,4}(-[^\s]+)\s+([A-Z]{3,})(?=[\s:,]|$)", line)
         if m:
             flags = m.group(1).split(",")
@@ -366,7 +367,7 @@ class EmptyValueTest(TempDirTest):
             for option in options:
                 for argv in ([option, ""], [option + "="]):
                     with self.subTest(command=command, argv=argv):
-                        p = swavg(command, *argv, check=False)
+                        p = swavg(*command.split(), *argv, check=False)
                         self.assertEqual(p.returncode, 2, p.stderr)
                         self.assertIn(option, p.stderr)
                         # CLI11 reads `--opt=` as the value missing; `--opt ''` reaches the option's own
