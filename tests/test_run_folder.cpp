@@ -40,9 +40,9 @@ void copy_cut(const std::string& from, const std::string& to, uintmax_t keep) {
 
 TEST_CASE("run folder: candidates are checkpoint files and folders, never temporary names", "[run_folder][unit]") {
   temp_dir d;
-  for (const char* f : {"ckpt_1.pt", "ckpt_2.safetensors", "model.bin", "epoch=1.ckpt", "checkpoint-3.pth.tar",
-                        "ckpt_4.pt.tmp", ".ckpt_5.pt", "ckpt_6.pt.partial", "ckpt_7.pt~", "tmp_8.pt", "notes.txt",
-                        "metrics.csv", "trainer_state.json"})
+  for (const char* f :
+       {"ckpt_1.pt", "ckpt_2.safetensors", "model.bin", "epoch=1.ckpt", "checkpoint-3.pth.tar", "ckpt_4.pt.tmp",
+        ".ckpt_5.pt", "ckpt_6.pt.partial", "ckpt_7.pt~", "tmp_8.pt", "notes.txt", "metrics.csv", "trainer_state.json"})
     write(d / f, "x");
   for (const char* f : {"checkpoint-10", "tmp-checkpoint-11", ".checkpoint-12.tmp", "lightning_logs", "runs"})
     fs::create_directory(d / f);
@@ -52,7 +52,8 @@ TEST_CASE("run folder: candidates are checkpoint files and folders, never tempor
                                                    "ckpt_2.safetensors", "epoch=1.ckpt", "model.bin"});
   CHECK(entries.front().folder);
   CHECK(entries.front().path == d / "checkpoint-10");
-  CHECK(names(list_run_folder(d.path() + "/", "ckpt_*")) == std::vector<std::string>{"ckpt_1.pt", "ckpt_2.safetensors"});
+  CHECK(names(list_run_folder(d.path() + "/", "ckpt_*")) ==
+        std::vector<std::string>{"ckpt_1.pt", "ckpt_2.safetensors"});
   CHECK(list_run_folder(d.path() + "/", "ckpt_*").front().path == d / "ckpt_1.pt");
   CHECK_THROWS_AS(list_run_folder(d / "missing", ""), io_error);
 }
@@ -118,5 +119,6 @@ TEST_CASE("run folder: a Trainer folder waits for trainer_state.json, a DCP fold
   REQUIRE(check_whole(dcp, {}).whole);
   fs::rename(dcp + "/.metadata", dcp + "/.metadata.tmp");  // DCP renames it into place last
   CHECK(!check_whole(dcp, {}).whole);
-  CHECK(names(list_run_folder(d.path(), "")) == std::vector<std::string>{"checkpoint-4", "step-1"});  // a step in its name
+  CHECK(names(list_run_folder(d.path(), "")) ==
+        std::vector<std::string>{"checkpoint-4", "step-1"});  // a step in its name
 }

@@ -83,8 +83,7 @@ TEST_CASE("watch queue: --from-step and --to-step, at their edges", "[watch_queu
   watch_rules r;
   r.from_step = 100;
   r.to_step = 300;
-  const std::vector<watch_entry> e = {whole("r/99", 99), whole("r/100", 100), whole("r/300", 300),
-                                      whole("r/301", 301)};
+  const std::vector<watch_entry> e = {whole("r/99", 99), whole("r/100", 100), whole("r/300", 300), whole("r/301", 301)};
   const watch_decision d = decide_watch(e, {}, std::nullopt, r);
   CHECK(folded_paths(e, d) == std::vector<std::string>{"r/100", "r/300"});
   CHECK_THAT(why(e, d, "r/99"), Catch::Contains("step 99 is before --from-step 100"));
@@ -93,8 +92,8 @@ TEST_CASE("watch queue: --from-step and --to-step, at their edges", "[watch_queu
 
 TEST_CASE("watch queue: a whole checkpoint without a step is passed over, an unfinished one waited for",
           "[watch_queue][unit]") {
-  const std::vector<watch_entry> e = {{"r/last.ckpt", std::nullopt, true, 10}, {"r/model.pt", std::nullopt, false, 0},
-                                      whole("r/1", 1)};
+  const std::vector<watch_entry> e = {
+      {"r/last.ckpt", std::nullopt, true, 10}, {"r/model.pt", std::nullopt, false, 0}, whole("r/1", 1)};
   const watch_decision d = decide_watch(e, {}, std::nullopt, {});
   CHECK(folded_paths(e, d) == std::vector<std::string>{"r/1"});
   CHECK_THAT(why(e, d, "r/last.ckpt"), Catch::Contains("no step"));

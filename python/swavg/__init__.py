@@ -53,6 +53,7 @@ __all__ = [
     "average",
     "ema",
     "posthoc_ema",
+    "watch",
     "inspect",
     "convert",
     "finalize",
@@ -416,6 +417,27 @@ def posthoc_ema(inputs: Inputs, output: PathLike, sigma_rel: Union[float, Sequen
     Other options: at=T, snapshot_sigmas=[...], output_dtype="float32", force=True, ...
     Returns the report as a dict; with dry_run=True the plan instead."""
     return _fold("posthoc-ema", inputs, output, {"sigma_rel": sigma_rel, **options}, dry_run, progress, timeout)
+
+
+def watch(run_dir: PathLike, output: PathLike, *, decay: Optional[Union[float, Sequence[float]]] = None,
+          mode: Optional[str] = None, progress: Progress = True, timeout: Optional[float] = None,
+          **options: Any) -> Report:
+    """`swavg watch average|ema RUN_DIR -o OUTPUT`: folds each checkpoint of a training run's folder
+    into a running average as the trainer writes it (docs/watch.md), until it stops: once=True
+    (what is whole now), until_step=N, idle_timeout=S, a signal, or timeout (then it is stopped, and
+    subprocess.TimeoutExpired raised; the output holds every checkpoint folded so far). mode is
+    "average" (SWA) or "ema" (the default when decay is given). Returns the watcher's final status
+    (--status's JSON: "folded", "skipped", "missed", ...) as a dict.
+    Other options as keywords: match="checkpoint-*", poll=5, settle=2, from_step=1000,
+    output_dtype="float32", report="last_fold.json", ... (swavg watch average --help)."""
+    mode = mode or ("ema" if decay is not None else "average")
+    status = _path(options.pop("status", None) or (_path(output).rstrip("/") + ".watch.json"))
+    args = ["watch", mode, _path(run_dir), "-o", _path(output), "--status", status,
+            *option_args({"decay": decay, **options})]
+    run(args, timeout=timeout, progress=progress)
+    status_report = _read_report(status)
+    assert status_report is not None
+    return status_report
 
 
 def inspect(checkpoint: PathLike, *, progress: Progress = False, timeout: Optional[float] = None,

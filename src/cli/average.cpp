@@ -176,12 +176,13 @@ command setup_average(CLI::App& parent, const watch_settings* watch) {
     app->add_option("--weights", o->weights, "Not while watching: a weighted average needs every checkpoint's weight")
         ->group("");
   else
-    app->add_option("--weights", o->weights,
-                  "One weight per input in one comma list (normalised; finite, >= 0), or a recipe: sma (equal), wma "
-                  "(i-th gets i, PMA), wma-step (each gets its step), ema:DECAY (the weights ema --decay gives), "
-                  "wsm:linear|cosine|1-sqrt or wsm:W1,...,Wk (WSM's merge weights from a decay schedule); printed and "
-                  "recorded. Repeat for several outputs from one read (-o with {weights}, e.g. -o avg-{weights}.pt)")
-      ->type_name("W1,...|RECIPE");
+    app->add_option(
+           "--weights", o->weights,
+           "One weight per input in one comma list (normalised; finite, >= 0), or a recipe: sma (equal), wma "
+           "(i-th gets i, PMA), wma-step (each gets its step), ema:DECAY (the weights ema --decay gives), "
+           "wsm:linear|cosine|1-sqrt or wsm:W1,...,Wk (WSM's merge weights from a decay schedule); printed and "
+           "recorded. Repeat for several outputs from one read (-o with {weights}, e.g. -o avg-{weights}.pt)")
+        ->type_name("W1,...|RECIPE");
   const std::string fn = "Custom averaging function (TorchScript: it runs, in swavg-torch)";
   app->add_option("--avg-fn", o->avg_fn,
                   "AveragedModel's avg_fn: torch.jit.script(f).save(FILE) of f(averaged: Tensor, current: Tensor, "

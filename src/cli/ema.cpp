@@ -119,12 +119,12 @@ command setup_ema(CLI::App& parent, const watch_settings* watch) {
         "  swavg watch ema --decay 0.999 ckpts/ -o ema.pt --idle-timeout 3600 --status ema.status.json");
   else
     app->footer(
-      "Examples:\n"
-      "  swavg ema --decay 0.999 ckpt_*.pt -o ema.pt\n"
-      "  ls ckpt_* | swavg ema --decay 0.999 --sort natural --inputs-from - -o ema.pt\n"
-      "  swavg ema --decay 0.999 --resume ema.pt ckpt_12.pt -o ema.pt --force\n"
-      "  swavg ema --decay 0.999 --decay 0.9999 ckpt_*.pt -o ema-{decay}.pt   # two outputs, one read\n"
-      "  swavg ema --power-sigma-rel 0.10 ckpt-*.pt --sort natural -o ema-0.100.pt");
+        "Examples:\n"
+        "  swavg ema --decay 0.999 ckpt_*.pt -o ema.pt\n"
+        "  ls ckpt_* | swavg ema --decay 0.999 --sort natural --inputs-from - -o ema.pt\n"
+        "  swavg ema --decay 0.999 --resume ema.pt ckpt_12.pt -o ema.pt --force\n"
+        "  swavg ema --decay 0.999 --decay 0.9999 ckpt_*.pt -o ema-{decay}.pt   # two outputs, one read\n"
+        "  swavg ema --power-sigma-rel 0.10 ckpt-*.pt --sort natural -o ema-0.100.pt");
   return {app, [o, power_options, decay, power_sigma] {
             const bool power = power_sigma && power_sigma->count() > 0;
             if ((decay->count() > 0) == power)

@@ -204,7 +204,6 @@ void add_fold_options(CLI::App* app, fold_options& o) {
   add_update_bn_options(app, o);
 }
 
-
 void set_variants(fold_job& job, const std::vector<output_value>& values, const std::string& option,
                   const std::string& placeholder) {
   std::vector<std::string> labels;

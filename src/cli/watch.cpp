@@ -31,9 +31,11 @@ void add_watch_options(CLI::App* app, watch_settings& s) {
       ->check(CLI::NonNegativeNumber)
       ->type_name("S")
       ->group(group);
-  app->add_option("--stall-timeout", s.stall,
-                  "Seconds after which a checkpoint still unfinished and unchanged no longer holds later steps back "
-                  "(default 10: a sequential trainer never writes a later checkpoint while an earlier one is unfinished, so one that stopped changing is dead, and waiting on it longer would let rotation delete the later ones unfolded)")
+  app->add_option(
+         "--stall-timeout", s.stall,
+         "Seconds after which a checkpoint still unfinished and unchanged no longer holds later steps back "
+         "(default 10: a sequential trainer never writes a later checkpoint while an earlier one is unfinished, so one "
+         "that stopped changing is dead, and waiting on it longer would let rotation delete the later ones unfolded)")
       ->check(CLI::NonNegativeNumber)
       ->type_name("S")
       ->group(group);
@@ -45,14 +47,18 @@ void add_watch_options(CLI::App* app, watch_settings& s) {
       ->check(integer_in(0, std::numeric_limits<int64_t>::max()))
       ->type_name("N")
       ->group(group);
-  app->add_flag("--once", s.once, "Fold what is whole now (waiting up to twice --settle for checkpoints written in the last --settle seconds), then stop: cron jobs, scripts, a last pass after training")->group(group);
+  app->add_flag("--once", s.once,
+                "Fold what is whole now (waiting up to twice --settle for checkpoints written in the last --settle "
+                "seconds), then stop: cron jobs, scripts, a last pass after training")
+      ->group(group);
   app->add_option("--status", s.status_file,
                   "The status file (JSON, replaced atomically): last step folded, seen, waiting, skipped and why, "
                   "missed, seconds behind (default: OUT.watch.json)")
       ->type_name("FILE")
       ->group(group);
-  app->add_flag("--normal-priority", s.normal_priority,
-                "Keep this process's CPU and I/O priority (default: nice 10 and the idle I/O class, beside the trainer)")
+  app->add_flag(
+         "--normal-priority", s.normal_priority,
+         "Keep this process's CPU and I/O priority (default: nice 10 and the idle I/O class, beside the trainer)")
       ->group(group);
 }
 

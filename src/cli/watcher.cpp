@@ -118,7 +118,7 @@ class watcher {
   std::vector<watched_output> outputs_;
   std::map<std::string, seen_entry> seen_;  // by path
   std::vector<folded_entry> folded_;
-  std::map<std::string, folded_entry> earlier_folded_;  // an earlier watcher's status, by path
+  std::map<std::string, folded_entry> earlier_folded_;           // an earlier watcher's status, by path
   std::map<std::string, std::optional<int64_t>> earlier_steps_;  // an earlier watcher's folded steps
   std::map<std::string, passed_entry> passed_;
   std::map<std::string, std::string> gone_;  // seen, deleted before folded: why it was not folded
@@ -143,9 +143,10 @@ void watcher::open_outputs() {
     const resumed_average earlier = open_resumed(load_state_dict(out.path, load_options{}), out.config);
     const resume_record& r = earlier.record;
     if (out.config.mode == fold_mode::ema && r.decay && *r.decay != out.config.decay)
-      throw usage_error(fmt::format("{}: was made with --decay {}, not {}: its average would not be one run's; give "
-                                    "--decay {} or another -o",
-                                    out.path, decimal(*r.decay), decimal(out.config.decay), decimal(*r.decay)));
+      throw usage_error(
+          fmt::format("{}: was made with --decay {}, not {}: its average would not be one run's; give "
+                      "--decay {} or another -o",
+                      out.path, decimal(*r.decay), decimal(out.config.decay), decimal(*r.decay)));
     out.n = r.n;
     out.folded.insert(r.inputs.begin(), r.inputs.end());
     seen_paths_.insert(r.inputs.begin(), r.inputs.end());
@@ -174,14 +175,14 @@ void watcher::read_earlier_status() {
       const json items = j[list].is_array() ? j[list] : json::array({j[list]});
       for (const json& f : items)
         if (f.is_object() && f.contains("path") && f["path"].is_string())
-          earlier_steps_[f["path"].get<std::string>()] =
-              f.contains("step") && f["step"].is_number_integer() ? std::optional<int64_t>(f["step"].get<int64_t>())
-                                                                   : std::nullopt;
+          earlier_steps_[f["path"].get<std::string>()] = f.contains("step") && f["step"].is_number_integer()
+                                                             ? std::optional<int64_t>(f["step"].get<int64_t>())
+                                                             : std::nullopt;
     }
     for (const auto& f : j.value("folded", json::array()))
       if (f.is_object() && f.value("path", json()).is_string())
-        earlier_folded_[f["path"].get<std::string>()] = {f["path"].get<std::string>(), std::nullopt,
-                                                         f.value("at", ""), f.value("behind_s", 0.0)};
+        earlier_folded_[f["path"].get<std::string>()] = {f["path"].get<std::string>(), std::nullopt, f.value("at", ""),
+                                                         f.value("behind_s", 0.0)};
   } catch (const std::exception& e) {
     spdlog::warn("{}: an earlier status that cannot be read ({}); the outputs' records say what was folded",
                  settings_.status_file, e.what());
@@ -376,9 +377,9 @@ bool watcher::fold_into(watched_output& out, seen_entry& s) {
 
 std::optional<std::string> watcher::stop_reason() const {
   if (const int sig = stop_requested()) return std::string(stop_signal_name(sig));
-  if (settings_.until_step &&
-      std::all_of(outputs_.begin(), outputs_.end(),
-                  [&](const watched_output& o) { return o.last_step && *o.last_step >= *settings_.until_step; }))
+  if (settings_.until_step && std::all_of(outputs_.begin(), outputs_.end(), [&](const watched_output& o) {
+        return o.last_step && *o.last_step >= *settings_.until_step;
+      }))
     return fmt::format("--until-step {}: step {} is folded", *settings_.until_step, *outputs_.front().last_step);
   if (settings_.idle_timeout && seconds_since(last_change_) >= *settings_.idle_timeout)
     return fmt::format("--idle-timeout {}: nothing changed in {} for {} s", decimal(*settings_.idle_timeout), folder_,
@@ -449,7 +450,8 @@ json watcher::status_json(const std::string& state, const std::string& folding) 
   }
   json folded = json::array();
   for (const auto& f : folded_)
-    folded.push_back({{"path", f.path}, {"step", f.step ? json(*f.step) : json()}, {"at", f.at}, {"behind_s", f.behind}});
+    folded.push_back(
+        {{"path", f.path}, {"step", f.step ? json(*f.step) : json()}, {"at", f.at}, {"behind_s", f.behind}});
   j["folded"] = folded;
   json waiting = json::array();
   for (const auto& [path, s] : seen_)
@@ -481,17 +483,14 @@ void watcher::run() {
     look();
     fold_ready();
     stopped_by_ = settings_.once && !stop_requested() && !once_waits(start) ? std::optional<std::string>("--once")
-                                                                               : stop_reason();
+                                                                            : stop_reason();
     write_status(stopped_by_ ? "stopped" : "watching");
     if (stopped_by_) break;
     wait_for_stop(settings_.poll);
   }
-  spdlog::info("stopped ({}): {}", *stopped_by_,
-               fmt::format("{}", fmt::join([&] {
-                             std::vector<std::string> v;
-                             for (const auto& o : outputs_) v.push_back(fmt::format("{} holds {}", o.path, counted(o.n, "checkpoint")));
-                             return v;
-                           }(), ", ")));
+  std::vector<std::string> holdings;
+  for (const auto& o : outputs_) holdings.push_back(fmt::format("{} holds {}", o.path, counted(o.n, "checkpoint")));
+  spdlog::info("stopped ({}): {}", *stopped_by_, fmt::format("{}", fmt::join(holdings, ", ")));
 }
 
 // The paths the watcher writes besides its outputs may be neither in the run's folder nor an output.
@@ -519,12 +518,14 @@ void run_watcher(const fold_job& job, const watch_settings& settings, const std:
   if (job.inputs.size() != 1)
     throw usage_error(fmt::format("swavg watch follows one training run's folder: got {}", quoted_list(job.inputs)));
   if (!is_folder(job.inputs.front()) && ::access(job.inputs.front().c_str(), F_OK) == 0)
-    throw usage_error(fmt::format("{}: not a folder; swavg watch follows a training run's folder (give the folder "
-                                  "the trainer writes its checkpoints into)",
-                                  job.inputs.front()));
+    throw usage_error(
+        fmt::format("{}: not a folder; swavg watch follows a training run's folder (give the folder "
+                    "the trainer writes its checkpoints into)",
+                    job.inputs.front()));
   watch_settings s = settings;
   if (s.status_file.empty())
-    s.status_file = without_trailing_slash(job.variants.empty() ? job.output : job.variants.front().output) + ".watch.json";
+    s.status_file =
+        without_trailing_slash(job.variants.empty() ? job.output : job.variants.front().output) + ".watch.json";
   check_watch_paths(job, s, report_file);
   watcher(job, s, report_file).run();
 }

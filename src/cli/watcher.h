@@ -29,15 +29,15 @@
 namespace swavg {
 
 struct watch_settings {
-  std::string match;   // --match GLOB: the names to consider
-  double poll = 1.0;   // seconds between looks at the folder
+  std::string match;    // --match GLOB: the names to consider
+  double poll = 1.0;    // seconds between looks at the folder
   double settle = 1.0;  // seconds a whole checkpoint must stay unchanged
-  double stall = 10.0;   // seconds after which an unfinished one no longer holds later ones back
+  double stall = 10.0;  // seconds after which an unfinished one no longer holds later ones back
   std::optional<double> idle_timeout;
   std::optional<int64_t> until_step;
   std::optional<int64_t> from_step, to_step;  // --from-step/--to-step: the steps to fold
   bool once = false;
-  std::string status_file;  // default: the (first) output's path + ".watch.json"
+  std::string status_file;       // default: the (first) output's path + ".watch.json"
   bool normal_priority = false;  // keep the CPU and I/O priority (default: lowered, beside the trainer)
 };
 

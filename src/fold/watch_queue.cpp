@@ -14,9 +14,10 @@ std::string pass_reason(const watch_entry& e, std::optional<int64_t> last_step, 
   if (r.from_step && s < *r.from_step) return fmt::format("step {} is before --from-step {}", s, *r.from_step);
   if (r.to_step && s > *r.to_step) return fmt::format("step {} is after --to-step {}", s, *r.to_step);
   if (last_step && s <= *last_step)
-    return fmt::format("step {} is not after step {}, the last one folded (written late, or a second checkpoint "
-                       "of one step)",
-                       s, *last_step);
+    return fmt::format(
+        "step {} is not after step {}, the last one folded (written late, or a second checkpoint "
+        "of one step)",
+        s, *last_step);
   return "";
 }
 

@@ -26,13 +26,13 @@ namespace swavg {
 struct watch_entry {
   std::string path;
   std::optional<int64_t> step;
-  bool whole = false;         // its reader found it whole at the last look
-  double unchanged_for = 0;   // seconds its signature has stayed as it is
+  bool whole = false;        // its reader found it whole at the last look
+  double unchanged_for = 0;  // seconds its signature has stayed as it is
 };
 
 struct watch_rules {
   double settle = 1.0;  // seconds a whole checkpoint must stay unchanged
-  double stall = 10.0;   // seconds after which an unfinished one no longer holds the later ones back
+  double stall = 10.0;  // seconds after which an unfinished one no longer holds the later ones back
   std::optional<int64_t> from_step, to_step;
 };
 
@@ -42,10 +42,10 @@ struct watch_pass {
 };
 
 struct watch_decision {
-  std::vector<size_t> fold;             // entries to fold now, in order
-  std::vector<watch_pass> passed;       // never to be folded, with the reason
-  std::vector<size_t> stalled;          // unfinished and unchanged for `stall` seconds
-  std::optional<size_t> waiting_for;    // the unfinished entry that holds the later ones back
+  std::vector<size_t> fold;           // entries to fold now, in order
+  std::vector<watch_pass> passed;     // never to be folded, with the reason
+  std::vector<size_t> stalled;        // unfinished and unchanged for `stall` seconds
+  std::optional<size_t> waiting_for;  // the unfinished entry that holds the later ones back
 };
 
 // `folded`: the paths already in the average; `last_step`: the step of the last one folded.

@@ -32,6 +32,9 @@ FAKE = textwrap.dedent("""\
     if "--report" in args and os.environ.get("FAKE_REPORT", "1") == "1":
         with open(args[args.index("--report") + 1], "w") as f:
             json.dump({"fake": True, "code": code}, f)
+    if "--status" in args:
+        with open(args[args.index("--status") + 1], "w") as f:
+            json.dump({"fake_status": True}, f)
     if "--json" in args and code == 0:
         print(json.dumps({"printed": True}))
     print("swavg: info: working", file=sys.stderr)
@@ -141,6 +144,14 @@ class FakeBinaryTest(unittest.TestCase):
                                            "torch_ema"])
         swavg.ema(["a.pt"], "out.pt", power_sigma_rel=0.05)
         self.assertEqual(self.args()[:6], ["ema", "a.pt", "-o", "out.pt", "--power-sigma-rel", "0.05"])
+
+    def test_watch(self):
+        status = swavg.watch("run", "ema.pt", decay=[0.9, 0.99], once=True, idle_timeout=60)
+        self.assertEqual(status, {"fake_status": True})
+        self.assertEqual(self.args(), ["watch", "ema", "run", "-o", "ema.pt", "--status", "ema.pt.watch.json",
+                                       "--decay", "0.9", "--decay", "0.99", "--once", "--idle-timeout", "60"])
+        swavg.watch("run/", "swa/", status="s.json")
+        self.assertEqual(self.args(), ["watch", "average", "run/", "-o", "swa/", "--status", "s.json"])
 
     def test_update_bn(self):
         swavg.update_bn("net.ts", "train.npy", "bn.pt", checkpoint="swa.pt", batch_size=128, device="cuda")
@@ -388,6 +399,20 @@ class RealBinaryTest(unittest.TestCase):
         from safetensors.torch import load_file
         want = self.averaged_model([sds[1], sds[3], sds[20], sds[100]],
                                    multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(0.9))
+        self.assert_bits(load_file(out), want)
+
+    def test_watch_folds_a_run_as_one_ema(self):
+        paths, sds = self.checkpoints((3, 20, 1, 100))
+        run = self.path("run")
+        os.makedirs(run)
+        for p in paths:
+            shutil.move(p, run)
+        out = self.path("ema.safetensors")
+        status = swavg.watch(run, out, decay=0.9, once=True, settle=0, progress=False)
+        self.assertEqual([f["step"] for f in status["folded"]], [1, 3, 20, 100])
+        from safetensors.torch import load_file
+        want = self.averaged_model([sds[1], sds[3], sds[20], sds[100]],
+                                   multi_avg_fn=self.torch.optim.swa_utils.get_ema_multi_avg_fn(0.9))
         self.assert_bits(load_file(out), want)
 
     def test_dry_run_returns_the_plan_and_writes_nothing(self):

@@ -77,7 +77,8 @@ void add_signature(const std::string& path, const std::string& shown, int depth,
   if (::lstat(path.c_str(), &st) != 0) return;
   if (++w.count > kMaxRunEntries) throw input_error(fmt::format("{}: more than {} files", path, kMaxRunEntries));
   w.text += fmt::format("{}:{}:{}:{}.{};", shown, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
-  if (st.st_mtim.tv_sec > w.newest.tv_sec || (st.st_mtim.tv_sec == w.newest.tv_sec && st.st_mtim.tv_nsec > w.newest.tv_nsec))
+  if (st.st_mtim.tv_sec > w.newest.tv_sec ||
+      (st.st_mtim.tv_sec == w.newest.tv_sec && st.st_mtim.tv_nsec > w.newest.tv_nsec))
     w.newest = st.st_mtim;
   if (!S_ISDIR(st.st_mode) || depth == 0) return;
   std::vector<std::string> names;
