@@ -5,7 +5,7 @@ transformers folders (save_pretrained), timm and Lightning checkpoints, DCP fold
 (torch.distributed.checkpoint.save) and DeepSpeed tag folders. The commands are read from the
 README itself, so the page and this check cannot drift apart. Then checks a few results with the
 libraries: the folder output loads with from_pretrained, EMA and --last folded the checkpoints in
-step order.
+step order, swavg watch's output is one ema run's bytes.
 
 Usage: /var/lib/swavg/venv/bin/python docs/check_tasks.py [--swavg build/swavg] [--keep DIR]
 Exit 0 when every command exits 0 and every check passes."""
@@ -158,7 +158,13 @@ order = [os.path.basename(i["path"]) for i in plan["inputs"]]
 want = ["ckpt_%d.pt" % i for i in range(7, 12)]
 print("check: ema --last 5 of run/ckpt_*.pt (the glob's text order) folds %s: %s" %
       (order, "step order" if order == want else "NOT step order (wanted %s)" % want))
-sys.exit(0 if order == want else 3)
+steps = sorted(range(12), key=int)
+subprocess.run([swavg, "ema", "--decay", "0.999", "--sort", "none", *["run/ckpt_%d.pt" % i for i in steps], "-o",
+                "ema_one_run.pt", "-q"], check=True)
+same = open("ema_live.pt", "rb").read() == open("ema_one_run.pt", "rb").read()
+print("check: swavg watch's ema_live.pt is %s one ema over run/ckpt_0..11.pt in step order" %
+      ("byte-identical to" if same else "NOT the bytes of"))
+sys.exit(0 if order == want and same else 3)
 '''
 
 
