@@ -58,7 +58,7 @@ void add_watch_options(CLI::App* app, watch_settings& s) {
       ->group(group);
   app->add_flag(
          "--normal-priority", s.normal_priority,
-         "Keep this process's CPU and I/O priority (default: nice 10 and the idle I/O class, beside the trainer)")
+         "Keep this process's CPU and I/O priority (default: nice 10 and the lowest best-effort I/O priority, beside the trainer)")
       ->group(group);
 }
 

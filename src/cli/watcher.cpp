@@ -21,6 +21,7 @@
 #include "util/background_priority.h"
 #include "util/decimal.h"
 #include "util/error.h"
+#include "util/json_bytes.h"
 #include "util/listing.h"
 #include "util/log.h"
 #include "util/mapped_file.h"
@@ -37,6 +38,15 @@ using json = nlohmann::ordered_json;
 
 // Steps listed as missed at most (the rest counted): a save_steps of 1 over a long gap is many.
 constexpr size_t kMaxMissedListed = 1000;
+// Folded checkpoints the status lists, the latest (the rest counted): the status is rewritten at
+// every fold, and a list of every one would make a long run's writes grow with the square of its
+// checkpoints. The output's record lists them all.
+constexpr size_t kMaxFoldedListed = 100;
+
+// What a checkpoint's path names, however the folder was spelt ("run", "./run/", a symlink to it):
+// the folder resolved, the last part as written. Folded sets hold these, so that a watcher restarted
+// with another spelling of the folder never folds a checkpoint twice.
+std::string identity(const std::string& path) { return folder_resolved(without_trailing_slash(path)); }
 
 double seconds_since(steady::time_point t) { return std::chrono::duration<double>(steady::now() - t).count(); }
 
@@ -54,7 +64,7 @@ struct watched_output {
   std::string label;
   std::string path;
   fold_config config;
-  std::set<std::string> folded;  // its record's inputs
+  std::set<std::string> folded;  // its record's inputs (identity())
   std::optional<int64_t> last_step;
   int64_t n = 0;
 };
@@ -62,6 +72,7 @@ struct watched_output {
 // An entry of the run's folder as last seen.
 struct seen_entry {
   run_entry entry;
+  std::string id;  // identity(entry.path)
   std::string signature;
   steady::time_point since;  // signature unchanged since
   double age_at_since = 0;   // its newest file's age then (a checkpoint found old is settled)
@@ -148,8 +159,8 @@ void watcher::open_outputs() {
                       "--decay {} or another -o",
                       out.path, decimal(*r.decay), decimal(out.config.decay), decimal(*r.decay)));
     out.n = r.n;
-    out.folded.insert(r.inputs.begin(), r.inputs.end());
-    seen_paths_.insert(r.inputs.begin(), r.inputs.end());
+    for (const auto& p : r.inputs) out.folded.insert(identity(p));
+    for (const auto& p : r.inputs) seen_paths_.insert(identity(p));
     if (&out == &outputs_.front()) first_inputs = r.inputs;
     if (!r.inputs.empty()) out.last_step = step_of_folded(r.inputs.back());
     spdlog::info("{}: continuing its average of {}{}", out.path, counted(r.n, "checkpoint"),
@@ -169,7 +180,8 @@ void watcher::open_outputs() {
 void watcher::read_earlier_status() {
   if (!is_regular_file(settings_.status_file)) return;
   try {
-    const json j = json::parse(read_text_file(settings_.status_file));
+    json j = json::parse(json_text_marked(read_text_file(settings_.status_file)));
+    json_unmark(j);  // paths are bytes (util/json_bytes.h)
     for (const char* list : {"folded", "folding"}) {
       if (!j.contains(list)) continue;
       const json items = j[list].is_array() ? j[list] : json::array({j[list]});
@@ -225,8 +237,9 @@ void watcher::note_entry(const run_entry& e) {
   auto [it, fresh] = seen_.try_emplace(e.path);
   seen_entry& s = it->second;
   if (fresh) {
-    seen_paths_.insert(e.path);
     s.entry = e;
+    s.id = identity(e.path);
+    seen_paths_.insert(s.id);
     s.first_seen = steady::now();
     s.step = step_in_entry_name(e.path);
     s.step_source = "name";
@@ -278,7 +291,7 @@ void watcher::note_gone(const std::set<std::string>& present) {
       continue;
     }
     const bool everywhere = std::all_of(outputs_.begin(), outputs_.end(),
-                                        [&](const watched_output& o) { return o.folded.count(it->first) != 0; });
+                                        [&](const watched_output& o) { return o.folded.count(it->second.id) != 0; });
     if (!everywhere && passed_.count(it->first) == 0) {
       const std::string why = it->second.whole ? "deleted before it was folded"
                                                : "deleted before it was whole (it was " + it->second.waiting + ")";
@@ -297,7 +310,7 @@ void watcher::fold_ready() {
   std::vector<watch_entry> entries;
   for (const auto& [path, s] : seen_) {
     paths.push_back(path);
-    entries.push_back({path, s.step, s.whole, seconds_since(s.since) + s.age_at_since});
+    entries.push_back({s.id, s.step, s.whole, seconds_since(s.since) + s.age_at_since});
   }
   const watch_rules rules{settings_.settle, settings_.stall, settings_.from_step, settings_.to_step};
   // Each output folds what it lacks; they agree but after a stop between two outputs' folds.
@@ -359,7 +372,7 @@ bool watcher::fold_into(watched_output& out, seen_entry& s) {
     }
     throw;
   }
-  out.folded.insert(path);
+  out.folded.insert(s.id);
   out.last_step = s.step;
   out.n = report.n;
   const double behind = seconds_since(s.since) + s.age_at_since;
@@ -400,7 +413,7 @@ double watcher::behind() const {
   for (const auto& [path, s] : seen_) {
     if (!s.whole || passed_.count(path) != 0) continue;
     for (const auto& out : outputs_)
-      if (out.folded.count(path) == 0) most = std::max(most, seconds_since(s.since) + s.age_at_since);
+      if (out.folded.count(s.id) == 0) most = std::max(most, seconds_since(s.since) + s.age_at_since);
   }
   return most;
 }
@@ -411,17 +424,25 @@ json watcher::missed_json() const {
   for (const auto& [path, why] : gone_) missed.push_back({{"path", path}, {"why", why}});
   if (!save_steps_ || seen_steps_.empty()) return missed;
   const int64_t every = *save_steps_;
-  size_t more = 0;
-  for (int64_t s = every; s < *seen_steps_.rbegin(); s += every) {
-    if (seen_steps_.count(s) != 0) continue;
-    if (missed.size() >= kMaxMissedListed) {
-      ++more;
-      continue;
+  const std::string why = fmt::format(
+      "never seen: the Trainer saves every {} steps (save_steps), so this checkpoint was written and deleted "
+      "before swavg looked",
+      every);
+  // The multiples of `every` in each gap between two steps seen (or --from-step and the first): time
+  // and memory in the steps seen and the list's bound, never in a step's value.
+  int64_t below = settings_.from_step ? std::max<int64_t>(*settings_.from_step, 1) - 1 : 0;
+  int64_t more = 0;
+  for (const int64_t seen : seen_steps_) {
+    if (seen <= below) continue;
+    const int64_t first = below / every + 1, last = (seen - 1) / every;  // multiples k*every in (below, seen)
+    for (int64_t k = first; k <= last; ++k) {
+      if (missed.size() >= kMaxMissedListed) {
+        more += last - k + 1;
+        break;
+      }
+      missed.push_back({{"step", k * every}, {"why", why}});
     }
-    missed.push_back({{"step", s},
-                      {"why", fmt::format("never seen: the Trainer saves every {} steps (save_steps), so this "
-                                          "checkpoint was written and deleted before swavg looked",
-                                          every)}});
+    below = seen;
   }
   if (more > 0) missed.push_back({{"more", more}});
   return missed;
@@ -449,9 +470,12 @@ json watcher::status_json(const std::string& state, const std::string& folding) 
     j["folding"] = {{"path", folding}, {"step", step ? json(*step) : json()}};
   }
   json folded = json::array();
-  for (const auto& f : folded_)
+  j["folded_count"] = folded_.size();
+  for (size_t i = folded_.size() > kMaxFoldedListed ? folded_.size() - kMaxFoldedListed : 0; i < folded_.size(); ++i) {
+    const folded_entry& f = folded_[i];
     folded.push_back(
         {{"path", f.path}, {"step", f.step ? json(*f.step) : json()}, {"at", f.at}, {"behind_s", f.behind}});
+  }
   j["folded"] = folded;
   json waiting = json::array();
   for (const auto& [path, s] : seen_)

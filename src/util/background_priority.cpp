@@ -12,7 +12,8 @@ namespace {
 
 // linux/ioprio.h, which glibc does not wrap.
 constexpr int kIoprioWhoProcess = 1;
-constexpr int kIoprioClassIdle = 3;
+constexpr int kIoprioClassBestEffort = 2;
+constexpr int kIoprioLowest = 7;
 constexpr int kIoprioClassShift = 13;
 constexpr int kNice = 10;
 
@@ -28,8 +29,9 @@ std::string lower_priority() {
     done = "nice 10";
   else
     done = std::string("nice 10 refused: ") + std::strerror(errno);
-  const long io = syscall(SYS_ioprio_set, kIoprioWhoProcess, 0, kIoprioClassIdle << kIoprioClassShift);
-  done += io == 0 ? ", idle I/O class" : std::string(", idle I/O class refused: ") + std::strerror(errno);
+  const long io =
+      syscall(SYS_ioprio_set, kIoprioWhoProcess, 0, (kIoprioClassBestEffort << kIoprioClassShift) | kIoprioLowest);
+  done += io == 0 ? ", I/O priority best-effort 7" : std::string(", I/O priority refused: ") + std::strerror(errno);
   return done;
 }
 

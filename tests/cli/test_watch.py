@@ -219,6 +219,39 @@ class WatchTest(TempDirTest):
         reference = fake_trainer.reference([1, 2, 4], seed=2)
         self.assert_params_equal(out, reference["swa"], reference["params"])
 
+    def test_missed_steps_are_bounded_by_the_list_not_by_a_step(self):
+        """A trainer_state.json may declare any global_step: the gaps are counted, never walked."""
+        run, out = self.path("run"), self.path("swa.safetensors")
+        folder = write(run, "hf", 1, seed=2, save_every=1)
+        state_path = os.path.join(folder, "trainer_state.json")
+        with open(state_path) as f:
+            state = json.load(f)
+        state["global_step"] = 1 << 62
+        os.rename(folder, os.path.join(run, "checkpoint-%d" % (1 << 62)))
+        with open(os.path.join(run, "checkpoint-%d" % (1 << 62), "trainer_state.json"), "w") as f:
+            json.dump(state, f)
+        write(run, "hf", 1, seed=2, save_every=1)
+        start = time.process_time()
+        self.watch("average", run, "-o", out, "--once", "--settle", "0", "-q")
+        self.assertLess(time.process_time() - start, 5)
+        missed = status_of(out)["missed"]
+        self.assertEqual(len(missed), 1001)
+        self.assertEqual([m["step"] for m in missed[:3]], [2, 3, 4])
+        self.assertEqual(missed[-1], {"more": (1 << 62) - 2 - 1000})
+        self.assertEqual([f["step"] for f in status_of(out)["folded"]], [1, 1 << 62])
+
+    def test_a_restart_with_another_spelling_of_the_folder_folds_nothing_twice(self):
+        run, out = self.path("run"), self.path("swa.pt")
+        for s in (1, 2):
+            write(run, "pt", s, seed=3)
+        self.watch("average", run, "-o", out, "--once", "--settle", "0", "-q")
+        os.symlink(run, self.path("link"))
+        write(run, "pt", 3, seed=3)
+        self.watch("average", self.path("link") + "/./", "-o", out, "--once", "--settle", "0", "-q")
+        self.assertEqual([f["step"] for f in status_of(out)["folded"]], [1, 2, 3])
+        reference = fake_trainer.reference([1, 2, 3], seed=3)
+        self.assert_params_equal(out, reference["swa"], reference["params"])
+
     def test_passed_over_with_reasons(self):
         run, out = self.path("run"), self.path("swa.pt")
         for s in (100, 200, 300, 400):
