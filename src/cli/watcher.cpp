@@ -112,6 +112,7 @@ class watcher {
   void note_entry(const run_entry& e);
   void check_entry(seen_entry& s);
   void note_gone(const std::set<std::string>& present);
+  bool folded_everywhere(const seen_entry& s) const;
   void fold_ready();
   bool fold_into(watched_output& out, seen_entry& s);
   fold_report fold_one(const watched_output& out, const std::string& path);
@@ -226,9 +227,15 @@ void watcher::look() {
   std::set<std::string> present;
   for (const run_entry& e : list_run_folder(folder_, settings_.match)) {
     present.insert(e.path);
-    note_entry(e);
+    const auto it = seen_.find(e.path);
+    if (it == seen_.end() || !folded_everywhere(it->second)) note_entry(e);  // a folded one is done with
   }
   note_gone(present);
+}
+
+bool watcher::folded_everywhere(const seen_entry& s) const {
+  return std::all_of(outputs_.begin(), outputs_.end(),
+                     [&](const watched_output& o) { return o.folded.count(s.id) != 0; });
 }
 
 void watcher::note_entry(const run_entry& e) {
@@ -290,9 +297,7 @@ void watcher::note_gone(const std::set<std::string>& present) {
       ++it;
       continue;
     }
-    const bool everywhere = std::all_of(outputs_.begin(), outputs_.end(),
-                                        [&](const watched_output& o) { return o.folded.count(it->second.id) != 0; });
-    if (!everywhere && passed_.count(it->first) == 0) {
+    if (!folded_everywhere(it->second) && passed_.count(it->first) == 0) {
       const std::string why = it->second.whole ? "deleted before it was folded"
                                                : "deleted before it was whole (it was " + it->second.waiting + ")";
       spdlog::warn("{}: {}", it->first, why);
