@@ -56,9 +56,9 @@ void add_watch_options(CLI::App* app, watch_settings& s) {
                   "missed, seconds behind (default: OUT.watch.json)")
       ->type_name("FILE")
       ->group(group);
-  app->add_flag(
-         "--normal-priority", s.normal_priority,
-         "Keep this process's CPU and I/O priority (default: nice 10 and the lowest best-effort I/O priority, beside the trainer)")
+  app->add_flag("--normal-priority", s.normal_priority,
+                "Keep this process's CPU and I/O priority (default: nice 10 and the lowest best-effort I/O priority, "
+                "beside the trainer)")
       ->group(group);
 }
 
