@@ -534,11 +534,8 @@ void check_watch_paths(const fold_job& job, const watch_settings& s, const std::
   outputs.push_back({"--status", s.status_file, true});
   outputs.push_back({"--report", report_file, true});
   if (!job.directory) return read.check_file_outputs(outputs);
-  if (is_under(real_path(without_trailing_slash(job.output)), real_path(job.inputs.front())))
-    throw usage_error(fmt::format("-o {}: inside the watched folder {}, where the watcher would read it", job.output,
-                                  job.inputs.front()));
   outputs.erase(outputs.begin());
-  read.check_file_outputs(outputs);
+  read.check_folder_output(output_folder(job.output, 0, 1, true), outputs);
 }
 
 }  // namespace

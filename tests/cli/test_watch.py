@@ -325,6 +325,21 @@ class WatchTest(TempDirTest):
         self.assertEqual(r["inputs"], [paths[-1]])
         self.assertEqual(r["resume"], self.path("ema-0.99.safetensors"))
 
+    def test_a_folder_output_is_one_runs_folder(self):
+        """-o DIR/: a Hugging Face folder, rolled over fold after fold, byte for byte one run's."""
+        run = self.path("run")
+        for s in (1, 2, 3):
+            write(run, "hf", s, seed=11, save_every=1)
+        out = self.path("swa") + "/"
+        self.watch("average", run, "-o", out, "--once", "--settle", "0", "-q")
+        self.assertEqual(status_of(self.path("swa"))["last_step"], 3)
+        paths = [os.path.join(run, "checkpoint-%d" % s) for s in (1, 2, 3)]
+        swavg("average", "--sort", "none", *paths, "-o", self.path("one") + "/", "-q")
+        self.assertEqual(sorted(os.listdir(self.path("swa"))), sorted(os.listdir(self.path("one"))))
+        for name in os.listdir(self.path("one")):
+            with open(os.path.join(self.path("swa"), name), "rb") as a, open(os.path.join(self.path("one"), name), "rb") as b:
+                self.assertEqual(a.read(), b.read(), name)
+
     def test_flat_memory_over_hundreds_of_checkpoints(self):
         """Peak RSS over 300 checkpoints within 4 MiB of that over 30 (each 1 MiB)."""
         peaks = {}
@@ -342,6 +357,7 @@ class WatchTest(TempDirTest):
         write(run, "pt", 1, seed=10)
         cases = [
             (["average", run, "-o", os.path.join(run, "swa.pt")], 2, "inside"),
+            (["average", run, "-o", os.path.join(run, "swa") + "/"], 2, "inside the input folder"),
             (["average", run, "-o", self.path("x.pt"), "--status", self.path("x.pt")], 2, "--status"),
             (["average", os.path.join(run, "ckpt_1.pt"), "-o", self.path("y.pt"), "--once"], 2, "not a folder"),
             (["ema", run, "-o", self.path("z.pt")], 2, "--decay"),

@@ -101,16 +101,12 @@ void output_folder::refuse_inputs_inside(const std::vector<std::string>& inputs)
           throw usage_error(
               fmt::format("{}/: inside the input folder '{}'; swavg never writes into what it reads, even with --force",
                           folder, arg));
-    std::vector<std::string> files =
-        folder_arg || is_regular_file(arg) ? checkpoint_files(arg) : std::vector<std::string>{};
-    files.push_back(arg);
-    for (const auto& f : files)
-      for (const auto& folder : written)
-        if (is_under(real_path(f), real_path(folder)) || is_under(folder_resolved(f), real_path(folder)))
-          throw usage_error(
-              fmt::format("{}/: the output folder holds the input '{}'; swavg never overwrites or removes "
-                          "its inputs, even with --force",
-                          folder, f));
+    for (const auto& folder : written)
+      if (is_under(real_path(arg), real_path(folder)) || is_under(folder_resolved(arg), real_path(folder)))
+        throw usage_error(
+            fmt::format("{}/: the output folder holds the input '{}'; swavg never overwrites or removes "
+                        "its inputs, even with --force",
+                        folder, arg));
   }
 }
 

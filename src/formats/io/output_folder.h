@@ -57,8 +57,10 @@ class output_folder {
 
   // 1. Refusals, nothing written. io_error when OUT's parent is not a folder; usage_error when OUT
   // exists and is not a folder ("OUT/: exists and is not a folder<hint>"), when one of folders()
-  // is or holds one of the files `inputs` read (through symlinks too), or when OUT is not empty
-  // and --force is off.
+  // is or holds one of `inputs` or lies in one that is a folder (through symlinks too), or when OUT
+  // is not empty and --force is off. `inputs` is every file and folder the run reads, a checkpoint's
+  // files listed (cli/read_set.h gathers them): a folder read as it is, such as the run folder
+  // swavg watch follows, is no checkpoint to look into.
   void refuse_missing_parent() const;
   void refuse_not_folder(const std::string& hint = "") const;
   void refuse_inputs_inside(const std::vector<std::string>& inputs) const;
