@@ -51,6 +51,8 @@ TEST_CASE("watch queue: a restarted watcher folds only the steps after the last 
 TEST_CASE("watch queue: --settle, at its edge", "[watch_queue][unit]") {
   watch_rules r;
   r.settle = 2.0;
+  CHECK(settled(2.0, r));  // the rule the watcher asks before reading a checkpoint at all
+  CHECK(!settled(std::nextafter(2.0, 0.0), r));
   const std::vector<watch_entry> last_valid = {whole("r/1", 1, 2.0)};
   CHECK(decide_watch(last_valid, {}, std::nullopt, r).fold.size() == 1);
   const std::vector<watch_entry> first_invalid = {whole("r/1", 1, std::nextafter(2.0, 0.0))};

@@ -101,13 +101,18 @@ struct passed_entry {
 class watcher {
  public:
   watcher(const fold_job& job, const watch_settings& s, std::string report_file)
-      : job_(job), settings_(s), report_file_(std::move(report_file)), folder_(job.inputs.front()) {}
+      : job_(job),
+        settings_(s),
+        rules_{s.settle, s.stall, s.from_step, s.to_step},
+        report_file_(std::move(report_file)),
+        folder_(job.inputs.front()) {}
   void run();
 
  private:
   void open_outputs();
   void read_earlier_status();
   std::optional<int64_t> step_of_folded(const std::string& path) const;
+  std::optional<int64_t> step_of_last_folded(const std::string& path) const;
   void look();
   void note_entry(const run_entry& e);
   void check_entry(seen_entry& s);
@@ -125,6 +130,7 @@ class watcher {
 
   fold_job job_;
   watch_settings settings_;
+  watch_rules rules_;  // fold/watch_queue.h's, from the settings
   std::string report_file_;
   std::string folder_;
   std::vector<watched_output> outputs_;
@@ -160,19 +166,24 @@ void watcher::open_outputs() {
                       "--decay {} or another -o",
                       out.path, decimal(*r.decay), decimal(out.config.decay), decimal(*r.decay)));
     out.n = r.n;
-    for (const auto& p : r.inputs) out.folded.insert(identity(p));
-    for (const auto& p : r.inputs) seen_paths_.insert(identity(p));
+    for (const auto& p : r.inputs) {
+      const std::string id = identity(p);
+      out.folded.insert(id);
+      seen_paths_.insert(id);
+    }
+    if (!r.inputs.empty()) out.last_step = step_of_last_folded(r.inputs.back());
     if (&out == &outputs_.front()) first_inputs = r.inputs;
-    if (!r.inputs.empty()) out.last_step = step_of_folded(r.inputs.back());
     spdlog::info("{}: continuing its average of {}{}", out.path, counted(r.n, "checkpoint"),
                  out.last_step ? fmt::format(", the last at step {}", *out.last_step) : std::string());
-    for (const auto& p : r.inputs)
-      if (const auto s = step_of_folded(p)) seen_steps_.insert(*s);
   }
-  // What the first output holds, in its record's order, with the earlier status's times where it has them.
-  for (const auto& p : first_inputs) {
+  // What the first output holds, in its record's order, with the earlier status's steps and times
+  // where it has them: no checkpoint is read again for it (but the last, whose step decides what
+  // comes next).
+  for (size_t i = 0; i < first_inputs.size(); ++i) {
+    const std::string& p = first_inputs[i];
     folded_entry f = earlier_folded_.count(p) != 0 ? earlier_folded_[p] : folded_entry{p, std::nullopt, "", 0.0};
-    f.step = step_of_folded(p);
+    f.step = i + 1 == first_inputs.size() ? outputs_.front().last_step : step_of_folded(p);
+    if (f.step) seen_steps_.insert(*f.step);
     folded_.push_back(std::move(f));
   }
 }
@@ -202,8 +213,15 @@ void watcher::read_earlier_status() {
   }
 }
 
-// A folded checkpoint's step: the earlier status's, else read again, else its name's.
+// A folded checkpoint's step without reading it: the earlier status's, else its name's.
 std::optional<int64_t> watcher::step_of_folded(const std::string& path) const {
+  if (const auto it = earlier_steps_.find(path); it != earlier_steps_.end() && it->second) return it->second;
+  return step_in_entry_name(path);
+}
+
+// The last folded checkpoint's step: the earlier status's, else read from it while it is there (its
+// contents may hold a step its name does not), else its name's.
+std::optional<int64_t> watcher::step_of_last_folded(const std::string& path) const {
   if (const auto it = earlier_steps_.find(path); it != earlier_steps_.end() && it->second) return it->second;
   try {
     if (is_regular_file(path) || is_folder(path))
@@ -266,7 +284,7 @@ void watcher::note_entry(const run_entry& e) {
 void watcher::check_entry(seen_entry& s) {
   if (s.checked == s.signature) return;
   const double unchanged = seconds_since(s.since) + s.age_at_since;
-  s.settling = unchanged < settings_.settle;
+  s.settling = !settled(unchanged, rules_);
   if (s.settling) {
     s.waiting = "changed in the last " + decimal(settings_.settle) + " s (--settle)";
     return;
@@ -317,10 +335,9 @@ void watcher::fold_ready() {
     paths.push_back(path);
     entries.push_back({s.id, s.step, s.whole, seconds_since(s.since) + s.age_at_since});
   }
-  const watch_rules rules{settings_.settle, settings_.stall, settings_.from_step, settings_.to_step};
   // Each output folds what it lacks; they agree but after a stop between two outputs' folds.
   for (auto& out : outputs_) {
-    const watch_decision d = decide_watch(entries, out.folded, out.last_step, rules);
+    const watch_decision d = decide_watch(entries, out.folded, out.last_step, rules_);
     for (const watch_pass& p : d.passed)
       if (passed_.count(paths[p.entry]) == 0) {
         spdlog::info("{}: passed over: {}", paths[p.entry], p.why);

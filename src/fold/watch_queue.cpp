@@ -23,6 +23,8 @@ std::string pass_reason(const watch_entry& e, std::optional<int64_t> last_step, 
 
 }  // namespace
 
+bool settled(double unchanged_for, const watch_rules& rules) { return unchanged_for >= rules.settle; }
+
 watch_decision decide_watch(const std::vector<watch_entry>& entries, const std::set<std::string>& folded,
                             std::optional<int64_t> last_step, const watch_rules& rules) {
   watch_decision d;
@@ -43,7 +45,7 @@ watch_decision decide_watch(const std::vector<watch_entry>& entries, const std::
   std::optional<int64_t> last = last_step;
   for (size_t i : queue) {
     const watch_entry& e = entries[i];
-    const bool ready = e.whole && e.unchanged_for >= rules.settle;
+    const bool ready = e.whole && settled(e.unchanged_for, rules);
     if (!ready) {
       if (e.unchanged_for >= rules.stall) {
         d.stalled.push_back(i);

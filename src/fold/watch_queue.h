@@ -48,6 +48,10 @@ struct watch_decision {
   std::optional<size_t> waiting_for;  // the unfinished entry that holds the later ones back
 };
 
+// Whether a checkpoint unchanged for `unchanged_for` seconds has settled: the one settle rule, which
+// the watcher also asks before it reads a checkpoint at all.
+bool settled(double unchanged_for, const watch_rules& rules);
+
 // `folded`: the paths already in the average; `last_step`: the step of the last one folded.
 watch_decision decide_watch(const std::vector<watch_entry>& entries, const std::set<std::string>& folded,
                             std::optional<int64_t> last_step, const watch_rules& rules);
