@@ -58,6 +58,18 @@ TEST_CASE("run folder: candidates are checkpoint files and folders, never tempor
   CHECK_THROWS_AS(list_run_folder(d / "missing", ""), io_error);
 }
 
+TEST_CASE("run folder: the bounds on entries and on a checkpoint's files, at their edges", "[run_folder][unit]") {
+  temp_dir d;
+  for (const char* f : {"ckpt_1.pt", "ckpt_2.pt", "ckpt_3.pt", ".hidden.pt", "notes.txt"}) write(d / f, "x");
+  CHECK(list_run_folder(d.path(), "", 3).size() == 3);  // the names it passes over do not count
+  CHECK_THROWS_WITH(list_run_folder(d.path(), "", 2), Catch::Contains("more than 2 checkpoints"));
+  fs::create_directory(d / "checkpoint-4");
+  write(d / "checkpoint-4/a", "x");
+  write(d / "checkpoint-4/b", "x");
+  CHECK(!snapshot_entry(d / "checkpoint-4", 3).signature.empty());  // the folder and its two files
+  CHECK_THROWS_AS(snapshot_entry(d / "checkpoint-4", 2), input_error);
+}
+
 TEST_CASE("run folder: a signature changes with every write and is empty once gone", "[run_folder][unit]") {
   temp_dir d;
   fs::create_directory(d / "checkpoint-1");

@@ -260,6 +260,7 @@ void add_rules(fold_options& o) {
 // `swavg watch average|ema`: the run's folder is the one input; one worker (a Slurm or Kubernetes
 // rank around it is not a shard of its output).
 void run_watch_command(fold_options o) {
+  check_selection_config(o.choose);
   o.job.inputs = o.selection.paths;
   add_rules(o);
   if (o.complete) o.complete(o.job);

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <optional>
 
+#include "util/decimal.h"
 #include "util/error.h"
 #include "util/listing.h"
 
@@ -202,6 +205,18 @@ CLI::Validator integer_in(int64_t lo, int64_t hi) {
         return std::string();
       },
       range);
+}
+
+CLI::Validator seconds_check(bool zero_allowed) {
+  const std::string bound = zero_allowed ? ">= 0" : "> 0";
+  return CLI::Validator(
+      [zero_allowed, bound](std::string& value) {
+        const std::optional<double> v = parse_decimal(value);
+        if (!v || !std::isfinite(*v) || *v < 0 || (*v == 0 && !zero_allowed))
+          return fmt::format("expected a finite number of seconds {}, got '{}'", bound, value);
+        return std::string();
+      },
+      "SECONDS " + bound);
 }
 
 void add_output_options(CLI::App& app, output_settings& s) {

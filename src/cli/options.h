@@ -89,6 +89,10 @@ std::string usage_message(CLI::App& root, const CLI::ParseError& e);
 // Accepts a decimal integer in [lo, hi]; the message names the range and the value given.
 CLI::Validator integer_in(int64_t lo, int64_t hi);
 
+// Accepts a finite decimal number of seconds, > 0 (or >= 0 with `zero_allowed`); the message names
+// the bound and the value given.
+CLI::Validator seconds_check(bool zero_allowed);
+
 // --device cpu|cuda|cuda:N.
 CLI::Option* add_device_option(CLI::App* app, const std::string& flags, device_spec& target, const std::string& help);
 

@@ -23,12 +23,12 @@ void add_watch_options(CLI::App* app, watch_settings& s) {
       ->type_name("GLOB")
       ->group(group);
   app->add_option("--poll", s.poll, "Seconds between two looks at the folder (default 1)")
-      ->check(CLI::PositiveNumber)
+      ->check(seconds_check(false))
       ->type_name("S")
       ->group(group);
   app->add_option("--settle", s.settle,
                   "Seconds a whole checkpoint must stay unchanged (sizes, times) before it is read (default 1)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(seconds_check(true))
       ->type_name("S")
       ->group(group);
   app->add_option(
@@ -36,11 +36,11 @@ void add_watch_options(CLI::App* app, watch_settings& s) {
          "Seconds after which a checkpoint still unfinished and unchanged no longer holds later steps back "
          "(default 10: a sequential trainer never writes a later checkpoint while an earlier one is unfinished, so one "
          "that stopped changing is dead, and waiting on it longer would let rotation delete the later ones unfolded)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(seconds_check(true))
       ->type_name("S")
       ->group(group);
   app->add_option("--idle-timeout", s.idle_timeout, "Stop once nothing in the folder has changed for S seconds")
-      ->check(CLI::NonNegativeNumber)
+      ->check(seconds_check(true))
       ->type_name("S")
       ->group(group);
   app->add_option("--until-step", s.until_step, "Stop once a checkpoint of step N or later is folded")

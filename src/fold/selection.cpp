@@ -56,7 +56,9 @@ std::string step_user(const selection_config& c) {
   return "--weights wma-step";
 }
 
-void check_config(const selection_config& c) {
+}  // namespace
+
+void check_selection_config(const selection_config& c) {
   if (c.every < 1) throw usage_error(fmt::format("--every: expected an integer in [1, {}], got {}", INT_MAX, c.every));
   if (c.last < 0) throw usage_error(fmt::format("--last: expected an integer in [1, {}], got {}", INT_MAX, c.last));
   if (c.from_step && c.to_step && *c.from_step > *c.to_step)
@@ -72,6 +74,8 @@ void check_config(const selection_config& c) {
   if (!c.metric_file.empty() && c.metric.empty())
     throw usage_error("--metric-file needs --metric NAME: the column to read");
 }
+
+namespace {
 
 void read_facts(std::vector<selection_candidate>& cands, const selection_config& c) {
   const bool steps = needs_steps(c);
@@ -198,7 +202,7 @@ void warn_repeated_steps(const std::vector<selection_candidate>& cands) {
 }  // namespace
 
 checkpoint_selection select_checkpoints(const std::vector<std::string>& sorted, const selection_config& c) {
-  check_config(c);
+  check_selection_config(c);
   checkpoint_selection s;
   s.config = c;
   for (const auto& p : sorted) {

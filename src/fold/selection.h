@@ -57,6 +57,11 @@ struct checkpoint_selection {
   bool chooses() const;
 };
 
+// Throws usage_error for options that contradict each other or are out of range (--from-step past
+// --to-step, --top without --metric, ...), before any checkpoint is read: select_checkpoints' first
+// step, and swavg watch's check of its --from-step/--to-step.
+void check_selection_config(const selection_config& c);
+
 // Applies `c` to `sorted` (the gathered paths in sort order). Throws usage_error for bad options or
 // a selection that keeps nothing, naming what to change, and for a checkpoint without the step or
 // the metric a rule needs, naming it and every place looked at.

@@ -340,6 +340,48 @@ class WatchTest(TempDirTest):
             with open(os.path.join(self.path("swa"), name), "rb") as a, open(os.path.join(self.path("one"), name), "rb") as b:
                 self.assertEqual(a.read(), b.read(), name)
 
+    def test_the_status_lists_the_latest_100_folded(self):
+        run, out = self.path("run"), self.path("swa.safetensors")
+        for s in range(1, 102):
+            write(run, "safetensors", s, seed=12, width=2)
+        self.watch("average", run, "-o", out, "--once", "--settle", "0", "--until-step", 100, "-q")
+        status = status_of(out)
+        self.assertEqual((status["folded_count"], [f["step"] for f in status["folded"]]), (100, list(range(1, 101))))
+        self.watch("average", run, "-o", out, "--once", "--settle", "0", "-q")
+        status = status_of(out)
+        self.assertEqual((status["folded_count"], [f["step"] for f in status["folded"]]), (101, list(range(2, 102))))
+        self.assertEqual(status["outputs"][0]["n"], 101)
+
+    def test_option_edges(self):
+        run = self.path("run")
+        os.makedirs(run)
+        i64 = str(2 ** 63 - 1)
+        cases = [
+            (["--poll", "4.9e-324"], 0, ()),
+            (["--poll", "0"], 2, ("--poll", "seconds > 0, got '0'")),
+            (["--poll", "inf"], 2, ("--poll", "finite")),
+            (["--settle", "0"], 0, ()),
+            (["--settle", "-4.9e-324"], 2, ("--settle", "seconds >= 0")),
+            (["--settle", "nan"], 2, ("--settle",)),
+            (["--stall-timeout", "0"], 0, ()),
+            (["--stall-timeout", "-4.9e-324"], 2, ("--stall-timeout", "seconds >= 0")),
+            (["--idle-timeout", "0"], 0, ()),
+            (["--idle-timeout", "-4.9e-324"], 2, ("--idle-timeout", "seconds >= 0")),
+            (["--idle-timeout", "1.5x"], 2, ("--idle-timeout", "got '1.5x'")),
+            (["--until-step", "0"], 0, ()),
+            (["--until-step", "-1"], 2, ("--until-step", "[0, %s]" % i64)),
+            (["--until-step", i64], 0, ()),
+            (["--until-step", str(2 ** 63)], 2, ("--until-step", "[0, %s]" % i64)),
+            (["--from-step", "2", "--to-step", "2"], 0, ()),
+            (["--from-step", "2", "--to-step", "1"], 2, ("--from-step 2 is past --to-step 1",)),
+        ]
+        for args, code, needles in cases:
+            with self.subTest(args=args):
+                p = self.watch("average", run, "-o", self.path("e.pt"), "--once", *args, check=False)
+                self.assertEqual(p.returncode, code, p.stderr)
+                for n in needles:
+                    self.assertIn(n, p.stderr)
+
     def test_flat_memory_over_hundreds_of_checkpoints(self):
         """Peak RSS over 300 checkpoints within 4 MiB of that over 30 (each 1 MiB)."""
         peaks = {}

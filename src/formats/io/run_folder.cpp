@@ -67,6 +67,7 @@ void each_name(const std::string& folder, F take) {
 }
 
 struct signature_walk {
+  size_t max_files = kMaxRunEntries;
   size_t count = 0;
   std::string text;
   timespec newest{0, 0};
@@ -75,7 +76,7 @@ struct signature_walk {
 void add_signature(const std::string& path, const std::string& shown, int depth, signature_walk& w) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return;
-  if (++w.count > kMaxRunEntries) throw input_error(fmt::format("{}: more than {} files", path, kMaxRunEntries));
+  if (++w.count > w.max_files) throw input_error(fmt::format("{}: more than {} files", path, w.max_files));
   w.text += fmt::format("{}:{}:{}:{}.{};", shown, st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
   if (st.st_mtim.tv_sec > w.newest.tv_sec ||
       (st.st_mtim.tv_sec == w.newest.tv_sec && st.st_mtim.tv_nsec > w.newest.tv_nsec))
@@ -93,24 +94,25 @@ void add_signature(const std::string& path, const std::string& shown, int depth,
 
 }  // namespace
 
-std::vector<run_entry> list_run_folder(const std::string& folder, const std::string& match) {
+std::vector<run_entry> list_run_folder(const std::string& folder, const std::string& match, size_t max_entries) {
   std::vector<run_entry> entries;
   each_name(folder, [&](const std::string& name) {
-    if (entries.size() >= kMaxRunEntries)
-      throw input_error(fmt::format("{}: more than {} entries", folder, kMaxRunEntries));
     if (temporary_name(name)) return;
     if (!match.empty() && ::fnmatch(match.c_str(), name.c_str(), 0) != 0) return;
     run_entry e{name, path_in_folder(without_trailing_slash(folder), name), false};
     e.folder = is_folder(e.path);
     if (e.folder ? checkpoint_folder(e.path, name) : is_regular_file(e.path) && checkpoint_extension(name))
       entries.push_back(std::move(e));
+    if (entries.size() > max_entries)
+      throw input_error(fmt::format("{}: more than {} checkpoints", folder, max_entries));
   });
   std::sort(entries.begin(), entries.end(), [](const run_entry& a, const run_entry& b) { return a.name < b.name; });
   return entries;
 }
 
-entry_snapshot snapshot_entry(const std::string& path) {
+entry_snapshot snapshot_entry(const std::string& path, size_t max_files) {
   signature_walk w;
+  w.max_files = max_files;
   add_signature(path, ".", 3, w);
   timespec now{};
   ::clock_gettime(CLOCK_REALTIME, &now);

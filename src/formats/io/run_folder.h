@@ -33,8 +33,9 @@ struct run_entry {
 inline constexpr size_t kMaxRunEntries = 1 << 20;
 
 // The entries of `folder`, in name order. Throws io_error when the folder cannot be read, and
-// input_error past kMaxRunEntries.
-std::vector<run_entry> list_run_folder(const std::string& folder, const std::string& match);
+// input_error for more than `max_entries` of them.
+std::vector<run_entry> list_run_folder(const std::string& folder, const std::string& match,
+                                       size_t max_entries = kMaxRunEntries);
 
 // What changes while `path` is written: a file's size, inode and modification time; a folder's,
 // for every file under it (three levels deep). `signature` is "" when it is gone; `age` is the
@@ -43,7 +44,8 @@ struct entry_snapshot {
   std::string signature;
   double age = 0;
 };
-entry_snapshot snapshot_entry(const std::string& path);
+// Throws input_error for more than `max_files` files and folders under it, itself included.
+entry_snapshot snapshot_entry(const std::string& path, size_t max_files = kMaxRunEntries);
 
 struct entry_readiness {
   bool whole = false;
