@@ -17,6 +17,7 @@
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
+#include "util/text.h"
 
 namespace swavg {
 namespace {
@@ -55,8 +56,6 @@ constexpr const char* kClasses[] = {"Metadata",         "TensorStorageMetadata",
 constexpr const char* kOtherGlobals[] = {
     kStorageInfo,        "torch.Size",          "torch.serialization._get_layout", "builtins.getattr",
     "pathlib.PosixPath", "pathlib.WindowsPath", "pathlib.PurePosixPath",           "pathlib.PureWindowsPath"};
-
-bool starts_with(const std::string& s, const char* prefix) { return s.compare(0, std::strlen(prefix), prefix) == 0; }
 
 bool allowed_global(const std::string& name) {
   for (const char* c : kClasses)

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "util/text.h"
+
 namespace swavg {
 
 const char* weights_names_name(weights_names names) {
@@ -42,11 +44,6 @@ namespace {
 const char* extension(file_format format) { return format == file_format::safetensors ? "safetensors" : "bin"; }
 
 std::string dot_variant(const weights_naming& naming) { return naming.variant.empty() ? "" : "." + naming.variant; }
-
-bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // "-00001-of-00003" (5 digits or more each), the whole of `s`.
 bool is_shard_suffix(const std::string& s) {

@@ -19,13 +19,10 @@
 #include "util/mapped_file.h"
 #include "util/paths.h"
 #include "util/read_file.h"
+#include "util/text.h"
 
 namespace swavg {
 namespace {
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
 
 // A folder holding what a Hugging Face library loads: weights (*.safetensors, *.bin, an index) or
 // a config.json / model_index.json. One holding none is claimed by no row (its lookup,

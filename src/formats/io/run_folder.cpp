@@ -12,14 +12,10 @@
 #include "formats/io/load.h"
 #include "util/error.h"
 #include "util/paths.h"
+#include "util/text.h"
 
 namespace swavg {
 namespace {
-
-bool ends_with(const std::string& s, const char* tail) {
-  const std::string t = tail;
-  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
-}
 
 bool temporary_name(const std::string& name) {
   if (name.empty() || name[0] == '.' || name.back() == '~') return true;

@@ -15,6 +15,7 @@
 #include "util/crc32.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
+#include "util/text.h"
 
 namespace swavg {
 namespace {
@@ -28,8 +29,6 @@ std::string shown(std::string_view s) {
   if (s.size() > kMaxShownText) out += "...";
   return out;
 }
-
-bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
 
 bool is_identifier_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
