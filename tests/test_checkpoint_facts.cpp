@@ -143,6 +143,27 @@ TEST_CASE("a trainer_state.json beside the weights gives the step and the metric
   CHECK_THROWS_WITH(read_checkpoint_facts(dir / "checkpoint-7", ""), Catch::Contains("\"global_step\""));
 }
 
+TEST_CASE("a run folder's entry: its own records and name, never the run's; save_steps at its edge",
+          "[checkpoint_facts]") {
+  test::temp_dir dir;
+  std::filesystem::create_directory(dir / "run7");
+  write(dir / "run7/trainer_state.json", R"({"global_step": 99})");  // the run's, after training
+  write(dir / "run7/model.safetensors", "x");
+  CHECK_FALSE(read_entry_facts(dir / "run7/model.safetensors").step);  // not 99, not the folder's 7
+  std::filesystem::create_directory(dir / "run7/checkpoint-4");
+  write(dir / "run7/checkpoint-4/trainer_state.json", R"({"global_step": 4, "save_steps": 1})");
+  const checkpoint_facts f = read_entry_facts(dir / "run7/checkpoint-4");
+  REQUIRE(f.step);
+  CHECK(f.step->value == 4);
+  CHECK(f.save_steps == std::optional<int64_t>(1));  // the last valid
+  write(dir / "run7/checkpoint-4/trainer_state.json", R"({"global_step": 4, "save_steps": 0})");
+  CHECK_FALSE(read_entry_facts(dir / "run7/checkpoint-4").save_steps);  // the first invalid: no interval
+  write(dir / "run7/checkpoint-4/trainer_state.json", R"({"global_step": 4, "save_steps": -2})");
+  CHECK_FALSE(read_entry_facts(dir / "run7/checkpoint-4").save_steps);
+  CHECK(step_in_entry_name(dir / "run7/ckpt.pt") == std::nullopt);
+  CHECK(step_in_entry_name(dir / "run7/checkpoint-4/") == std::optional<int64_t>(4));
+}
+
 TEST_CASE("real runs: steps and metrics as Python reads them", "[checkpoint_facts][fixtures]") {
   if (!std::filesystem::exists(test::fixture("trainer_runs/plain/reference.json"))) {
     // scripts/fixtures/trainer_runs.py skips the family where transformers, Lightning or timm is not

@@ -122,6 +122,7 @@ class watcher {
   bool fold_into(watched_output& out, seen_entry& s);
   fold_report fold_one(const watched_output& out, const std::string& path);
   std::optional<std::string> stop_reason() const;
+  bool reached_until_step(const watched_output& out) const;
   bool once_waits(steady::time_point start) const;
   void write_status(const std::string& state, const std::string& folding = "");
   json status_json(const std::string& state, const std::string& folding) const;
@@ -134,8 +135,8 @@ class watcher {
   std::string report_file_;
   std::string folder_;
   std::vector<watched_output> outputs_;
-  std::map<std::string, seen_entry> seen_;  // by path
-  std::vector<folded_entry> folded_;
+  std::map<std::string, seen_entry> seen_;                       // by path
+  std::vector<folded_entry> folded_;                             // what the first output holds, in fold order
   std::map<std::string, folded_entry> earlier_folded_;           // an earlier watcher's status, by path
   std::map<std::string, std::optional<int64_t>> earlier_steps_;  // an earlier watcher's folded steps
   std::map<std::string, passed_entry> passed_;
@@ -344,7 +345,7 @@ void watcher::fold_ready() {
         passed_[paths[p.entry]] = {paths[p.entry], entries[p.entry].step, p.why};
       }
     for (size_t i : d.fold) {
-      if (stop_requested() || (settings_.until_step && out.last_step && *out.last_step >= *settings_.until_step)) break;
+      if (stop_requested() || reached_until_step(out)) break;
       if (!fold_into(out, seen_.at(paths[i]))) break;
     }
   }
@@ -381,12 +382,13 @@ bool watcher::fold_into(watched_output& out, seen_entry& s) {
     report = fold_one(out, path);
   } catch (const error& e) {
     mapped_file::forget_faults();
-    if (snapshot_entry(path).signature.empty()) {
+    const std::string now = snapshot_entry(path).signature;
+    if (now.empty()) {
       spdlog::warn("{}: deleted while being folded into {}, which keeps its average without it", path, out.path);
       gone_[path] = "deleted while being folded";
       return false;
     }
-    if (snapshot_entry(path).signature != s.signature) {
+    if (now != s.signature) {
       spdlog::warn("{}: changed while being folded; looked at again", path);
       s.checked.clear();
       s.whole = false;
@@ -398,8 +400,7 @@ bool watcher::fold_into(watched_output& out, seen_entry& s) {
   out.last_step = s.step;
   out.n = report.n;
   const double behind = seconds_since(s.since) + s.age_at_since;
-  if (std::none_of(folded_.begin(), folded_.end(), [&](const folded_entry& f) { return f.path == path; }))
-    folded_.push_back({path, s.step, utc_now(), behind});
+  if (&out == &outputs_.front()) folded_.push_back({path, s.step, utc_now(), behind});  // what the first holds
   last_change_ = steady::now();
   spdlog::info("{} (step {}) -> {}: {} in the average, {:.2f} s, {:.1f} s after its last write", path,
                s.step ? std::to_string(*s.step) : "?", out.path, report.n, report.wall_time_s, behind);
@@ -410,11 +411,14 @@ bool watcher::fold_into(watched_output& out, seen_entry& s) {
 
 // --- stopping and the status ----------------------------------------------------------------------
 
+bool watcher::reached_until_step(const watched_output& out) const {
+  return settings_.until_step && out.last_step && *out.last_step >= *settings_.until_step;
+}
+
 std::optional<std::string> watcher::stop_reason() const {
   if (const int sig = stop_requested()) return std::string(stop_signal_name(sig));
-  if (settings_.until_step && std::all_of(outputs_.begin(), outputs_.end(), [&](const watched_output& o) {
-        return o.last_step && *o.last_step >= *settings_.until_step;
-      }))
+  if (settings_.until_step &&
+      std::all_of(outputs_.begin(), outputs_.end(), [&](const watched_output& o) { return reached_until_step(o); }))
     return fmt::format("--until-step {}: step {} is folded", *settings_.until_step, *outputs_.front().last_step);
   if (settings_.idle_timeout && seconds_since(last_change_) >= *settings_.idle_timeout)
     return fmt::format("--idle-timeout {}: nothing changed in {} for {} s", decimal(*settings_.idle_timeout), folder_,
