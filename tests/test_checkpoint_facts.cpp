@@ -143,7 +143,7 @@ TEST_CASE("a trainer_state.json beside the weights gives the step and the metric
   CHECK_THROWS_WITH(read_checkpoint_facts(dir / "checkpoint-7", ""), Catch::Contains("\"global_step\""));
 }
 
-TEST_CASE("a run folder's entry: its own records and name, never the run's; save_steps at its edge",
+TEST_CASE("a run folder's entry: its own records and name, never the run's, and save_steps at its edge",
           "[checkpoint_facts]") {
   test::temp_dir dir;
   std::filesystem::create_directory(dir / "run7");

@@ -26,6 +26,7 @@
 #include "util/log.h"
 #include "util/mapped_file.h"
 #include "util/paths.h"
+#include "util/printable.h"
 #include "util/progress.h"
 #include "util/read_file.h"
 #include "util/stop_request.h"
@@ -174,7 +175,7 @@ void watcher::open_outputs() {
     }
     if (!r.inputs.empty()) out.last_step = step_of_last_folded(r.inputs.back());
     if (&out == &outputs_.front()) first_inputs = r.inputs;
-    spdlog::info("{}: continuing its average of {}{}", out.path, counted(r.n, "checkpoint"),
+    spdlog::info("{}: continuing its average of {}{}", printable(out.path), counted(r.n, "checkpoint"),
                  out.last_step ? fmt::format(", the last at step {}", *out.last_step) : std::string());
   }
   // What the first output holds, in its record's order, with the earlier status's steps and times
@@ -238,7 +239,7 @@ void watcher::look() {
   if (!is_folder(folder_)) {
     if (is_regular_file(folder_) || ::access(folder_.c_str(), F_OK) == 0)
       throw usage_error(fmt::format("{}: not a folder; swavg watch follows a training run's folder", folder_));
-    if (!waiting_for_folder_) spdlog::info("{}: not there yet; waiting for the trainer to make it", folder_);
+    if (!waiting_for_folder_) spdlog::info("{}: not there yet; waiting for the trainer to make it", printable(folder_));
     waiting_for_folder_ = true;
     return;
   }
@@ -270,7 +271,7 @@ void watcher::note_entry(const run_entry& e) {
     s.step = step_in_entry_name(e.path);
     s.step_source = "name";
     last_change_ = steady::now();
-    spdlog::debug("{}: seen", e.path);
+    spdlog::debug("{}: seen", printable(e.path));
   }
   if (fresh || snap.signature != s.signature) {
     s.signature = snap.signature;
@@ -319,7 +320,7 @@ void watcher::note_gone(const std::set<std::string>& present) {
     if (!folded_everywhere(it->second) && passed_.count(it->first) == 0) {
       const std::string why = it->second.whole ? "deleted before it was folded"
                                                : "deleted before it was whole (it was " + it->second.waiting + ")";
-      spdlog::warn("{}: {}", it->first, why);
+      spdlog::warn("{}: {}", printable(it->first), printable(why));
       gone_[it->first] = why;
     }
     last_change_ = steady::now();
@@ -341,7 +342,7 @@ void watcher::fold_ready() {
     const watch_decision d = decide_watch(entries, out.folded, out.last_step, rules_);
     for (const watch_pass& p : d.passed)
       if (passed_.count(paths[p.entry]) == 0) {
-        spdlog::info("{}: passed over: {}", paths[p.entry], p.why);
+        spdlog::info("{}: passed over: {}", printable(paths[p.entry]), printable(p.why));
         passed_[paths[p.entry]] = {paths[p.entry], entries[p.entry].step, p.why};
       }
     for (size_t i : d.fold) {
@@ -384,12 +385,13 @@ bool watcher::fold_into(watched_output& out, seen_entry& s) {
     mapped_file::forget_faults();
     const std::string now = snapshot_entry(path).signature;
     if (now.empty()) {
-      spdlog::warn("{}: deleted while being folded into {}, which keeps its average without it", path, out.path);
+      spdlog::warn("{}: deleted while being folded into {}, which keeps its average without it", printable(path),
+                   printable(out.path));
       gone_[path] = "deleted while being folded";
       return false;
     }
     if (now != s.signature) {
-      spdlog::warn("{}: changed while being folded; looked at again", path);
+      spdlog::warn("{}: changed while being folded; looked at again", printable(path));
       s.checked.clear();
       s.whole = false;
       return false;
@@ -402,8 +404,8 @@ bool watcher::fold_into(watched_output& out, seen_entry& s) {
   const double behind = seconds_since(s.since) + s.age_at_since;
   if (&out == &outputs_.front()) folded_.push_back({path, s.step, utc_now(), behind});  // what the first holds
   last_change_ = steady::now();
-  spdlog::info("{} (step {}) -> {}: {} in the average, {:.2f} s, {:.1f} s after its last write", path,
-               s.step ? std::to_string(*s.step) : "?", out.path, report.n, report.wall_time_s, behind);
+  spdlog::info("{} (step {}) -> {}: {} in the average, {:.2f} s, {:.1f} s after its last write", printable(path),
+               s.step ? std::to_string(*s.step) : "?", printable(out.path), report.n, report.wall_time_s, behind);
   if (!report_file_.empty()) emit_report(fold_report_json(report), report_file_, false);
   write_status("watching");
   return true;
@@ -525,7 +527,7 @@ void watcher::run() {
   if (!settings_.normal_priority) spdlog::info("running beside the trainer: {}", lower_priority());
   read_earlier_status();
   open_outputs();
-  spdlog::info("watching {} for checkpoints{}", folder_,
+  spdlog::info("watching {} for checkpoints{}", printable(folder_),
                settings_.match.empty() ? std::string() : " named " + settings_.match);
   write_status("watching");
   const steady::time_point start = steady::now();
@@ -539,7 +541,8 @@ void watcher::run() {
     wait_for_stop(settings_.poll);
   }
   std::vector<std::string> holdings;
-  for (const auto& o : outputs_) holdings.push_back(fmt::format("{} holds {}", o.path, counted(o.n, "checkpoint")));
+  for (const auto& o : outputs_)
+    holdings.push_back(fmt::format("{} holds {}", printable(o.path), counted(o.n, "checkpoint")));
   spdlog::info("stopped ({}): {}", *stopped_by_, fmt::format("{}", fmt::join(holdings, ", ")));
 }
 

@@ -352,6 +352,16 @@ class WatchTest(TempDirTest):
         self.assertEqual((status["folded_count"], [f["step"] for f in status["folded"]]), (101, list(range(2, 102))))
         self.assertEqual(status["outputs"][0]["n"], 101)
 
+    def test_names_from_the_folder_are_escaped_in_the_log(self):
+        """A name in the run's folder is bytes from whoever wrote it: a terminal escape in it is printed escaped."""
+        run, out = self.path("run"), self.path("swa.pt")
+        write(run, "pt", 1, seed=13)
+        shutil.copy(os.path.join(run, "ckpt_1.pt"), os.path.join(run, "\x1b[Hlast.pt"))
+        p = subprocess.run([SWAVG, "watch", "average", run, "-o", out, "--once", "--settle", "0"], capture_output=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn(b"\x1b", p.stderr)
+        self.assertIn(b"passed over: no step", p.stderr)
+
     def test_option_edges(self):
         run = self.path("run")
         os.makedirs(run)
