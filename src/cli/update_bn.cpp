@@ -13,12 +13,14 @@
 #include "cli/report.h"
 #include "fold/config.h"
 #include "formats/file/save.h"
+#include "formats/io/input_kinds.h"
 #include "formats/io/load.h"
 #include "libtorch/bn_replay.h"
 #include "libtorch/save_module.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/paths.h"
 
 namespace swavg {
 namespace {
@@ -42,6 +44,11 @@ struct update_bn_options {
 void check_outputs(const update_bn_options& o) {
   if (o.output.empty() && o.module_output.empty())
     throw usage_error("update-bn: nothing to write: give -o OUT (the state dict) and/or --save-module OUT.ts");
+  if (!o.module_output.empty() && is_regular_file(o.model) && detect_input_kind(o.model) == input_kind::export_program)
+    throw usage_error(
+        fmt::format("--save-module writes a TorchScript module; {} is a torch.export program, whose "
+                    "updated weights -o writes (load them with ep.module().load_state_dict)",
+                    o.model));
   read_set read;
   read.add_file(o.model);
   read.add_file(o.data.path);
@@ -103,8 +110,13 @@ void run_update_bn(const update_bn_options& o) {
 command setup_update_bn(CLI::App& parent) {
   auto o = std::make_shared<update_bn_options>();
   CLI::App* app = parent.add_subcommand(
-      "update-bn", "Recompute BatchNorm running statistics by replaying data through a TorchScript model (update_bn)");
-  app->add_option("--model", o->model, "TorchScript module (torch.jit.save of a scripted or traced model)")->required();
+      "update-bn",
+      "Recompute BatchNorm running statistics by replaying data through a TorchScript model or a torch.export "
+      "program (update_bn)");
+  app->add_option("--model", o->model,
+                  "TorchScript module (torch.jit.save of a scripted or traced model) or torch.export program "
+                  "(torch.export.save of ep.run_decompositions(), train mode)")
+      ->required();
   app->add_option("--data", o->data.path, "Samples to replay: .npy, torch.save'd tensor, safetensors or raw (--shape)")
       ->required();
   app->add_option("--checkpoint", o->checkpoint,
@@ -123,8 +135,10 @@ command setup_update_bn(CLI::App& parent) {
   app->add_option("--max-batches", o->bn.max_batches, "Replay at most N batches (default: all)")
       ->check(integer_in(1, std::numeric_limits<int64_t>::max()));
   add_device_option(app, "--device", o->bn.device, "cpu or cuda[:N] (default cpu)");
-  add_dtype_option(app, "--input-dtype", o->bn.input_type, /*floating_only=*/false,
-                   "Feed the model this dtype (default: the model's floating dtype for floating data, else as stored)");
+  add_dtype_option(
+      app, "--input-dtype", o->bn.input_type, /*floating_only=*/false,
+      "Feed the model this dtype (default: the model's floating dtype for floating data, else as stored; a "
+      "torch.export program's declared input dtype)");
   app->add_option("-o,--output", o->output, "State dict to write (torch.save or safetensors), atomically");
   add_format_option(app, o->format, false);
   app->add_option("--save-module", o->module_output, "Also write the updated TorchScript module here");
@@ -139,6 +153,7 @@ command setup_update_bn(CLI::App& parent) {
       "The state dict keeps the checkpoint's layout (averaged-model in, averaged-model out).\n"
       "Examples:\n"
       "  swavg update-bn --model net.ts --checkpoint swa.pt --data train.npy --batch-size 128 -o swa_bn.pt\n"
+      "  swavg update-bn --model net.pt2 --checkpoint swa.pt --data train.npy --batch-size 128 -o swa_bn.pt\n"
       "  swavg update-bn --model net.ts --data batches.pt --data-key images --device cuda -o bn.safetensors\n"
       "  swavg update-bn --model net.ts --data images.bin --shape 3,32,32 --dtype uint8 --input-dtype float32 "
       "--save-module net_bn.ts");

@@ -12,10 +12,9 @@
 #include <chrono>
 #include <cstring>
 
-#include "fold/layout.h"
+#include "libtorch/batch_feeder.h"
 #include "libtorch/batchnorm.h"
 #include "libtorch/bn_replay.h"
-#include "libtorch/bn_weights.h"
 #include "libtorch/module.h"
 #include "libtorch/tensor_bridge.h"
 #include "util/error.h"
@@ -37,40 +36,6 @@ struct stat_group {
   at::Tensor weights;          // int64: each element's module's calls in this batch
   at::Tensor weighted;         // flat x weights
   at::Tensor sum;              // float64: sums of momentum x batch statistics x calls
-};
-
-// Batches are narrowed from one tensor over the whole mapped array. Bytes not aligned to the
-// element size (possible in files not written by numpy or PyTorch) are copied batch by batch.
-class batch_source {
- public:
-  explicit batch_source(const tensor_view& v) : view_(v) {
-    options_ = at::TensorOptions().dtype(to_scalar_type(v.type)).device(at::kCPU);
-    aligned_ = reinterpret_cast<uintptr_t>(v.data()) % itemsize(v.type) == 0;
-    if (aligned_) {
-      auto owner = v.owner;
-      all_ = at::from_blob(
-          const_cast<uint8_t*>(v.data()), v.shape, v.strides, [owner](void*) {}, options_);
-    }
-  }
-
-  at::Tensor get(int64_t begin, int64_t count) const {
-    if (aligned_) return all_.narrow(0, begin, count);
-    std::vector<int64_t> shape = view_.shape;
-    shape[0] = count;
-    int64_t span = 1;
-    for (size_t i = 0; i < shape.size(); ++i) span += (shape[i] - 1) * view_.strides[i];
-    auto copy = at::empty({span}, options_);
-    const size_t item = itemsize(view_.type);
-    std::memcpy(copy.data_ptr(), view_.data() + static_cast<uint64_t>(begin * view_.strides[0]) * item,
-                static_cast<size_t>(span) * item);
-    return copy.as_strided(shape, view_.strides, 0);
-  }
-
- private:
-  const tensor_view& view_;
-  at::TensorOptions options_;
-  bool aligned_ = false;
-  at::Tensor all_;
 };
 
 // For the replay, swaps every BatchNorm module's statistics for views into flat buffers (one per
@@ -193,36 +158,12 @@ class replay_state {
   bool uncounted_ = false;
 };
 
-// Hands out batches as the model takes them: on the CPU in the data's own dtype straight from the
-class batch_feeder {
- public:
-  batch_feeder(const dataset& data, dtype input_type, const at::Device& device, int64_t batch_size)
-      : source_(data.samples) {
-    direct_ = device.is_cpu() && input_type == data.samples.type;
-    if (direct_) return;
-    std::vector<int64_t> shape = data.samples.shape;
-    shape[0] = std::min(batch_size, data.size());
-    staging_ = at::empty(shape, at::TensorOptions().dtype(to_scalar_type(input_type)).device(device));
-  }
-
-  at::Tensor get(int64_t begin, int64_t count) {
-    at::Tensor x = source_.get(begin, count);
-    return direct_ ? x : staging_.narrow(0, 0, count).copy_(x);
-  }
-
- private:
-  batch_source source_;
-  bool direct_ = false;
-  at::Tensor staging_;
-};
-
 }  // namespace
 
-bn_report replay_batchnorm(Module& module, const dataset& data, const bn_options& o, const std::string& model_name) {
+bn_report plan_batches(const dataset& data, const bn_options& o, const std::string& model_name,
+                       const at::Device& device) {
   if (o.batch_size < 1) throw usage_error("--batch-size must be at least 1, got " + std::to_string(o.batch_size));
   if (o.max_batches < 0) throw usage_error("--max-batches must not be negative");
-  const at::Device device = to_device(o.device);
-
   bn_report r;
   r.model = model_name;
   r.data = data.path;
@@ -232,13 +173,22 @@ bn_report replay_batchnorm(Module& module, const dataset& data, const bn_options
   r.data_type = data.samples.type;
   r.batch_size = o.batch_size;
   r.device = device.str();
-
   const int64_t n = data.size();
   int64_t batches = n / o.batch_size + (!o.drop_last && n % o.batch_size != 0);
   if (o.max_batches > 0) batches = std::min(batches, o.max_batches);
   if (batches == 0)
     throw input_error(
         fmt::format("{}: {} samples make no whole batch of {} (--drop-last)", data.path, n, o.batch_size));
+  r.batches = batches;
+  r.samples = std::min(n, batches * o.batch_size);
+  return r;
+}
+
+bn_report replay_batchnorm(Module& module, const dataset& data, const bn_options& o, const std::string& model_name) {
+  const at::Device device = to_device(o.device);
+  bn_report r = plan_batches(data, o, model_name, device);
+  const int64_t n = data.size(), batches = r.batches;
+  r.batches = r.samples = 0;  // until a BatchNorm module is found
 
   const std::optional<dtype> floating = model_floating_type(module);
   if (o.input_type)
@@ -309,21 +259,6 @@ bn_report replay_batchnorm(Module& module, const dataset& data, const bn_options
   }
   if (!device.is_cpu()) module.to(at::kCPU);
   return r;
-}
-
-update_bn_result update_batchnorm(const std::string& model_path, const std::vector<named_tensor>& weights,
-                                  const std::string& weights_source, const dataset& data, const bn_options& options) {
-  update_bn_result result;
-  result.module = load_model(model_path);
-  std::vector<named_tensor> w = weights;
-  std::optional<named_tensor> n_averaged;
-  const bool averaged = result.averaged_layout = from_averaged_layout(w, n_averaged);
-  if (averaged) spdlog::info("{}: averaged-model layout (module.* and n_averaged)", weights_source);
-  if (!w.empty()) load_weights(*result.module, w, weights_source);
-  result.report = replay_batchnorm(*result.module, data, options, model_path);
-  result.tensors = module_state(*result.module);
-  if (averaged) to_averaged_layout(result.tensors, std::move(*n_averaged));
-  return result;
 }
 
 }  // namespace swavg

@@ -35,6 +35,9 @@
 namespace torch::jit {
 struct Module;
 }
+namespace c10 {
+struct Device;
+}
 
 namespace swavg {
 
@@ -78,11 +81,17 @@ struct update_bn_result {
   std::shared_ptr<torch::jit::Module> module;  // updated, for save_module() (save_module.h)
 };
 
-// Seam (defined in bn_replay.cpp; stand-in in without_libtorch.cpp): the whole job: load the model,
+// Seam (defined in update_batchnorm.cpp; stand-in in without_libtorch.cpp): the whole job: load the model,
 // load `weights` into it (either layout; empty: the model's own weights), replay `data`, return the
 // updated state. `weights_source` names the weights in messages.
 update_bn_result update_batchnorm(const std::string& model_path, const std::vector<named_tensor>& weights,
                                   const std::string& weights_source, const dataset& data, const bn_options& options);
+
+// For src/libtorch/'s replays: the report's account of the data and the batches to replay (batches,
+// samples, batch_size, device). Throws usage_error for --batch-size below 1 or a negative
+// --max-batches, input_error for data that make no batch.
+bn_report plan_batches(const dataset& data, const bn_options& o, const std::string& model_name,
+                       const c10::Device& device);
 
 // The replay alone, for src/libtorch/ and its tests: replays `data` through the module and leaves
 // the recomputed statistics in its buffers; messages name the module `model_name`. The module ends

@@ -67,8 +67,9 @@ std::shared_ptr<Module> load_model(const std::string& path) {
   const input_kind kind = detect_input_kind(path);
   if (kind != input_kind::torchscript)
     throw input_error(
-        fmt::format("{}: is {}, not a TorchScript module: --model needs a file written by torch.jit.save "
-                    "(of torch.jit.script or torch.jit.trace)",
+        fmt::format("{}: is {}, not a TorchScript module or a torch.export program: --model needs a file written "
+                    "by torch.jit.save (of torch.jit.script or torch.jit.trace) or by "
+                    "torch.export.save(ep.run_decompositions(), PATH)",
                     path, input_kind_description(kind)));
   return load_module(path);
 }

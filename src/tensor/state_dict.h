@@ -22,7 +22,7 @@ const char* format_name(file_format f);  // "torch", "torchscript", "safetensors
 
 // What kind of input a state dict was read from: one row of the input table (formats/io/input_kinds.h,
 // which names them). megatron is a refused kind.
-enum class input_kind { torch, torch_legacy, torchscript, safetensors, hf, dcp, deepspeed, megatron };
+enum class input_kind { torch, torch_legacy, torchscript, export_program, safetensors, hf, dcp, deepspeed, megatron };
 
 enum class tensor_kind { unknown, parameter, buffer };
 const char* kind_name(tensor_kind k);  // "unknown", "parameter", "buffer"

@@ -10,6 +10,7 @@
 #include "formats/dcp/dcp_input.h"
 #include "formats/deepspeed/deepspeed_checkpoint.h"
 #include "formats/deepspeed/megatron_checkpoint.h"
+#include "formats/export/pt2_archive.h"
 #include "formats/safetensors/safetensors.h"
 #include "formats/torch/legacy_torch_file.h"
 #include "formats/torch/torch_file.h"
@@ -58,6 +59,7 @@ std::string leading_bytes(const mapped_file& f) {
 bool has_bytes(const input_probe& p) { return !p.folder && p.file && p.file->size() > 0; }
 bool is_zip(const input_probe& p) { return has_bytes(p) && looks_like_zip(p.file->data(), p.file->size()); }
 bool is_torchscript_zip(const input_probe& p) { return is_torchscript_archive(read_zip(*p.file)); }
+bool is_pt2_zip(const input_probe& p) { return is_pt2_archive(read_zip(*p.file)); }
 
 void refuse_key(const std::string& key, const std::string& path, const char* what) {
   if (!key.empty()) throw usage_error(fmt::format("{}: --key applies to torch.save files, this is {}", path, what));
@@ -135,13 +137,19 @@ state_dict took_key(state_dict sd) {
   return sd;
 }
 
-bool torch_claims(const input_probe& p) { return is_zip(p) && !is_torchscript_zip(p); }
+bool torch_claims(const input_probe& p) { return is_zip(p) && !is_torchscript_zip(p) && !is_pt2_zip(p); }
 state_dict torch_read(const input_probe& p, const load_options& o) { return took_key(read_torch_file(p.file, o.key)); }
 
 bool torchscript_claims(const input_probe& p) { return is_zip(p) && is_torchscript_zip(p); }
 state_dict torchscript_read(const input_probe& p, const load_options& o) {
   refuse_key(o.key, p.path, "TorchScript");
   return read_torchscript(p.file);
+}
+
+bool export_claims(const input_probe& p) { return is_zip(p) && is_pt2_zip(p); }
+state_dict export_read(const input_probe& p, const load_options& o) {
+  refuse_key(o.key, p.path, "a torch.export program");
+  return read_pt2_state_dict(p.file, p.path);
 }
 
 // A .safetensors file that does not look like one is claimed anyway: the parser says what is wrong.
@@ -184,6 +192,9 @@ const std::vector<input_row> kRows = {
      the_file, true, true, nullptr},
     {input_kind::torchscript, "torchscript", "a TorchScript archive", "a ZIP archive with code/", torchscript_claims,
      torchscript_read, the_file, true, true, nullptr},
+    {input_kind::export_program, "export", "a torch.export program",
+     "a ZIP archive whose root folder holds archive_format (torch.export.save's .pt2)", export_claims, export_read,
+     the_file, true, true, nullptr},
     {input_kind::safetensors, "safetensors", "a safetensors file",
      "an 8-byte header length then '{', or a file named *.safetensors", safetensors_claims, safetensors_read, the_file,
      true, true, nullptr},

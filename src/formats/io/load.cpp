@@ -14,7 +14,8 @@ file_format detect_format(const std::string& path) {
   const input_row& row = claim_input(probe);
   switch (row.kind) {
     case input_kind::torch:
-    case input_kind::torch_legacy: return file_format::torch;
+    case input_kind::torch_legacy:
+    case input_kind::export_program: return file_format::torch;
     case input_kind::torchscript: return file_format::torchscript;
     case input_kind::safetensors: return file_format::safetensors;
     case input_kind::hf:
