@@ -40,6 +40,14 @@ def cases():
         return json.load(f)
 
 
+def setUpModule():
+    # update_bn's bits depend on the intra-op thread count (the order CPU kernels sum in): swavg runs on
+    # as many threads as the expected states were computed on
+    if os.path.exists(ex("cases.json")):
+        (threads,) = {c["threads"] for c in cases().values()}
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+
+
 def program_state(model):
     return collections.OrderedDict(torch.export.load(ex(model)).state_dict)
 
@@ -152,10 +160,11 @@ class UpdateBnExportTest(ExportRun):
         p, out, folder = self.run_bn(model, "small_data.npy", checkpoint="small_weights.pt", batch_size=batch_size,
                                      check=False)
         self.assertEqual(p.returncode, 3, p.stderr)
-        self.assertRegex(p.stderr, r"(?m)^swavg: error:")
-        self.assertIn(message, p.stderr)
+        errors = "\n".join(line for line in p.stderr.splitlines() if line.startswith("swavg: error:"))
+        self.assertTrue(errors, p.stderr)
+        self.assertIn(message, errors)
         self.assertEqual(os.listdir(folder), [])
-        return p.stderr
+        return errors
 
     def test_training_ir_refused(self):
         self.refused("training_ir.pt2", "run_decompositions")
@@ -164,8 +173,9 @@ class UpdateBnExportTest(ExportRun):
         self.refused("eval_mode.pt2", "train mode")
 
     def test_static_batch_refused(self):
-        err = self.refused("static_batch.pt2", "16")
-        self.assertIn("batch", err.lower())
+        # exported at batch 4 without a dynamic dimension: the message names the batch dimension
+        err = self.refused("static_shape.pt2", "16")
+        self.assertIn("batch", err.lower().replace(ex("").lower(), ""))
 
     def test_inspect(self):
         for model in sorted({c["model"] for c in cases().values()}):
