@@ -182,6 +182,7 @@ class UpdateBnExportTest(ExportRun):
             with self.subTest(model=model):
                 report = json.loads(swavg("inspect", "--json", ex(model)).stdout)
                 self.assertEqual(report["format"], "export")
+                self.assertTrue(swavg("inspect", ex(model)).stdout.startswith("%s: export" % ex(model)))
                 ep = torch.export.load(ex(model))
                 want = [(k, DTYPES[v.dtype], list(v.shape)) for k, v in ep.state_dict.items()]
                 self.assertEqual([(t["name"], t["dtype"], t["shape"]) for t in report["tensors"]], want)
