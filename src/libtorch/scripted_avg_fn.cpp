@@ -290,6 +290,12 @@ std::unique_ptr<avg_function> load_avg_fn(const avg_fn_spec& spec) {
   } catch (const input_error& e) {
     throw usage_error(fmt::format("{}: {}, found something else: {}", what, expected, e.what()));
   }
+  if (kind == input_kind::export_program)
+    throw usage_error(
+        fmt::format("{}: {}, found a torch.export program, which is fixed to its example inputs' number, "
+                    "ranks and dtypes while the function runs over every tensor (docs/update-bn.md, "
+                    "\"Averaging functions\")",
+                    what, expected));
   if (kind != input_kind::torchscript)
     throw usage_error(fmt::format("{}: {}, found {}", what, expected, input_kind_description(kind)));
   std::shared_ptr<torch::jit::Module> module;

@@ -340,6 +340,18 @@ class RefusedTest(AvgFnTest):
         self.assert_refused(["--avg-fn", self.inputs[0], *self.inputs[1:]], 2, "--avg-fn " + self.inputs[0],
                             "found a torch.save checkpoint")
 
+    def test_an_exported_program(self):
+        # A torch.export program of an averaging function: refused with the reason (docs/update-bn.md).
+        class Lerp(nn.Module):
+            def forward(self, averaged, current, num_averaged):
+                return averaged + (current - averaged) / (num_averaged + 1)
+        program = self.path("lerp.pt2")
+        t = torch.ones(3, 4)
+        torch.export.save(torch.export.export(Lerp(), (t, t, torch.tensor(1))), program)
+        self.assert_refused(["--avg-fn", program, *self.inputs], 2, "--avg-fn " + program,
+                            "found a torch.export program, which is fixed to its example inputs' number, ranks and "
+                            "dtypes")
+
     def test_a_scripted_model(self):
         model = self.path("linear.ts")
         torch.jit.script(nn.Linear(3, 4)).save(model)

@@ -4,7 +4,8 @@
  * probe of the path (a folder's files, or a file's first bytes), how it is read and which files it
  * reads. The rows are in probe order, written once here: the folder kinds first (a Megatron-core
  * folder before DCP, whose folder it also is; DeepSpeed; a Hugging Face folder or index), then the
- * file kinds by their first bytes (a ZIP archive is torch.save or, with code/, TorchScript; a
+ * file kinds by their first bytes (a ZIP archive is torch.save or, with code/, TorchScript or, with
+ * archive_format, a torch.export program; a
  * safetensors header, or a .safetensors name; a legacy pickle stream). The claims exclude each
  * other (tests/test_input_kinds.cpp checks every row against every row's fixture); a path is
  * answered by the first row that claims it, one no row claims is an input_error naming it (an
