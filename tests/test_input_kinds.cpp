@@ -34,6 +34,7 @@ const std::vector<kind_fixture> kFixtures = {
     {input_kind::torch, "dtypes.pt", "", ""},
     {input_kind::torch_legacy, "legacy/plain.pt", "", ""},
     {input_kind::torchscript, "scripted.ts", "", ""},
+    {input_kind::export_program, "export/small.pt2", "", ""},
     {input_kind::safetensors, "st_mixed.safetensors", "", ""},
     {input_kind::hf, "hf_stack/llama/st/run_0", "model.safetensors.index.json", "model-00002-of-00003.safetensors"},
     {input_kind::dcp, "dcp/flat_0", "", "__0_0.distcp"},
@@ -105,9 +106,10 @@ bool is_refused(input_kind k) { return k == input_kind::megatron; }
 }  // namespace
 
 TEST_CASE("input table: one row per kind, each named once, in probe order", "[input_kinds]") {
-  const std::vector<input_kind> all = {input_kind::torch,       input_kind::torch_legacy, input_kind::torchscript,
-                                       input_kind::safetensors, input_kind::hf,           input_kind::dcp,
-                                       input_kind::deepspeed,   input_kind::megatron};
+  const std::vector<input_kind> all = {
+      input_kind::torch,       input_kind::torch_legacy, input_kind::torchscript, input_kind::export_program,
+      input_kind::safetensors, input_kind::hf,           input_kind::dcp,         input_kind::deepspeed,
+      input_kind::megatron};
   REQUIRE(input_rows().size() == all.size());
   std::set<std::string> names;
   for (const input_kind k : all) {
@@ -115,8 +117,8 @@ TEST_CASE("input table: one row per kind, each named once, in probe order", "[in
     names.insert(input_kind_name(k));
     CHECK(std::string(input_kind_description(k)).rfind("a ", 0) == 0);
   }
-  CHECK(names == std::set<std::string>{"torch", "torch-legacy", "torchscript", "safetensors", "hf", "dcp", "deepspeed",
-                                       "megatron"});
+  CHECK(names == std::set<std::string>{"torch", "torch-legacy", "torchscript", "export", "safetensors", "hf", "dcp",
+                                       "deepspeed", "megatron"});
   // A Megatron-core torch_dist folder is a DCP folder too: its row comes first.
   CHECK(input_rows().front().kind == input_kind::megatron);
 }

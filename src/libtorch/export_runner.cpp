@@ -17,6 +17,7 @@
 #include "util/checked.h"
 #include "util/error.h"
 #include "util/printable.h"
+#include "util/version.h"
 
 namespace swavg {
 namespace {
@@ -153,7 +154,7 @@ struct bound_arg {
 };
 
 struct bound_node {
-  std::optional<c10::OperatorHandle> op;  // none: integer arithmetic
+  c10::optional<c10::OperatorHandle> op;  // none: integer arithmetic
   int_op arithmetic = int_op::add;
   std::vector<bound_arg> args;
   std::vector<int32_t> drops;  // values read last here
@@ -239,7 +240,10 @@ bound_node export_runner::impl::bind(const export_node& n) const {
   }
   const export_operator op = *export_operator_of(n.target);
   b.op = c10::Dispatcher::singleton().findOp(c10::OperatorName(op.name, op.overload));
-  if (!b.op) fail(n, "this LibTorch has no such operator");
+  if (!b.op)
+    fail(n, fmt::format("LibTorch {} has no such operator (torch.export programs need the LibTorch of a torch 2.x "
+                        "that exports them: swavg's default build)",
+                        SWAVG_LIBTORCH_VERSION));
   const c10::FunctionSchema& schema = b.op->schema();
   if (schema.is_mutable() || schema.is_vararg() || schema.is_varret())
     fail(n, "the operator writes to its arguments; swavg runs functional graphs (ep.run_decompositions())");
@@ -409,7 +413,10 @@ void export_runner::impl::arithmetic(const export_node& n, const bound_node& b,
 void export_runner::impl::call(size_t index, std::vector<c10::IValue>& values) const {
   const export_node& n = program.nodes[index];
   const bound_node& b = nodes[index];
-  if (!b.op) return arithmetic(n, b, values);
+  if (!b.op) {
+    arithmetic(n, b, values);
+    return;
+  }
   torch::jit::Stack stack;
   stack.reserve(b.args.size());
   for (const bound_arg& a : b.args) {
@@ -423,9 +430,9 @@ void export_runner::impl::call(size_t index, std::vector<c10::IValue>& values) c
         break;
       }
       case source::optional_tensors: {
-        c10::List<std::optional<at::Tensor>> list;
+        c10::List<c10::optional<at::Tensor>> list;
         for (int32_t r : a.refs)
-          list.push_back(r < 0 ? std::optional<at::Tensor>() : values[static_cast<size_t>(r)].toTensor());
+          list.push_back(r < 0 ? c10::optional<at::Tensor>() : values[static_cast<size_t>(r)].toTensor());
         stack.push_back(list);
         break;
       }

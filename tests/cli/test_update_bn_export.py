@@ -10,13 +10,15 @@ import collections
 import json
 import logging
 import os
+import re
+import subprocess
 import sys
 import unittest
 
 import numpy as np
 import torch
 
-from common import TempDirTest, fixture, same_bits, swavg
+from common import SWAVG, TempDirTest, fixture, same_bits, swavg
 
 EXPORT = fixture("export")
 STATS = ("running_mean", "running_var", "num_batches_tracked")
@@ -70,7 +72,29 @@ class ExportRun(TempDirTest):
         return load(out)
 
 
+def libtorch_major():
+    """The major version of the LibTorch swavg runs (swavg --version)."""
+    out = subprocess.run([SWAVG, "--version"], capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"LibTorch (\d+)\.", out).group(1))
+
+
+LIBTORCH_2 = libtorch_major() >= 2
+
+
 @unittest.skipUnless(os.path.exists(ex("cases.json")), "no export/ fixtures (written where torch has torch.export)")
+@unittest.skipIf(LIBTORCH_2, "the LibTorch swavg runs has the operators of torch.export's core ATen")
+class LeanBuildTest(ExportRun):
+    """The lean build (Debian's LibTorch 1.13) predates the operators torch 2.x exports: refused by name."""
+
+    def test_refused_naming_the_libtorch(self):
+        p, out, _ = self.run_bn("small.pt2", "small_data.npy", check=False)
+        self.assertEqual(p.returncode, 3, p.stderr)
+        self.assertIn("has no such operator (torch.export programs need the LibTorch of a torch 2.x", p.stderr)
+        self.assertFalse(os.path.exists(out))
+
+
+@unittest.skipUnless(os.path.exists(ex("cases.json")), "no export/ fixtures (written where torch has torch.export)")
+@unittest.skipUnless(LIBTORCH_2, "LibTorch 1.13 (the lean build) has no _native_batch_norm_legit_functional")
 class UpdateBnExportTest(ExportRun):
     def assert_state(self, found, want, prefix=""):
         """Names and order as want's, every tensor bit for bit."""
