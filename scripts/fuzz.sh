@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes swavg's parsers with libFuzzer, AddressSanitizer and UndefinedBehaviorSanitizer.
 #
-#   scripts/fuzz.sh SECONDS [TARGET...]     # targets: unpickle zip safetensors torch_file torchscript crc32 pickle_literals dcp_metadata metric_table (default: all but dcp_metadata)
+#   scripts/fuzz.sh SECONDS [TARGET...]     # targets: unpickle zip safetensors torch_file torchscript crc32 pickle_literals dcp_metadata metric_table export (default: all but dcp_metadata)
 #
 # Builds tests/fuzz/ with clang-14 into build-fuzz/ (Debian: apt-get install clang-14 libclang-rt-14-dev),
 # seeds one corpus per target from the real fixtures (build/fixtures, made by scripts/make_fixtures.py
@@ -22,7 +22,7 @@ fi
 SECONDS_EACH=$1
 shift
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(unpickle zip safetensors torch_file torchscript crc32 pickle_literals metric_table)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(unpickle zip safetensors torch_file torchscript crc32 pickle_literals metric_table export)
 
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
 FIXTURES=${FIXTURES:-build/fixtures}
@@ -78,6 +78,16 @@ for p in sorted(files):
         add("safetensors", data)
     if p.endswith((".csv", ".json")):
         add("metric_table", data)
+    if p.endswith(".pt2"):
+        add("export", data)
+        add("zip", data)
+        try:
+            with zipfile.ZipFile(p) as z:
+                for n in z.namelist():
+                    if n.endswith(".json"):
+                        add("export", z.read(n))
+        except Exception:
+            pass
     if data[:4] == b"PK\x03\x04" or p.endswith((".zip", ".pt", ".ts")):
         add("zip", data)
         if p.endswith(".pt"):
@@ -107,7 +117,7 @@ EOF
 
 # --- Fuzz --------------------------------------------------------------------------------------
 declare -A DICT=([unpickle]=pickle.dict [zip]=zip.dict [safetensors]=safetensors.dict [torch_file]=zip.dict
-             [torchscript]=torchscript.dict [pickle_literals]=pickle.dict)
+             [torchscript]=torchscript.dict [pickle_literals]=pickle.dict [export]=zip.dict)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
