@@ -14,7 +14,6 @@
 #include "formats/hf/sharded_input.h"
 #include "formats/io/folder_writers.h"
 #include "formats/io/output_folder.h"
-#include "formats/torch/torchscript.h"
 #include "util/atomic_dir.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -86,8 +85,10 @@ void check_directory_paths(const fold_job& job, const output_folder& out, const 
 void load_fold_inputs(const fold_job& job, fold_inputs& in) {
   in.checkpoints = load_checkpoints(job);
   if (!job.resume.empty()) in.resume.emplace(open_resumed(load_state_dict(job.resume, load_options{}), job.config));
-  if (!job.model.empty())
-    for (const auto& t : read_torchscript(job.model).tensors) in.model_kinds[t.name] = t.kind;
+  if (!job.model.empty()) {
+    model_kind(job.model);
+    for (const auto& t : load_state_dict(job.model).tensors) in.model_kinds[t.name] = t.kind;
+  }
 }
 
 // The configuration as run: a power-function EMA that is resumed continues from the record's last time.

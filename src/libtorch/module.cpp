@@ -14,7 +14,7 @@
 #include <cstring>
 #include <unordered_set>
 
-#include "formats/io/input_kinds.h"
+#include "formats/io/load.h"
 #include "libtorch/module.h"
 #include "libtorch/tensor_bridge.h"
 #include "util/error.h"
@@ -64,13 +64,8 @@ std::shared_ptr<Module> load_module(const std::string& path) {
 }
 
 std::shared_ptr<Module> load_model(const std::string& path) {
-  const input_kind kind = detect_input_kind(path);
-  if (kind != input_kind::torchscript)
-    throw input_error(
-        fmt::format("{}: is {}, not a TorchScript module or a torch.export program: --model needs a file written "
-                    "by torch.jit.save (of torch.jit.script or torch.jit.trace) or by "
-                    "torch.export.save(ep.run_decompositions(), PATH)",
-                    path, input_kind_description(kind)));
+  if (model_kind(path) != input_kind::torchscript)
+    throw input_error(path + ": a torch.export program, which update-bn replays without loading it as a module");
   return load_module(path);
 }
 

@@ -22,8 +22,9 @@ namespace swavg {
 // Loads a TorchScript archive on the CPU. Throws input_error when LibTorch cannot load it.
 std::shared_ptr<torch::jit::Module> load_module(const std::string& path);
 
-// The same for --model: also throws input_error, saying what it is, for a file that is a
-// torch.save or safetensors checkpoint (io_error for a missing one).
+// The same for a TorchScript --model: also throws input_error, saying what it is, for a file that is
+// neither TorchScript nor a torch.export program (model_kind, formats/io/load.h), or that is a
+// program (update-bn replays those through export_replay.h).
 std::shared_ptr<torch::jit::Module> load_model(const std::string& path);
 
 // "a.b" from a prefix and a name ("" + "b" is "b").

@@ -146,6 +146,26 @@ class UpdateBnExportTest(ExportRun):
         self.assertTrue(same_bits(found.pop("n_averaged"), swa["n_averaged"]))
         self.assert_state(found, load(ex("expected_small_bs16.pt")), prefix="module.")
 
+    def test_in_the_averaging_run(self):
+        # average --update-bn --model PROGRAM: the fold's result through the same replay, in one run
+        first = load(ex("small_weights.pt"))
+        second = collections.OrderedDict((k, v + 0.25 if v.is_floating_point() else v) for k, v in first.items())
+        a, b = self.path("a.pt"), self.path("b.pt")
+        torch.save(first, a)
+        torch.save(second, b)
+        one_run = self.path("one_run.pt")
+        swavg("average", a, b, "--update-bn", "--model", ex("small.pt2"), "--data", ex("small_data.npy"),
+              "--batch-size", 16, "-o", one_run)
+        averaged = self.path("averaged.pt")
+        swavg("average", a, b, "-o", averaged)
+        _, two_steps, _ = self.run_bn("small.pt2", "small_data.npy", checkpoint=averaged)
+        found, want = load(one_run), load(two_steps)
+        self.assertEqual(list(found), list(want))
+        for k in want:
+            with self.subTest(tensor=k):
+                self.assertTrue(same_bits(found[k], want[k]), k)
+        self.assertFalse(torch.equal(found["bn.running_mean"], load(averaged)["bn.running_mean"]))
+
     def test_checkpoint_without_batchnorm_statistics(self):
         weights = load(ex("small_weights.pt"))
         ckpt = self.path("no_stats.pt")

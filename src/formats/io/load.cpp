@@ -26,6 +26,17 @@ file_format detect_format(const std::string& path) {
   throw input_error(fmt::format("{}: {}, not a single weight file", path, row.description));
 }
 
+input_kind model_kind(const std::string& path) {
+  const input_kind kind = detect_input_kind(path);
+  if (kind != input_kind::torchscript && kind != input_kind::export_program)
+    throw input_error(
+        fmt::format("{}: is {}, not a TorchScript module or a torch.export program: --model needs a file written "
+                    "by torch.jit.save (of torch.jit.script or torch.jit.trace) or by "
+                    "torch.export.save(ep.run_decompositions(), PATH)",
+                    path, input_kind_description(kind)));
+  return kind;
+}
+
 state_dict load_state_dict(const std::string& path, const load_options& options) {
   const input_probe probe = probe_input(path);
   const input_row& row = claim_input(probe);

@@ -23,6 +23,10 @@ file_format detect_format(const std::string& path);
 // whose `kind` is the input table's row that read it.
 state_dict load_state_dict(const std::string& path, const load_options& options = {});
 
+// What a --model file is: a TorchScript module or a torch.export program (the two kinds update-bn
+// runs). Throws input_error saying what else it is, io_error for a missing one.
+input_kind model_kind(const std::string& path);
+
 // Every file a checkpoint argument reads: the one file, or the index and its shards (reading the
 // index only), for the output-path checks.
 std::vector<std::string> checkpoint_files(const std::string& path);
