@@ -478,10 +478,12 @@ def update_bn(model: Any, data: Any, output: Optional[PathLike] = None, *, check
     """Recomputes BatchNorm statistics as torch.optim.swa_utils.update_bn(loader, model) does, with
     `swavg update-bn`; returns the report as a dict.
 
-    model: a TorchScript file (.ts), or an nn.Module: scripted (torch.jit.script, else traced in
-      training mode with the first batch) into a temporary .ts; the module itself is then updated in
-      place (its parameters and buffers loaded from the result: checkpoint's weights included when
-      given), as update_bn updates it.
+    model: a TorchScript file (.ts) or torch.export program (.pt2), or an nn.Module: exported with
+      the first batch (torch.export in train mode, a dynamic batch dimension, run_decompositions())
+      into a temporary .pt2, else (no batches given, a module torch.export cannot take, an operator
+      swavg does not run, save_module=) scripted (torch.jit.script, else traced in training mode)
+      into a .ts; the module itself is then updated in place (its parameters and buffers loaded
+      from the result: checkpoint's weights included when given), as update_bn updates it.
     data: a file swavg reads (.npy, a torch.save'd tensor, safetensors, raw with shape=...), a tensor
       of samples [N, ...] (batch_size= as for a file), or an iterable of batches (a DataLoader: each
       batch a tensor, or a list/tuple whose first item is the input, as update_bn takes it), written
@@ -493,13 +495,30 @@ def update_bn(model: Any, data: Any, output: Optional[PathLike] = None, *, check
     with tempfile.TemporaryDirectory(prefix="swavg-py-bn-") as tmp:
         module = None if _is_path(model) else model
         data_args, first_batch = _data_args(data, tmp, options)
-        model_path = _path(model) if module is None else _script(module, first_batch, tmp)
         out = output
         if out is None and module is not None:
             out = os.path.join(tmp, "updated.pt")
-        named = {"model": model_path, "checkpoint": None if checkpoint is None else _path(checkpoint),
-                 **data_args, "o": None if out is None else _path(out)}
-        report = run(["update-bn", *option_args(named), *option_args(options)], timeout=timeout, progress=progress)
+
+        def update(model_path: str) -> Optional[Report]:
+            weights = checkpoint
+            if weights is None and model_path.endswith(".pt2"):
+                # The module's own state dict: the output keeps its names in its order (a program's
+                # weights come in ep.state_dict()'s, parameters first).
+                import torch
+                weights = os.path.join(tmp, "weights.pt")
+                torch.save(module.state_dict(), weights)
+            named = {"model": model_path, "checkpoint": None if weights is None else _path(weights),
+                     **data_args, "o": None if out is None else _path(out)}
+            return run(["update-bn", *option_args(named), *option_args(options)], timeout=timeout, progress=progress)
+
+        program = None if module is None or options.get("save_module") else _export(module, first_batch, tmp)
+        try:
+            report = update(_path(model) if module is None else program or _script(module, first_batch, tmp))
+        except InputError as refused:
+            # A program that uses an operator swavg does not run: TorchScript runs any module.
+            if program is None or "not on swavg's list of operators" not in str(refused):
+                raise
+            report = update(_script(module, first_batch, tmp))
         assert report is not None
         if module is not None and out is not None:
             _load_into(module, os.fspath(out))
@@ -575,6 +594,28 @@ def _write_raw(batches: Iterable[Any], tmp: str):
     if any(s == 0 for s in sample):
         raise ValueError("update_bn: samples of shape %s hold no elements" % (sample,))
     return path, list(sample), str(dtype).replace("torch.", "")
+
+
+def _export(module: Any, first_batch: Any, tmp: str) -> Optional[str]:
+    """Saves an nn.Module as a torch.export program for swavg (train mode, a dynamic batch dimension,
+    core ATen: update_bn's statistics bit for bit on the CPU), exported from a copy with the first
+    batch; None when this torch has no torch.export or the module does not export (a BatchNorm with
+    momentum=None, data-dependent control flow): _script then saves it as TorchScript."""
+    import torch
+
+    if first_batch is None or not hasattr(torch, "export") or isinstance(module, torch.jit.ScriptModule):
+        return None
+    if not isinstance(module, torch.nn.Module) or first_batch.dim() < 1 or first_batch.shape[0] < 2:
+        return None
+    path = os.path.join(tmp, "model.pt2")
+    try:
+        twin = copy.deepcopy(module).train()
+        example = first_batch.to(next(twin.parameters(), first_batch).device)
+        program = torch.export.export(twin, (example,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+        torch.export.save(program.run_decompositions(), path)
+    except Exception:  # noqa: BLE001 -- any module torch.export cannot take: TorchScript instead
+        return None
+    return path
 
 
 def _script(module: Any, first_batch: Any, tmp: str) -> str:

@@ -585,6 +585,30 @@ class RealBinaryTest(unittest.TestCase):
         self.assert_bn(load_file(out), want)
         self.assert_bn(model.state_dict(), want)  # the module: the checkpoint's weights, fresh statistics
 
+    def test_update_bn_exports_the_module(self):
+        # An nn.Module that torch.export takes goes to swavg as a program: update_bn's statistics bit
+        # for bit (with as many threads on both sides), the output in the module's own order.
+        torch = self.torch
+        torch.manual_seed(4)
+        model = Net.cnn()
+        batches = [b for b, _ in self.batches((16, 16, 8), seed=9)]
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        os.environ["OMP_NUM_THREADS"] = "1"
+        try:
+            want = self.update_bn_reference(model, batches)
+            out = self.path("exported_bn.pt")
+            report = swavg.update_bn(model, iter(batches), out, progress=False)
+        finally:
+            torch.set_num_threads(threads)
+            del os.environ["OMP_NUM_THREADS"]
+        self.assertTrue(report["model"].endswith(".pt2"), report["model"])
+        found = torch.load(out, weights_only=True)
+        self.assertEqual(list(found), list(want))
+        for name, w in want.items():
+            self.assertTrue(torch.equal(found[name], w), name)
+            self.assertTrue(torch.equal(model.state_dict()[name], w), name)
+
     def test_update_bn_traces_what_it_cannot_script(self):
         torch = self.torch
         torch.manual_seed(2)
