@@ -607,7 +607,12 @@ def _export(module: Any, first_batch: Any, tmp: str) -> Optional[str]:
         return None
     if not isinstance(module, torch.nn.Module) or first_batch.dim() < 1 or first_batch.shape[0] < 2:
         return None
+    if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.momentum is None for m in module.modules()):
+        return None  # num_batches_tracked decides the momentum: torch.export refuses the data-dependent branch
+    import logging
+
     path = os.path.join(tmp, "model.pt2")
+    logging.disable(logging.CRITICAL)  # a failed export logs the graph it gave up on
     try:
         twin = copy.deepcopy(module).train()
         example = first_batch.to(next(twin.parameters(), first_batch).device)
@@ -615,6 +620,8 @@ def _export(module: Any, first_batch: Any, tmp: str) -> Optional[str]:
         torch.export.save(program.run_decompositions(), path)
     except Exception:  # noqa: BLE001 -- any module torch.export cannot take: TorchScript instead
         return None
+    finally:
+        logging.disable(logging.NOTSET)
     return path
 
 

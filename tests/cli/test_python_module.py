@@ -307,6 +307,17 @@ class Net(object):
                                    torch.nn.Flatten(), torch.nn.Linear(4 * 4 * 4, 5))
 
 
+def CumSum():
+    """A module whose forward runs aten.cumsum, an operator off swavg's list for programs."""
+    import torch
+
+    class _CumSum(torch.nn.Module):
+        def forward(self, x):
+            return x.cumsum(1)
+
+    return _CumSum()
+
+
 class VarArgs(object):
     """A module torch.jit.script cannot compile (*args) but torch.jit.trace can."""
 
@@ -608,6 +619,17 @@ class RealBinaryTest(unittest.TestCase):
         for name, w in want.items():
             self.assertTrue(torch.equal(found[name], w), name)
             self.assertTrue(torch.equal(model.state_dict()[name], w), name)
+
+    def test_update_bn_scripts_what_it_cannot_run_as_a_program(self):
+        # momentum=None does not export; cumsum exports but is off swavg's list: TorchScript then.
+        torch = self.torch
+        for momentum, tail in ((None, torch.nn.Identity()), (0.1, CumSum())):
+            model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4, momentum=momentum), tail)
+            batches = [b for b, _ in self.batches((8, 8), seed=11)]
+            want = self.update_bn_reference(model, batches)
+            report = swavg.update_bn(model, iter(batches), progress=False)
+            self.assertTrue(report["model"].endswith(".ts"), report["model"])
+            self.assert_bn(model.state_dict(), want)
 
     def test_update_bn_traces_what_it_cannot_script(self):
         torch = self.torch
