@@ -166,6 +166,17 @@ class UpdateBnExportTest(ExportRun):
                 self.assertTrue(same_bits(found[k], want[k]), k)
         self.assertFalse(torch.equal(found["bn.running_mean"], load(averaged)["bn.running_mean"]))
 
+    def test_output_named_like_a_program(self):
+        # swavg writes weights, never a program: a .pt2 output name is refused unless --format says so
+        out = self.path("net_bn.pt2")
+        args = ["update-bn", "--model", ex("small.pt2"), "--data", ex("small_data.npy"), "--batch-size", 16, "-o", out]
+        p = swavg(*args, check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("a .pt2 name is a torch.export program's, which swavg does not write", p.stderr)
+        self.assertFalse(os.path.exists(out))
+        swavg(*args, "--format", "torch")
+        self.assertEqual(list(load(out)), list(program_state("small.pt2")))
+
     def test_checkpoint_without_batchnorm_statistics(self):
         weights = load(ex("small_weights.pt"))
         ckpt = self.path("no_stats.pt")

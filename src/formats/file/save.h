@@ -26,7 +26,8 @@ void refuse_folder_format(const std::string& path, output_format format);
 // usage_error for --max-shard-size with `format` dcp, whose files are the first input's ranks.
 void refuse_shard_size(const std::string& path, output_format format);
 
-// `requested` (--format) or else by the path's extension.
+// `requested` (--format) or else by the path's extension; a .pt2 name without --format is usage_error
+// (torch.export's, which swavg does not write).
 output_format choose_output_format(const std::string& path, std::optional<output_format> requested);
 
 // Tensors may be strided views; safetensors gets them contiguous, torch.save keeps storages shared.
