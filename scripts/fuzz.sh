@@ -68,6 +68,12 @@ def add(target, data):
     os.makedirs(os.path.join(corpus, target), exist_ok=True)
     with open(os.path.join(corpus, target, hashlib.sha1(data).hexdigest()), "wb") as f:
         f.write(data)
+def members(p, suffix):
+    try:
+        with zipfile.ZipFile(p) as z:
+            return [z.read(n) for n in z.namelist() if n.endswith(suffix)]
+    except Exception:
+        return []
 for p in sorted(files):
     data = open(p, "rb").read()
     if p.endswith(".pkl"):
@@ -80,14 +86,8 @@ for p in sorted(files):
         add("metric_table", data)
     if p.endswith(".pt2"):
         add("export", data)
-        add("zip", data)
-        try:
-            with zipfile.ZipFile(p) as z:
-                for n in z.namelist():
-                    if n.endswith(".json"):
-                        add("export", z.read(n))
-        except Exception:
-            pass
+        for record in members(p, ".json"):
+            add("export", record)
     if data[:4] == b"PK\x03\x04" or p.endswith((".zip", ".pt", ".ts")):
         add("zip", data)
         if p.endswith(".pt"):
@@ -99,13 +99,8 @@ for p in sorted(files):
         except Exception:
             if "/hostile/ts_" in p:
                 add("torchscript", data)
-        try:
-            with zipfile.ZipFile(p) as z:
-                for n in z.namelist():
-                    if n.endswith(".pkl"):
-                        add("unpickle", z.read(n))
-        except Exception:
-            pass
+        for record in members(p, ".pkl"):
+            add("unpickle", record)
 for t in targets:
     d = os.path.join(regressions, t)
     if os.path.isdir(d):

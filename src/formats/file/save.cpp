@@ -34,10 +34,11 @@ void refuse_shard_size(const std::string& path, output_format format) {
 output_format choose_output_format(const std::string& path, std::optional<output_format> requested) {
   if (requested) return *requested;
   if (ends_with(path, ".pt2"))
-    throw usage_error(fmt::format("{}: a .pt2 name is a torch.export program's, which swavg does not write; name the "
-                                  "weights .pt or .safetensors (load them with ep.module().load_state_dict), or give "
-                                  "--format torch to keep the name",
-                                  path));
+    throw usage_error(
+        fmt::format("{}: a .pt2 name is a torch.export program's, which swavg does not write; name the "
+                    "weights .pt or .safetensors (load them with ep.module().load_state_dict), or give "
+                    "--format torch to keep the name",
+                    path));
   return has_safetensors_extension(path) ? output_format::safetensors : output_format::torch;
 }
 
