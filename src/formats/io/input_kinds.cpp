@@ -58,8 +58,13 @@ std::string leading_bytes(const mapped_file& f) {
 // A non-empty file: the file kinds are told by their first bytes.
 bool has_bytes(const input_probe& p) { return !p.folder && p.file && p.file->size() > 0; }
 bool is_zip(const input_probe& p) { return has_bytes(p) && looks_like_zip(p.file->data(), p.file->size()); }
-bool is_torchscript_zip(const input_probe& p) { return is_torchscript_archive(read_zip(*p.file)); }
-bool is_pt2_zip(const input_probe& p) { return is_pt2_archive(read_zip(*p.file)); }
+// Which ZIP archive it is, from one read of its directory: torch.save, TorchScript (code/) or a
+// torch.export program (archive_format).
+input_kind zip_kind(const input_probe& p) {
+  const zip_reader zip = read_zip(*p.file);
+  if (is_torchscript_archive(zip)) return input_kind::torchscript;
+  return is_pt2_archive(zip) ? input_kind::export_program : input_kind::torch;
+}
 
 void refuse_key(const std::string& key, const std::string& path, const char* what) {
   if (!key.empty()) throw usage_error(fmt::format("{}: --key applies to torch.save files, this is {}", path, what));
@@ -137,16 +142,16 @@ state_dict took_key(state_dict sd) {
   return sd;
 }
 
-bool torch_claims(const input_probe& p) { return is_zip(p) && !is_torchscript_zip(p) && !is_pt2_zip(p); }
+bool torch_claims(const input_probe& p) { return is_zip(p) && zip_kind(p) == input_kind::torch; }
 state_dict torch_read(const input_probe& p, const load_options& o) { return took_key(read_torch_file(p.file, o.key)); }
 
-bool torchscript_claims(const input_probe& p) { return is_zip(p) && is_torchscript_zip(p); }
+bool torchscript_claims(const input_probe& p) { return is_zip(p) && zip_kind(p) == input_kind::torchscript; }
 state_dict torchscript_read(const input_probe& p, const load_options& o) {
   refuse_key(o.key, p.path, "TorchScript");
   return read_torchscript(p.file);
 }
 
-bool export_claims(const input_probe& p) { return is_zip(p) && is_pt2_zip(p); }
+bool export_claims(const input_probe& p) { return is_zip(p) && zip_kind(p) == input_kind::export_program; }
 state_dict export_read(const input_probe& p, const load_options& o) {
   refuse_key(o.key, p.path, "a torch.export program");
   return read_pt2_state_dict(p.file, p.path);
