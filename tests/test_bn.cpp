@@ -263,6 +263,7 @@ TEST_CASE("update_batchnorm matches torch's update_bn", "[bn][update][fixtures]"
                     mismatch_error);
   }
   SECTION("a model file that is not TorchScript") {
-    CHECK_THROWS_AS(load_model(bn_fixture("weights.pt")), input_error);
+    CHECK_THROWS_AS(model_kind(bn_fixture("weights.pt")), input_error);
+    CHECK_THROWS_AS(update_batchnorm(bn_fixture("weights.pt"), {}, "", data, options), input_error);
   }
 }

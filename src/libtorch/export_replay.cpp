@@ -141,7 +141,7 @@ class exported_replay {
 
  private:
   void bind(const std::vector<named_tensor>& weights, const std::string& source);
-  void replay(const dataset& data, bn_report& r);
+  void replay(const export_input_spec& user, const dataset& data, bn_report& r);
   std::vector<named_tensor> result_tensors(const std::vector<named_tensor>& order) const;
 
   pt2_archive a_;
@@ -176,8 +176,7 @@ void exported_replay::bind(const std::vector<named_tensor>& weights, const std::
   }
 }
 
-void exported_replay::replay(const dataset& data, bn_report& r) {
-  const export_input_spec& user = check_program(a_);
+void exported_replay::replay(const export_input_spec& user, const dataset& data, bn_report& r) {
   const size_t user_index = static_cast<size_t>(&user - a_.program.inputs.data());
   const int64_t n = data.size();
   const int64_t last_batch = std::min(o_.batch_size, n - (r.batches - 1) * o_.batch_size);
@@ -228,7 +227,8 @@ update_bn_result exported_replay::run(const std::vector<named_tensor>& weights, 
   update_bn_result result;
   result.report = plan_batches(data, o_, a_.path, device_);
   bn_report& r = result.report;
-  const export_tensor_type& input = a_.program.input_types.at(check_program(a_).value);
+  const export_input_spec& user = check_program(a_);
+  const export_tensor_type& input = a_.program.input_types.at(user.value);
   if (o_.input_type && *o_.input_type != input.type)
     throw usage_error(fmt::format("--input-dtype {}: the program {} takes {}", dtype_name(*o_.input_type), a_.path,
                                   dtype_name(input.type)));
@@ -241,7 +241,7 @@ update_bn_result exported_replay::run(const std::vector<named_tensor>& weights, 
     spdlog::info("{}: no BatchNorm module, nothing to update", a_.path);
     r.batches = r.samples = 0;
   } else {
-    replay(data, r);
+    replay(user, data, r);
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (const export_batchnorm& bn : bns_) {

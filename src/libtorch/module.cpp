@@ -14,7 +14,6 @@
 #include <cstring>
 #include <unordered_set>
 
-#include "formats/io/load.h"
 #include "libtorch/module.h"
 #include "libtorch/tensor_bridge.h"
 #include "util/error.h"
@@ -61,12 +60,6 @@ std::shared_ptr<Module> load_module(const std::string& path) {
     throw input_error(fmt::format("{}: cannot load TorchScript archive: {}", path, what.substr(0, what.find('\n'))));
   }
   return module;
-}
-
-std::shared_ptr<Module> load_model(const std::string& path) {
-  if (model_kind(path) != input_kind::torchscript)
-    throw input_error(path + ": a torch.export program, which update-bn replays without loading it as a module");
-  return load_module(path);
 }
 
 std::string join(const std::string& prefix, const std::string& name) {

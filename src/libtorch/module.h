@@ -22,11 +22,6 @@ namespace swavg {
 // Loads a TorchScript archive on the CPU. Throws input_error when LibTorch cannot load it.
 std::shared_ptr<torch::jit::Module> load_module(const std::string& path);
 
-// The same for a TorchScript --model: also throws input_error, saying what it is, for a file that is
-// neither TorchScript nor a torch.export program (model_kind, formats/io/load.h), or that is a
-// program (update-bn replays those through export_replay.h).
-std::shared_ptr<torch::jit::Module> load_model(const std::string& path);
-
 // "a.b" from a prefix and a name ("" + "b" is "b").
 std::string join(const std::string& prefix, const std::string& name);
 

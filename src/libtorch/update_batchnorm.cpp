@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "fold/layout.h"
-#include "formats/io/input_kinds.h"
+#include "formats/io/load.h"
 #include "libtorch/bn_replay.h"
 #include "libtorch/bn_weights.h"
 #include "libtorch/export_replay.h"
@@ -17,10 +17,10 @@ namespace swavg {
 
 update_bn_result update_batchnorm(const std::string& model_path, const std::vector<named_tensor>& weights,
                                   const std::string& weights_source, const dataset& data, const bn_options& options) {
-  if (detect_input_kind(model_path) == input_kind::export_program)
+  if (model_kind(model_path) == input_kind::export_program)
     return update_batchnorm_exported(model_path, weights, weights_source, data, options);
   update_bn_result result;
-  result.module = load_model(model_path);
+  result.module = load_module(model_path);
   std::vector<named_tensor> w = weights;
   std::optional<named_tensor> n_averaged;
   const bool averaged = result.averaged_layout = from_averaged_layout(w, n_averaged);
