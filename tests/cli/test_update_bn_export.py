@@ -166,6 +166,33 @@ class UpdateBnExportTest(ExportRun):
                 self.assertTrue(same_bits(found[k], want[k]), k)
         self.assertFalse(torch.equal(found["bn.running_mean"], load(averaged)["bn.running_mean"]))
 
+    def test_batch_dimension_range_at_its_edges(self):
+        # Dim("batch", min=2, max=16) and 50 samples: --batch-size 16 (first batch 16, last 2) runs;
+        # 17 (first batch one past max) and 7 (last batch 1, one below min) are refused, exit 4.
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+        from fixtures.export_programs import SmallCnn
+        torch.manual_seed(90)
+        model = SmallCnn().train()
+        ep = torch.export.export(model, (torch.randn(4, 3, 8, 8),),
+                                 dynamic_shapes=({0: torch.export.Dim("batch", min=2, max=16)},))
+        program = self.path("ranged.pt2")
+        torch.export.save(ep.run_decompositions(), program)
+
+        def run(batch_size):
+            out = self.path("ranged_%d.pt" % batch_size)
+            p = swavg("update-bn", "--model", program, "--data", ex("small_data.npy"), "--batch-size", batch_size,
+                      "-o", out, check=False)
+            return p, out
+
+        p, out = run(16)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for batch_size, what, size in ((17, "the batch (--batch-size)", 17), (7, "the last batch", 1)):
+            p, out = run(batch_size)
+            self.assertEqual(p.returncode, 4, p.stderr)
+            self.assertIn("%s is %d, outside" % (what, size), p.stderr)
+            self.assertIn("range 2..16", p.stderr)
+            self.assertFalse(os.path.exists(out))
+
     def test_output_named_like_a_program(self):
         # swavg writes weights, never a program: a .pt2 output name is refused unless --format says so
         out = self.path("net_bn.pt2")
